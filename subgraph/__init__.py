@@ -1,0 +1,46 @@
+"""subgraph: split a neural-network graph into subgraphs an accelerator can run.
+
+Accelerator authors subclass :class:`subgraph.selectors.SubgraphSelector` and
+:class:`subgraph.properties.SubgraphProperty`; framework integrators load a model with
+:func:`from_onnx`, apply :func:`partition_graph` (or the HETERO workflow) and
+:func:`run` the result. Heavy modules (onnx, tvm) load only when used, so
+``import subgraph`` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .errors import *  # noqa: F401,F403
+from .errors import __all__ as _errors_all
+from .graph import Graph, Node, Value
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it (imported on first access)
+_LAZY = {
+    "run": "executor",
+    "Executor": "executor",
+    "from_onnx": "frontends.onnx",
+    "to_onnx": "frontends.onnx",
+    "partition_graph": "partition",
+    "query_model": "hetero",
+    "compile_model": "hetero",
+    "CompiledModel": "hetero",
+}
+
+__all__ = ["Graph", "Node", "Value", "__version__", *_LAZY, *_errors_all]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'subgraph' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

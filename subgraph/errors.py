@@ -1,0 +1,73 @@
+"""The exception hierarchy of :mod:`subgraph`.
+
+Every error the package raises on purpose derives from :class:`SubgraphError`, so
+callers can catch one class. Messages name the node, its op and what was wrong.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "SubgraphError",
+    "GraphError",
+    "ModelLoadError",
+    "ShapeError",
+    "UnsupportedOpError",
+    "ExecutionError",
+    "InputError",
+    "PartitionError",
+    "SelectorError",
+    "PropertyError",
+    "RegistryError",
+    "DeviceError",
+]
+
+
+class SubgraphError(Exception):
+    """Base class of every error raised by :mod:`subgraph`."""
+
+
+class GraphError(SubgraphError):
+    """A graph is malformed: a cycle, a dangling input, a duplicate name."""
+
+
+class ModelLoadError(SubgraphError):
+    """A model file or object could not be read as a valid model."""
+
+
+class ShapeError(SubgraphError):
+    """Shapes or dtypes could not be inferred, or are absurd."""
+
+
+class UnsupportedOpError(SubgraphError):
+    """An operator has no kernel and no fallback."""
+
+
+class InputError(SubgraphError):
+    """Feeds given to :func:`subgraph.run` do not match the graph's inputs."""
+
+
+class ExecutionError(SubgraphError):
+    """A kernel failed while running a node; the message prints the node."""
+
+
+class PartitionError(SubgraphError):
+    """The PartitionGraph pass could not produce a valid graph."""
+
+
+class SelectorError(PartitionError):
+    """A :class:`~subgraph.selectors.SubgraphSelector` misbehaved or raised."""
+
+
+class PropertyError(PartitionError):
+    """A :class:`~subgraph.properties.SubgraphProperty` misbehaved or raised."""
+
+
+class RegistryError(SubgraphError, KeyError):
+    """A name is not in a registry; the message lists what is registered."""
+
+    def __str__(self) -> str:  # KeyError would print the repr of the message
+        return str(self.args[0]) if self.args else ""
+
+
+class DeviceError(SubgraphError):
+    """A device string, affinity map or device property is invalid."""

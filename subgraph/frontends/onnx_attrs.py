@@ -1,0 +1,103 @@
+"""Conversion of ONNX node attributes to Python values and back.
+
+Python side: ``int``, ``float``, ``str``, ``list[int]``, ``list[float]``, ``list[str]``,
+``numpy.ndarray`` (TENSOR), ``list[numpy.ndarray]`` (TENSORS) and
+:class:`~subgraph.graph.OnnxGraphAttr` (GRAPH, kept serialised). Going back to ONNX, the
+op's schema decides the attribute type where Python's type is ambiguous (an empty list,
+``alpha=1`` for a FLOAT attribute).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, numpy_helper
+
+from ..errors import ModelLoadError
+from ..graph import OnnxGraphAttr
+
+__all__ = ["attrs_from_onnx", "attrs_to_onnx"]
+
+_A = AttributeProto
+
+
+def _decode(raw: bytes) -> str | bytes:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw
+
+
+def attrs_from_onnx(node: onnx.NodeProto) -> dict[str, Any]:
+    """The attributes of ``node`` as Python values, in their stored order."""
+    attrs: dict[str, Any] = {}
+    for a in node.attribute:
+        if a.ref_attr_name:
+            raise ModelLoadError(f"node {node.name!r} ({node.op_type}): attribute {a.name!r} refers to a "
+                                 "function attribute; only models with concrete attributes are supported")
+        kind = a.type
+        if kind == _A.FLOAT:
+            attrs[a.name] = float(a.f)
+        elif kind == _A.INT:
+            attrs[a.name] = int(a.i)
+        elif kind == _A.STRING:
+            attrs[a.name] = _decode(a.s)
+        elif kind == _A.TENSOR:
+            attrs[a.name] = numpy_helper.to_array(a.t)
+        elif kind == _A.GRAPH:
+            attrs[a.name] = OnnxGraphAttr(a.g.SerializeToString())
+        elif kind == _A.FLOATS:
+            attrs[a.name] = [float(v) for v in a.floats]
+        elif kind == _A.INTS:
+            attrs[a.name] = [int(v) for v in a.ints]
+        elif kind == _A.STRINGS:
+            attrs[a.name] = [_decode(v) for v in a.strings]
+        elif kind == _A.TENSORS:
+            attrs[a.name] = [numpy_helper.to_array(t) for t in a.tensors]
+        else:
+            raise ModelLoadError(f"node {node.name!r} ({node.op_type}): attribute {a.name!r} has type "
+                                 f"{_A.AttributeType.Name(kind)}, which is not supported")
+    return attrs
+
+
+def _schema_types(op: str, domain: str, opset: int | None) -> dict[str, int]:
+    try:
+        schema = (onnx.defs.get_schema(op, opset, domain) if opset is not None
+                  else onnx.defs.get_schema(op, domain=domain))
+    except Exception:  # unknown op or domain: fall back to Python types
+        return {}
+    return {name: int(attr.type) for name, attr in schema.attributes.items()}
+
+
+def attrs_to_onnx(op: str, attrs: dict[str, Any], domain: str = "",
+                  opset: int | None = None) -> list[AttributeProto]:
+    """ONNX ``AttributeProto`` objects for ``attrs`` of an ``op`` node."""
+    types = _schema_types(op, domain, opset)
+    protos = []
+    for name, value in attrs.items():
+        kind = types.get(name)
+        if isinstance(value, OnnxGraphAttr):
+            graph = onnx.GraphProto()
+            graph.ParseFromString(bytes(value))
+            protos.append(onnx.helper.make_attribute(name, graph))
+            continue
+        if isinstance(value, np.ndarray):
+            protos.append(onnx.helper.make_attribute(name, numpy_helper.from_array(value)))
+            continue
+        if kind == _A.FLOAT:
+            value = float(value)
+        elif kind == _A.INT:
+            value = int(value)
+        elif kind == _A.FLOATS:
+            value = [float(v) for v in value]
+        elif kind == _A.INTS:
+            value = [int(v) for v in value]
+        elif kind == _A.TENSORS:
+            value = [numpy_helper.from_array(np.asarray(v)) for v in value]
+        if isinstance(value, list) and value and isinstance(value[0], np.ndarray):
+            value = [numpy_helper.from_array(v) for v in value]
+        attr_type = kind if isinstance(value, list) and not value and kind else None
+        protos.append(onnx.helper.make_attribute(name, value, attr_type=attr_type))
+    return protos

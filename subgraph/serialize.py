@@ -1,0 +1,211 @@
+"""JSON save and load for :class:`~subgraph.graph.Graph`, exact in both directions.
+
+The document is plain JSON: constants and tensor attributes are stored as base64 of
+their little-endian bytes with dtype and shape, attributes carry a type tag so that
+``[1, 2]`` (ints) and ``[1.0, 2.0]`` (floats) stay apart, and fused nodes nest their
+subgraph. ``rt_info`` entries persist when their values are JSON-compatible.
+
+Examples
+--------
+>>> import numpy as np
+>>> from subgraph.graph import Graph
+>>> g = Graph("g")
+>>> x = g.add_input("x", (2,), "float32")
+>>> g.set_outputs([g.add_node("Relu", [x], name="r").outputs[0]])
+>>> graph_from_dict(graph_to_dict(g)).equals(g)
+True
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from .errors import ModelLoadError
+from .graph import Graph, OnnxGraphAttr
+
+__all__ = ["graph_to_dict", "graph_from_dict", "save_json", "load_json", "clone_graph"]
+
+FORMAT = "subgraph-json"
+VERSION = 1
+
+
+def _encode_array(array: np.ndarray) -> dict[str, Any]:
+    array = np.asarray(array)
+    if array.dtype == object:  # string tensors
+        return {"dtype": "str", "shape": list(array.shape),
+                "strings": [s.decode() if isinstance(s, bytes) else str(s) for s in array.ravel()]}
+    little = array.astype(array.dtype.newbyteorder("<"), copy=False)
+    return {"dtype": array.dtype.name, "shape": list(array.shape),
+            "b64": base64.b64encode(np.ascontiguousarray(little).tobytes()).decode("ascii")}
+
+
+def _decode_array(doc: dict[str, Any]) -> np.ndarray:
+    if doc["dtype"] == "str":
+        return np.array(doc["strings"], dtype=object).reshape(doc["shape"])
+    dtype = np.dtype(doc["dtype"]).newbyteorder("<")
+    raw = base64.b64decode(doc["b64"])
+    return np.frombuffer(raw, dtype=dtype).reshape(doc["shape"]).astype(dtype.newbyteorder("="))
+
+
+def _encode_attr(value: Any) -> dict[str, Any]:
+    if isinstance(value, bool):
+        return {"t": "int", "v": int(value)}
+    if isinstance(value, (int, np.integer)):
+        return {"t": "int", "v": int(value)}
+    if isinstance(value, (float, np.floating)):
+        return {"t": "float", "v": float(value)}
+    if isinstance(value, str):
+        return {"t": "str", "v": value}
+    if isinstance(value, OnnxGraphAttr):
+        return {"t": "onnx_graph", "v": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, bytes):
+        return {"t": "bytes", "v": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, np.ndarray):
+        return {"t": "tensor", "v": _encode_array(value)}
+    if isinstance(value, Graph):
+        return {"t": "graph", "v": graph_to_dict(value)}
+    if isinstance(value, (list, tuple)):
+        items = list(value)
+        if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in items):
+            return {"t": "ints", "v": [int(v) for v in items]}
+        if all(isinstance(v, (float, int, np.floating, np.integer)) for v in items):
+            return {"t": "floats", "v": [float(v) for v in items]}
+        if all(isinstance(v, str) for v in items):
+            return {"t": "strs", "v": items}
+        return {"t": "list", "v": [_encode_attr(v) for v in items]}
+    raise TypeError(f"attribute value of type {type(value).__name__} cannot be serialised")
+
+
+def _decode_attr(doc: dict[str, Any]) -> Any:
+    tag, value = doc["t"], doc["v"]
+    if tag in ("int", "float", "str", "ints", "strs"):
+        return value
+    if tag == "floats":
+        return [float(v) for v in value]
+    if tag == "bytes":
+        return base64.b64decode(value)
+    if tag == "onnx_graph":
+        return OnnxGraphAttr(base64.b64decode(value))
+    if tag == "tensor":
+        return _decode_array(value)
+    if tag == "graph":
+        return graph_from_dict(value)
+    if tag == "list":
+        return [_decode_attr(v) for v in value]
+    raise ModelLoadError(f"unknown attribute tag {tag!r} in graph JSON")
+
+
+def _json_compatible(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=True)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _value_doc(value) -> dict[str, Any]:
+    return {"name": value.name,
+            "shape": None if value.shape is None else list(value.shape),
+            "dtype": None if value.dtype is None else value.dtype.name}
+
+
+def graph_to_dict(graph: Graph) -> dict[str, Any]:
+    """The JSON-compatible document describing ``graph`` completely."""
+    nodes = []
+    for node in graph.nodes:
+        doc: dict[str, Any] = {
+            "name": node.name, "op": node.op, "domain": node.domain,
+            "inputs": [None if v is None else v.name for v in node.inputs],
+            "outputs": [_value_doc(v) for v in node.outputs],
+            "attrs": {k: _encode_attr(v) for k, v in node.attrs.items()},
+        }
+        rt_info = {k: v for k, v in node.rt_info.items() if _json_compatible(v)}
+        if rt_info:
+            doc["rt_info"] = rt_info
+        if node.subgraph is not None:
+            doc["subgraph"] = graph_to_dict(node.subgraph)
+        nodes.append(doc)
+    return {
+        "format": FORMAT, "version": VERSION, "name": graph.name,
+        "opset": dict(graph.opset), "metadata": dict(graph.metadata),
+        "inputs": [_value_doc(v) for v in graph.inputs],
+        "initializers": [{"name": v.name, "data": _encode_array(v.data)}
+                         for v in graph.initializers.values()],
+        "nodes": nodes,
+        "outputs": [v.name for v in graph.outputs],
+    }
+
+
+def graph_from_dict(doc: dict[str, Any]) -> Graph:
+    """Rebuild a graph from :func:`graph_to_dict`'s document."""
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ModelLoadError("not a subgraph JSON document (missing 'format': "
+                             f"{FORMAT!r})")
+    try:
+        graph = Graph(doc["name"], doc["opset"])
+        graph.metadata = dict(doc.get("metadata", {}))
+        for v in doc["inputs"]:
+            graph.add_input(v["name"], v["shape"], v["dtype"])
+        for c in doc["initializers"]:
+            graph.add_constant(c["name"], _decode_array(c["data"]))
+        for n in doc["nodes"]:
+            node = graph.add_node(n["op"], n["inputs"], outputs=[o["name"] for o in n["outputs"]],
+                                  attrs={k: _decode_attr(a) for k, a in n["attrs"].items()},
+                                  name=n["name"], domain=n["domain"], rt_info=n.get("rt_info"))
+            for out, o in zip(node.outputs, n["outputs"]):
+                out.shape = None if o["shape"] is None else tuple(o["shape"])
+                out.dtype = None if o["dtype"] is None else np.dtype(o["dtype"])
+            if "subgraph" in n:
+                node.subgraph = graph_from_dict(n["subgraph"])
+        graph.set_outputs(doc["outputs"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelLoadError(f"malformed subgraph JSON document: {exc!r}") from None
+    return graph
+
+
+def clone_graph(graph: Graph) -> Graph:
+    """A structural deep copy; constants share their read-only arrays, kernels are kept."""
+    new = Graph(graph.name, graph.opset)
+    new.metadata = dict(graph.metadata)
+    for v in graph.inputs:
+        new.add_input(v.name, v.shape, v.dtype)
+    for v in graph.initializers.values():
+        new.add_constant(v.name, v.data)
+    for node in graph.nodes:
+        copy = new.add_node(node.op, [None if v is None else v.name for v in node.inputs],
+                            outputs=[o.name for o in node.outputs], attrs=_copy_attrs(node.attrs),
+                            name=node.name, domain=node.domain, rt_info=dict(node.rt_info))
+        for src, dst in zip(node.outputs, copy.outputs):
+            dst.shape, dst.dtype = src.shape, src.dtype
+        copy.subgraph = None if node.subgraph is None else clone_graph(node.subgraph)
+        copy.kernel = node.kernel
+    new.set_outputs([v.name for v in graph.outputs])
+    return new
+
+
+def _copy_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
+    return {k: (list(v) if isinstance(v, list) else v) for k, v in attrs.items()}
+
+
+def save_json(graph: Graph, path: str | os.PathLike) -> None:
+    """Write ``graph`` to ``path`` atomically (a temporary file, then a rename)."""
+    tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(graph_to_dict(graph), fh)
+    os.replace(tmp, path)
+
+
+def load_json(path: str | os.PathLike) -> Graph:
+    """Read a graph written by :func:`save_json`."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelLoadError(f"cannot read graph JSON {os.fspath(path)!r}: {exc}") from None
+    return graph_from_dict(doc)
+
