@@ -218,6 +218,8 @@ class Graph:
         self.outputs: list[Value] = []
         self.nodes: list[Node] = []
         self.metadata: dict[str, str] = {}
+        #: set by partition_graph(..., explain=True): node name -> NodeDecision
+        self.explanation: dict | None = None
         self._values: dict[str, Value] = {}
         self._nodes_by_name: dict[str, Node] = {}
         self._counter = 0
