@@ -1,0 +1,152 @@
+"""The PartitionGraph pass: replace every selected subgraph by one fused call node.
+
+The pass reads as three phases, each testable alone: *propose* (grow candidates from
+start nodes with the property's selector, rolling back to avoid cycles; see
+:mod:`~subgraph.partition.grow` and :mod:`~subgraph.partition.propose`), *check*
+(``filter``, cycle re-check, size limits) and *fuse* (:mod:`~subgraph.partition.fuse`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import PartitionError, PropertyError, SubgraphError
+from ..graph import Graph
+from ..properties import SubgraphProperty, get_property
+from .fuse import fuse
+from .grow import NON_COMPUTE_OPS, GrowContext
+from .index import PartitionIndex
+from .propose import STRATEGIES, propose
+
+__all__ = ["partition_graph", "NodeDecision", "format_explanation", "STRATEGIES", "NON_COMPUTE_OPS"]
+
+
+@dataclass(frozen=True)
+class NodeDecision:
+    """Where one node ended up: its subgraph id and fused node, or why it stayed out."""
+
+    subgraph: int | None
+    fused_node: str | None
+    reason: str
+
+
+def _resolve(prop: SubgraphProperty | str, options: dict[str, Any]) -> SubgraphProperty:
+    if isinstance(prop, str):
+        return get_property(prop, **options)
+    if not isinstance(prop, SubgraphProperty):
+        raise TypeError(f"partition_graph needs a SubgraphProperty or a registered name, got {prop!r}")
+    return prop
+
+
+def _hook(prop: SubgraphProperty, hook: str, *args: Any, **kwargs: Any) -> None:
+    try:
+        getattr(prop, hook)(*args, **kwargs)
+    except SubgraphError:
+        raise
+    except Exception as exc:
+        raise PropertyError(f"{type(prop).__name__}.{hook} raised {type(exc).__name__}: {exc}") from exc
+
+
+def partition_graph(graph: Graph, prop: SubgraphProperty | str, *, strategy: str = "largest",
+                    dedup: bool = True, min_subgraph_size: int = 1, max_subgraph_size: int | None = None,
+                    op_deny: Iterable[str] = (), explain: bool = False, trace: list | None = None,
+                    **options: Any) -> Graph:
+    """Return a copy of ``graph`` where every selected subgraph is one fused node.
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph to partition; it is never modified, even when a hook raises.
+    prop : SubgraphProperty or str
+        The property (or its registered name, built with ``options``).
+    strategy : {"largest", "topological"}
+        ``"largest"`` (OpenVINO HETERO): candidates from every start node, the largest
+        committed first, repeated on what is left. ``"topological"`` (MXNet): the first
+        subgraph found from each start node in topological order.
+    dedup : bool
+        Merge duplicate fused inputs and outputs (one per value, not one per edge).
+    min_subgraph_size : int
+        Subgraphs with fewer compute ops (``NON_COMPUTE_OPS`` do not count) are dropped.
+    max_subgraph_size : int | None
+        Growth stops adding nodes at this many nodes.
+    op_deny : iterable of str
+        Op types never put in a subgraph.
+    explain : bool
+        Store on the result ``explanation``: node name -> :class:`NodeDecision`.
+    trace : list | None
+        If given, receives the growth events ``(event, node name)``: ``root``,
+        ``merge``, ``fail``, ``rollback``, and ``(commit, names)``.
+    **options
+        Passed to ``prop.pre_partition`` (and to the property when named).
+
+    Returns
+    -------
+    Graph
+        A new graph that verifies, with the same inputs and outputs, in the same order.
+
+    Examples
+    --------
+    >>> from subgraph.graph import Graph
+    >>> g = Graph("chain")
+    >>> v = g.add_input("x", (4,), "float32")
+    >>> for i, op in enumerate(["Relu", "Relu", "Softmax", "Relu"]):
+    ...     v = g.add_node(op, [v], name=f"n{i}").outputs[0]
+    >>> g.set_outputs([v])
+    >>> p = partition_graph(g, "numpy", ops=["Relu"])
+    >>> [n.op for n in p.nodes], [n.name for n in p.nodes[0].subgraph.nodes]
+    (['Subgraph', 'Softmax', 'Subgraph'], ['n0', 'n1'])
+    """
+    prop = _resolve(prop, options)
+    if strategy not in STRATEGIES:
+        raise PartitionError(f"unknown partition strategy {strategy!r}; choose one of {list(STRATEGIES)}")
+    if min_subgraph_size < 1 or (max_subgraph_size is not None and max_subgraph_size < 1):
+        raise PartitionError("min_subgraph_size and max_subgraph_size must be at least 1")
+    work = graph.copy()
+    if prop.disable:
+        return work
+    if any(v.shape is None or v.dtype is None for v in work.values):
+        work.infer_shapes()  # selectors see shapes and dtypes
+    _hook(prop, "pre_partition", work, **options)
+    index = PartitionIndex(work)
+    ctx = GrowContext(index, prop.create_subgraph_selector, frozenset(op_deny), max_subgraph_size, trace)
+    propose(ctx, strategy)
+    _drop_small(index, min_subgraph_size, ctx.reasons)
+    result, joined = fuse(work, index, prop, dedup, ctx.reasons)
+    result.verify()
+    _hook(prop, "post_partition", result)
+    if explain:
+        result.explanation = _explain(index, joined, ctx.reasons)
+    return result
+
+
+def _drop_small(index: PartitionIndex, minimum: int, reasons: dict[int, str]) -> None:
+    if minimum <= 1:
+        return
+    for b, members in enumerate(index.members):
+        if not index.block_live[b]:
+            continue
+        compute = sum(index.nodes[m].op not in NON_COMPUTE_OPS for m in members)
+        if compute < minimum:
+            index.uncommit(b)
+            for m in members:
+                reasons[m] = f"its subgraph has {compute} compute op(s), below min_subgraph_size={minimum}"
+
+
+def _explain(index: PartitionIndex, joined: dict[int, tuple[int, str]],
+             reasons: dict[int, str]) -> dict[str, NodeDecision]:
+    decisions = {}
+    for i, node in enumerate(index.nodes):
+        if i in joined:
+            sid, fused = joined[i]
+            decisions[node.name] = NodeDecision(sid, fused, f"joined subgraph {sid} ({fused})")
+        else:
+            decisions[node.name] = NodeDecision(None, None, reasons.get(i, "not selected"))
+    return decisions
+
+
+def format_explanation(explanation: dict[str, NodeDecision]) -> str:
+    """One line per node: ``name: reason``."""
+    width = max((len(n) for n in explanation), default=0)
+    return "\n".join(f"{name:<{width}}  {d.reason}" for name, d in explanation.items())

@@ -1,0 +1,201 @@
+"""Replace each committed subgraph with the fused call node its property creates.
+
+Boundary order (documented and deterministic): a fused node's inputs are the values
+entering the subgraph in the order its nodes (in topological order) first read them,
+slot by slot; constants are not inputs, they move into the subgraph. Its outputs are
+the values produced inside that outside nodes read or that are graph outputs, in the
+order of their producers, output by output. With ``dedup=False`` every entering edge
+is its own input and every leaving edge its own output (MXNet without
+``dedup_subgraph``); duplicates are named ``<value>__<k>``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import PropertyError
+from ..graph import Graph, Node, Value
+from .index import PartitionIndex
+
+__all__ = ["Boundary", "build_subgraph", "fuse"]
+
+
+@dataclass
+class Boundary:
+    """How one subgraph connects to the rest of the graph."""
+
+    inputs: list[Value] = field(default_factory=list)          # outer values read, one per fused input
+    input_names: list[str] = field(default_factory=list)       # the subgraph's placeholder names
+    slot_names: dict[tuple[str, int], str] = field(default_factory=dict)  # (member, slot) -> placeholder
+    outputs: list[Value] = field(default_factory=list)         # distinct subgraph outputs
+    outer_outputs: list[tuple[str, int]] = field(default_factory=list)  # (outer name, subgraph output)
+    rewire: dict[tuple[str, int], str] = field(default_factory=dict)    # (consumer, slot) -> outer name
+
+
+def _boundary(graph: Graph, members: list[Node], inside: set[int], dedup: bool) -> Boundary:
+    bd = Boundary()
+    seen: dict[str, str] = {}
+    taken = {v.name for v in graph.values}
+    for node in members:
+        for slot, value in enumerate(node.inputs):
+            if value is None or value.is_constant:
+                continue
+            if value.producer is not None and id(value.producer) in inside:
+                continue
+            if dedup and value.name in seen:
+                bd.slot_names[(node.name, slot)] = seen[value.name]
+                continue
+            name = value.name
+            if name in seen:
+                name = f"{value.name}__{len(bd.inputs)}"
+                while name in taken:
+                    name += "_"
+                taken.add(name)
+            seen.setdefault(value.name, name)
+            bd.inputs.append(value)
+            bd.input_names.append(name)
+            bd.slot_names[(node.name, slot)] = name
+    graph_outputs = {v.name for v in graph.outputs}
+    for node in members:
+        for value in node.outputs:
+            edges = [(user.name, slot) for user in dict.fromkeys(value.users) if id(user) not in inside
+                     for slot, v in enumerate(user.inputs) if v is value]
+            is_output = value.name in graph_outputs
+            if not edges and not is_output:
+                continue
+            k = len(bd.outputs)
+            bd.outputs.append(value)
+            bd.outer_outputs.append((value.name, k))
+            if dedup:
+                continue
+            for n, edge in enumerate(edges[0 if is_output else 1:], start=1):
+                name = f"{value.name}__{n}"
+                while name in taken:
+                    name += "_"
+                taken.add(name)
+                bd.outer_outputs.append((name, k))
+                bd.rewire[edge] = name
+    return bd
+
+
+def build_subgraph(graph: Graph, members: list[Node], bd: Boundary, name: str) -> Graph:
+    """A graph of ``members`` under their own names, fed by the boundary's inputs."""
+    sub = Graph(name, graph.opset)
+    for value, placeholder in zip(bd.inputs, bd.input_names):
+        sub.add_input(placeholder, value.shape, value.dtype)
+    for node in members:
+        for value in node.inputs:
+            if value is not None and value.is_constant and not sub.has_value(value.name):
+                sub.add_constant(value.name, value.data)
+    for node in members:
+        names = [None if v is None else bd.slot_names.get((node.name, s), v.name)
+                 for s, v in enumerate(node.inputs)]
+        _clone_node(sub, node, names)
+    sub.set_outputs([v.name for v in bd.outputs])
+    return sub
+
+
+def _clone_node(target: Graph, node: Node, inputs: list[str | None], name: str | None = None) -> Node:
+    copy = target.add_node(node.op, inputs, outputs=[o.name for o in node.outputs], attrs=dict(node.attrs),
+                           name=name or node.name, domain=node.domain, rt_info=dict(node.rt_info))
+    for src, dst in zip(node.outputs, copy.outputs):
+        dst.shape, dst.dtype = src.shape, src.dtype
+    copy.subgraph, copy.kernel = node.subgraph, node.kernel
+    return copy
+
+
+class _MappedKernel:
+    """Repeats a kernel's outputs as ``output_map`` says (fused nodes without dedup)."""
+
+    def __init__(self, kernel, output_map: list[int]) -> None:
+        self.kernel, self.output_map = kernel, output_map
+
+    def __call__(self, *arrays):
+        outs = list(self.kernel(*arrays))
+        return [outs[j] for j in self.output_map]
+
+    def compile(self):
+        return getattr(self.kernel, "compile", lambda: None)()
+
+
+def fuse(graph: Graph, index: PartitionIndex, prop, dedup: bool,
+         reasons: dict[int, str]) -> tuple[Graph, dict[int, tuple[int, str]]]:
+    """The partitioned graph, and for each fused node index its (subgraph id, fused node name)."""
+    nodes = graph.nodes
+    live = sorted((b for b in range(len(index.members)) if index.block_live[b]),
+                  key=lambda b: index.block_lo[b])
+    fused: dict[int, tuple[Node, Boundary]] = {}
+    joined: dict[int, tuple[int, str]] = {}
+    for sid, b in enumerate(live):
+        member_ids = sorted(index.members[b], key=index.pos.__getitem__)
+        members = [nodes[i] for i in member_ids]
+        bd = _boundary(graph, members, {id(m) for m in members}, dedup)
+        sub = build_subgraph(graph, members, bd, f"{graph.name}_{prop.name}_{sid}")
+        node = _create(prop, sub, sid, members)
+        if node is None:
+            index.uncommit(b)
+            for i in member_ids:
+                reasons[i] = f"subgraph {sid} rejected by {type(prop).__name__}.create_subgraph_node"
+            continue
+        output_map = [k for _, k in bd.outer_outputs]
+        if output_map != list(range(len(bd.outputs))):
+            node.attrs["output_map"] = output_map
+            node.kernel = _MappedKernel(node.kernel, output_map) if node.kernel is not None else None
+        fused[b] = (node, bd)
+        for i in member_ids:
+            joined[i] = (sid, node.name)
+    return _assemble(graph, index, fused, joined), joined
+
+
+def _create(prop, sub: Graph, sid: int, members: list[Node]) -> Node | None:
+    where = f"subgraph {sid} (nodes {[m.name for m in members[:5]]}{'...' if len(members) > 5 else ''})"
+    try:
+        node = prop.create_subgraph_node(sub, sid)
+    except Exception as exc:
+        raise PropertyError(f"{type(prop).__name__}.create_subgraph_node failed for {where}: "
+                            f"{type(exc).__name__}: {exc}") from exc
+    if node is not None and not isinstance(node, Node):
+        raise PropertyError(f"{type(prop).__name__}.create_subgraph_node must return a Node or None "
+                            f"for {where}, got {type(node).__name__}")
+    return node
+
+
+def _assemble(graph: Graph, index: PartitionIndex, fused: dict[int, tuple[Node, Boundary]],
+              joined: dict[int, tuple[int, str]]) -> Graph:
+    nodes = graph.nodes
+    result = Graph(graph.name, graph.opset)
+    result.metadata = dict(graph.metadata)
+    for v in graph.inputs:
+        result.add_input(v.name, v.shape, v.dtype)
+    for v in graph.initializers.values():
+        result.add_constant(v.name, v.data)
+    rewire: dict[tuple[str, int], str] = {}
+    for _, bd in fused.values():
+        rewire.update(bd.rewire)
+    taken = {nodes[i].name for i in range(index.n) if i not in joined}
+    emitted: set[int] = set()
+    for p in range(index.n):
+        i = index.order[p]
+        b = index.block[i]
+        if b >= 0 and b in fused:
+            if b in emitted:
+                continue
+            emitted.add(b)
+            spec, bd = fused[b]
+            name = spec.name
+            while name in taken:
+                name += "_"
+            taken.add(name)
+            node = result.add_node(spec.op, [v.name for v in bd.inputs],
+                                   outputs=[n for n, _ in bd.outer_outputs], attrs=spec.attrs, name=name,
+                                   domain=spec.domain, rt_info=spec.rt_info)
+            for out, (_, k) in zip(node.outputs, bd.outer_outputs):
+                out.shape, out.dtype = bd.outputs[k].shape, bd.outputs[k].dtype
+            node.subgraph, node.kernel = spec.subgraph, spec.kernel
+        else:
+            node = nodes[i]
+            _clone_node(result, node, [None if v is None else rewire.get((node.name, s), v.name)
+                                       for s, v in enumerate(node.inputs)])
+    result.set_outputs([v.name for v in graph.outputs])
+    result.remove_unused_constants()
+    return result

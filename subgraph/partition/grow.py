@@ -1,0 +1,218 @@
+"""Grow one subgraph from a start node, with rollback (the OpenVINO HETERO algorithm).
+
+From the start node the selector is offered, depth first, a neighbour of the most
+recently added node that still has one: its consumers first (``select_output``), then
+its producers (``select_input``). An accepted node joins the subgraph, a refused one
+joins the *rejected* list and is never offered again. After every step the global
+condition is checked: no rejected node (or already fused subgraph) may lie on a path
+that leaves the subgraph and comes back. When it fails, the most recently added nodes
+are rolled back into the rejected list until it holds. Then ``filter`` may drop
+candidates; if that opens a cycle, rollback continues and ``filter`` is asked again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..errors import SelectorError
+from ..graph import Node
+from ..selectors import SubgraphSelector
+from .index import PartitionIndex, Reach
+
+__all__ = ["GrowContext", "grow", "is_convex"]
+
+#: ops that move or relabel data without computing: not counted by min_subgraph_size
+NON_COMPUTE_OPS = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Shape", "Size",
+                             "Constant", "Dropout"})
+
+
+@dataclass
+class GrowContext:
+    """What a growth needs besides the graph: options and the record of decisions."""
+
+    index: PartitionIndex
+    new_selector: Callable[[], SubgraphSelector]
+    deny: frozenset[str] = frozenset()
+    max_size: int | None = None
+    trace: list[tuple[str, str]] | None = None
+    reasons: dict[int, str] = field(default_factory=dict)
+
+    def call(self, selector: SubgraphSelector, hook: str, *nodes: Node):
+        """Call a selector hook; anything it raises becomes a SelectorError naming it."""
+        try:
+            return getattr(selector, hook)(*nodes)
+        except Exception as exc:
+            where = ", ".join(f"{n.name!r} ({n.op})" for n in nodes)
+            raise SelectorError(f"{type(selector).__name__}.{hook}({where}) raised "
+                                f"{type(exc).__name__}: {exc}") from exc
+
+    def log(self, event: str, i: int) -> None:
+        if self.trace is not None:
+            self.trace.append((event, self.index.nodes[i].name))
+
+
+class _Growth:
+    def __init__(self, ctx: GrowContext, root: int, selector: SubgraphSelector) -> None:
+        self.ctx = ctx
+        self.index = ctx.index
+        self.root = root
+        self.selector = selector
+        self.rejected: dict[int, None] = {}
+        self.members: list[int] = []
+        self.member_set: set[int] = set()
+
+    def _new_reach(self) -> Reach:
+        return Reach(self.index, self.member_set.__contains__,
+                     lambda u: u >= self.index.n or u in self.rejected)
+
+    def _reject(self, j: int, reason: str) -> None:
+        self.rejected[j] = None
+        self.ctx.reasons[j] = reason
+
+    def run(self) -> list[int]:
+        while True:
+            restart = self._grow_once()
+            if not restart:
+                return self.members
+            # a stateful selector forgets and growth is replayed with the rejected list kept
+            self.ctx.call(self.selector, "reset")
+            if not self.ctx.call(self.selector, "select", self.index.nodes[self.root]):
+                return []
+
+    def _grow_once(self) -> bool:
+        """Grow until no neighbour is left; True when a stateful selector must replay."""
+        index, ctx, nodes = self.index, self.ctx, self.index.nodes
+        self.members, self.member_set = [self.root], {self.root}
+        reach = self._new_reach()
+        reach.add(self.root)
+        ctx.log("root", self.root)
+        stack = [[self.root, 0]]
+        while stack:
+            top = stack[-1]
+            i = top[0]
+            outs, ins = index.succ[i], index.pred[i]
+            j = -1
+            while top[1] < len(outs) + len(ins):
+                k = top[1]
+                top[1] += 1
+                cand = outs[k] if k < len(outs) else ins[k - len(outs)]
+                if cand not in self.member_set and cand not in self.rejected and index.block[cand] < 0:
+                    j, is_output = cand, k < len(outs)
+                    break
+            if j < 0:
+                stack.pop()
+                continue
+            node, new = nodes[i], nodes[j]
+            if new.op in ctx.deny:
+                accepted, reason = False, f"op {new.op} is in the deny list"
+            elif ctx.max_size is not None and len(self.members) >= ctx.max_size:
+                accepted, reason = False, f"max_subgraph_size={ctx.max_size} reached"
+            else:
+                hook = "select_output" if is_output else "select_input"
+                accepted = bool(ctx.call(self.selector, hook, node, new))
+                reason = f"not selected by {type(self.selector).__name__}"
+            if accepted:
+                self.members.append(j)
+                self.member_set.add(j)
+                stack.append([j, 0])
+                ctx.log("merge", j)
+                cycle_through = reach.add(j)
+            else:
+                self._reject(j, reason)
+                ctx.log("fail", j)
+                cycle_through = j if reach.both(j) else None
+            if cycle_through is not None:
+                reach = self._rollback(reach, cycle_through, stack)
+                if not self.selector.stateless:
+                    return True
+        return False
+
+    def _rollback(self, reach: Reach, cycle_through: int | None, stack: list[list[int]]) -> Reach:
+        """Move the latest members to the rejected list until no cycle is left."""
+        while cycle_through is not None and len(self.members) > 1:
+            last = self.members.pop()
+            self.member_set.discard(last)
+            if stack and stack[-1][0] == last:
+                stack.pop()
+            self._reject(last, f"rolled back to avoid a cycle through {self._unit_name(cycle_through)}")
+            self.ctx.log("rollback", last)
+            reach = self._new_reach()
+            cycle_through = None
+            for m in self.members:
+                cycle_through = reach.add(m) or cycle_through
+            if cycle_through is None:
+                cycle_through = next((r for r in self.rejected if reach.both(r)), None)
+        return reach
+
+    def _unit_name(self, u: int) -> str:
+        index = self.index
+        if u < index.n:
+            return f"node {index.nodes[u].name!r} ({index.nodes[u].op})"
+        first = index.nodes[index.members[u - index.n][0]]
+        return f"the subgraph containing node {first.name!r}"
+
+
+def is_convex(index: PartitionIndex, members: list[int]) -> int | None:
+    """``None`` when ``members`` can be fused without a cycle, else a unit on one."""
+    member_set = set(members)
+    reach = Reach(index, member_set.__contains__, lambda u: True)
+    found = None
+    for m in members:
+        found = reach.add(m) or found
+    return found
+
+
+def grow(ctx: GrowContext, root: int) -> list[int] | None:
+    """The subgraph grown from node ``root``: node indices in the order they joined.
+
+    ``None`` when ``root`` cannot start a subgraph (``select`` said no, or its op is
+    denied); empty when ``filter`` dropped everything. ``filter`` has run and the result
+    is free of cycles in the contracted graph.
+    """
+    nodes = ctx.index.nodes
+    if nodes[root].op in ctx.deny:
+        ctx.reasons[root] = f"op {nodes[root].op} is in the deny list"
+        return None
+    selector = ctx.new_selector()
+    if not ctx.call(selector, "select", nodes[root]):
+        ctx.reasons.setdefault(root, f"not selected by {type(selector).__name__}")
+        return None
+    growth = _Growth(ctx, root, selector)
+    members = growth.run()
+    while members:
+        kept = _filter(ctx, selector, members)
+        dropped = [j for j in members if j not in kept]
+        if not dropped:
+            return members  # growth's own check left no rejected node on a cycle
+        for j in dropped:
+            growth._reject(j, f"dropped by {type(selector).__name__}.filter")
+        members = [j for j in members if j in kept]
+        # dropped nodes are outside now: MXNet does not re-check here, we must
+        cycle = is_convex(ctx.index, members) if members else None
+        while cycle is not None:
+            last = members.pop()
+            growth._reject(last, f"rolled back to avoid a cycle through {growth._unit_name(cycle)}")
+            ctx.log("rollback", last)
+            cycle = is_convex(ctx.index, members) if members else None
+        # the candidates changed: filter sees them again (each round strictly shrinks them)
+    return []
+
+
+def _filter(ctx: GrowContext, selector: SubgraphSelector, members: list[int]) -> dict[int, None]:
+    nodes = ctx.index.nodes
+    candidates = [nodes[j] for j in members]
+    kept = ctx.call(selector, "filter", list(candidates))
+    if not isinstance(kept, (list, tuple)):
+        raise SelectorError(f"{type(selector).__name__}.filter must return a list of nodes, "
+                            f"got {type(kept).__name__}")
+    by_id = {id(nodes[j]): j for j in members}
+    result: dict[int, None] = {}
+    for node in kept:
+        j = by_id.get(id(node))
+        if j is None:
+            name = getattr(node, "name", node)
+            raise SelectorError(f"{type(selector).__name__}.filter returned node {name!r}, which was "
+                                f"not one of its candidates {[n.name for n in candidates]}")
+        result[j] = None
+    return result

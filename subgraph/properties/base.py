@@ -1,0 +1,130 @@
+"""SubgraphProperty: how an accelerator selects subgraphs and executes a fused one.
+
+MXNet's SubgraphProperty: :meth:`SubgraphProperty.create_subgraph_selector` says which
+nodes the device takes, :meth:`SubgraphProperty.create_subgraph_node` turns one selected
+subgraph into the fused call node that replaces it (or returns ``None`` to leave the
+nodes as they were), and :meth:`SubgraphProperty.compile` makes the function that runs
+the fused subgraph.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..graph import Graph, Node
+from ..selectors import ContainOpSelector, SubgraphSelector
+
+__all__ = ["SubgraphProperty", "FusedKernel", "FUSED_OP", "FUSED_DOMAIN"]
+
+#: op type and domain of the fused call nodes the pass creates
+FUSED_OP = "Subgraph"
+FUSED_DOMAIN = "subgraph"
+
+Kernel = Callable[..., Sequence[np.ndarray]]
+
+
+class FusedKernel:
+    """Compiles a fused subgraph on first call (thread-safe) and runs it.
+
+    Calling it with the fused node's input arrays returns its output arrays;
+    ``output_map`` repeats subgraph outputs for fused nodes built without ``dedup``.
+    """
+
+    def __init__(self, prop: SubgraphProperty, subgraph: Graph,
+                 output_map: Sequence[int] | None = None) -> None:
+        self.prop = prop
+        self.subgraph = subgraph
+        self.output_map = None if output_map is None else list(output_map)
+        self._fn: Kernel | None = None
+        self._lock = threading.Lock()
+
+    def compile(self) -> Kernel:
+        """Compile now (idempotent) and return the backend function."""
+        if self._fn is None:
+            with self._lock:
+                if self._fn is None:
+                    self._fn = self.prop.compile(self.subgraph)
+        return self._fn
+
+    def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
+        outs = list(self.compile()(*arrays))
+        return outs if self.output_map is None else [outs[j] for j in self.output_map]
+
+
+class SubgraphProperty:
+    """Base class of accelerator properties; register subclasses with ``register_property``.
+
+    Parameters
+    ----------
+    **options
+        Stored in ``self.options``; ``disable=True`` turns the property off.
+
+    Attributes
+    ----------
+    name : str
+        The registry name, set by :func:`~subgraph.properties.register_property`.
+    device : str
+        The device the fused nodes run on (the affinity name, e.g. ``"TVM"``).
+
+    Examples
+    --------
+    >>> class Relus(SubgraphProperty):
+    ...     def supports(self, node):
+    ...         return node.op == "Relu"
+    >>> Relus().create_subgraph_selector().select
+    <bound method ContainOpSelector.select of ContainOpSelector(device='default', automatic)>
+    """
+
+    name: str = "base"
+    device: str = "default"
+
+    def __init__(self, **options: Any) -> None:
+        self.options = dict(options)
+        self.disable = bool(self.options.pop("disable", False))
+        self.manual_affinity = False
+
+    # ---- selection
+    def supports(self, node: Node) -> bool:
+        """This device's support query; the default selector grows over nodes it accepts."""
+        return False
+
+    def create_subgraph_selector(self) -> SubgraphSelector:
+        """A fresh selector, one per start node; the default is :class:`ContainOpSelector`."""
+        return ContainOpSelector(self.supports, device=self.device, manual=self.manual_affinity)
+
+    # ---- hooks around the pass
+    def pre_partition(self, graph: Graph, **options: Any) -> None:
+        """Called on the pass's working copy before selection.
+
+        The default switches to manual affinity when any node carries
+        ``rt_info["affinity"]`` (OpenVINO: manual affinities turn automatic mode off).
+        """
+        self.manual_affinity = any("affinity" in n.rt_info for n in graph.nodes)
+
+    def post_partition(self, graph: Graph) -> None:
+        """Called on the partitioned graph before the pass returns it."""
+
+    # ---- fusion and execution
+    def create_subgraph_node(self, subgraph: Graph, subgraph_id: int) -> Node | None:
+        """The fused node replacing ``subgraph``, or ``None`` to reject this subgraph.
+
+        ``subgraph`` holds the original nodes under their original names; its inputs
+        carry shapes and dtypes. The pass wires the returned node's inputs and outputs;
+        the node's ``kernel`` runs it (by default :meth:`compile`, on first use).
+        """
+        node = Node(f"{self.name}_subgraph_{subgraph_id}", FUSED_OP, FUSED_DOMAIN,
+                    {"property": self.name, "device": self.device, "subgraph_id": subgraph_id})
+        node.subgraph = subgraph
+        node.kernel = FusedKernel(self, subgraph)
+        return node
+
+    def compile(self, subgraph: Graph) -> Kernel:
+        """A function running ``subgraph``: ``fn(*input_arrays) -> output arrays``."""
+        raise NotImplementedError(f"property {self.name!r} does not say how to run a subgraph")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} device={self.device!r}>"
