@@ -1,0 +1,217 @@
+"""Reading ONNX files safely and checking a model's structure before it becomes a graph.
+
+:func:`load_model` never writes to the file and reads external data only from inside the
+model's folder (checked before any of it is read). :func:`ordered_nodes` finds tensors
+produced twice, inputs nothing produces and cycles, and returns a topological order
+that keeps the file's order where it is free to.
+
+Examples
+--------
+>>> from onnx import helper
+>>> nodes = [helper.make_node("Relu", ["a"], ["b"]), helper.make_node("Relu", ["b"], ["c"], name="Relu_0")]
+>>> unique_node_names(nodes)
+['Relu_0_1', 'Relu_0']
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import os
+from collections.abc import Iterator, Sequence
+
+import onnx
+
+from ..errors import GraphError, ModelLoadError
+from ..graph import Graph
+
+__all__ = ["load_model", "unique_node_names", "ordered_nodes"]
+
+
+def _all_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor stored in ``graph``: initializers and node attributes, subgraphs included."""
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield sparse.values
+        yield sparse.indices
+    for node in graph.node:
+        yield from _attribute_tensors(node)
+
+
+def _attribute_tensors(node: onnx.NodeProto) -> Iterator[onnx.TensorProto]:
+    for attr in node.attribute:
+        if attr.HasField("t"):
+            yield attr.t
+        yield from attr.tensors
+        if attr.HasField("g"):
+            yield from _all_tensors(attr.g)
+        for sub in attr.graphs:
+            yield from _all_tensors(sub)
+
+
+def _model_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    yield from _all_tensors(model.graph)
+    for function in model.functions:
+        for node in function.node:
+            yield from _attribute_tensors(node)
+
+
+def _is_external(tensor: onnx.TensorProto) -> bool:
+    return tensor.HasField("data_location") and tensor.data_location == onnx.TensorProto.EXTERNAL
+
+
+def _check_location(tensor: onnx.TensorProto, folder: str) -> str:
+    """The external data location of ``tensor`` if it lies inside ``folder``."""
+    location = {entry.key: entry.value for entry in tensor.external_data}.get("location", "")
+    if not location:
+        raise ModelLoadError(f"tensor {tensor.name!r} has external data without a location")
+    if os.path.isabs(location) or os.path.splitdrive(location)[0] or location.startswith(("/", "\\")):
+        raise ModelLoadError(f"tensor {tensor.name!r}: external data location {location!r} is an absolute "
+                             "path; only files inside the model's folder are read")
+    root = os.path.realpath(folder)
+    target = os.path.realpath(os.path.join(root, location))
+    if os.path.commonpath([root, target]) != root:
+        raise ModelLoadError(f"tensor {tensor.name!r}: external data location {location!r} points outside "
+                             f"the model's folder {root!r}; only files inside it are read")
+    return location
+
+
+def _check_parsed(model: onnx.ModelProto, where: str) -> None:
+    if not model.HasField("graph") or model.ir_version <= 0:
+        raise ModelLoadError(f"{where} is not an ONNX model (it has no graph or no IR version)")
+
+
+def load_model(path_or_model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
+    """A private copy of the model, external data loaded, or :class:`ModelLoadError`.
+
+    Parameters
+    ----------
+    path_or_model : str, os.PathLike or onnx.ModelProto
+        A file (read, never written) or a model in memory (copied, never modified).
+    """
+    if isinstance(path_or_model, onnx.ModelProto):
+        model = onnx.ModelProto()
+        model.CopyFrom(path_or_model)
+        _check_parsed(model, "the given ModelProto")
+        for tensor in _model_tensors(model):
+            if _is_external(tensor):
+                raise ModelLoadError(f"tensor {tensor.name!r} keeps its data in an external file; pass "
+                                     "the model's path so the file can be found")
+        return model
+    if not isinstance(path_or_model, (str, os.PathLike)):
+        raise ModelLoadError("from_onnx expects a file path or an onnx.ModelProto, got "
+                             f"{type(path_or_model).__name__}")
+    path = os.fspath(path_or_model)
+    if not os.path.isfile(path):
+        problem = "is not a file" if os.path.exists(path) else "does not exist"
+        raise ModelLoadError(f"model file {path!r} {problem}")
+    try:
+        model = onnx.load(path, format="protobuf", load_external_data=False)
+    except Exception as exc:  # DecodeError for garbage or truncated files, OSError
+        raise ModelLoadError(f"{path!r} is not a readable ONNX model: {type(exc).__name__}: {exc}") from None
+    _check_parsed(model, repr(path))
+    folder = os.path.dirname(os.path.abspath(path))
+    external = [t for t in _model_tensors(model) if _is_external(t)]
+    locations = [_check_location(t, folder) for t in external]  # all checked before any is read
+    from onnx.external_data_helper import load_external_data_for_tensor
+
+    for tensor, location in zip(external, locations):
+        try:
+            load_external_data_for_tensor(tensor, folder)
+        except Exception as exc:  # missing file, offset past its end
+            raise ModelLoadError(f"tensor {tensor.name!r}: cannot read external data {location!r} next "
+                                 f"to {path!r}: {type(exc).__name__}: {exc}") from None
+    return model
+
+
+def unique_node_names(nodes: Sequence[onnx.NodeProto]) -> list[str]:
+    """Node names, unnamed nodes called ``f"{op_type}_{index}"``, repeated names made unique.
+
+    A name the file gives explicitly is never taken by a generated one, so the names of
+    a model are the same on every import.
+    """
+    explicit = {n.name for n in nodes if n.name}
+    used: set[str] = set()
+    names = []
+    for index, node in enumerate(nodes):
+        name = node.name
+        if not name or name in used:
+            base = name or f"{node.op_type}_{index}"
+            candidates = itertools.chain([] if name else [base], (f"{base}_{k}" for k in itertools.count(1)))
+            name = next(c for c in candidates if c not in used and c not in explicit)
+        used.add(name)
+        names.append(name)
+    return names
+
+
+def _describe(node: onnx.NodeProto, name: str) -> str:
+    return f"node {name!r} ({node.op_type})"
+
+
+def ordered_nodes(graph: Graph, nodes: Sequence[onnx.NodeProto], names: Sequence[str]) -> list[int]:
+    """Indices of ``nodes`` in topological order; ``graph`` holds the inputs and constants.
+
+    Raises
+    ------
+    GraphError
+        A tensor produced twice, an input nothing produces, or a cycle (naming its nodes).
+    """
+    producer: dict[str, int] = {}
+    for i, node in enumerate(nodes):
+        for out in node.output:
+            if not out:
+                continue
+            if out in producer:
+                first = producer[out]
+                raise GraphError(f"model {graph.name!r}: tensor {out!r} is produced twice, by "
+                                 f"{_describe(nodes[first], names[first])} and {_describe(node, names[i])}")
+            if graph.has_value(out):
+                kind = "a constant" if out in graph.initializers else "a graph input"
+                raise GraphError(f"model {graph.name!r}: {_describe(node, names[i])} produces {out!r}, "
+                                 f"which is already {kind}")
+            producer[out] = i
+    needs: list[list[int]] = []
+    for i, node in enumerate(nodes):
+        deps: dict[int, None] = {}
+        for slot, name in enumerate(node.input):
+            if not name or graph.has_value(name):
+                continue
+            if name not in producer:
+                raise GraphError(f"model {graph.name!r}: {_describe(node, names[i])} input {slot} reads "
+                                 f"{name!r}, which no node, graph input or initializer produces")
+            deps[producer[name]] = None
+        needs.append(list(deps))
+    users: list[list[int]] = [[] for _ in nodes]
+    for i, deps in enumerate(needs):
+        for d in deps:
+            users[d].append(i)
+    missing = [len(deps) for deps in needs]
+    ready = [i for i, m in enumerate(missing) if m == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for user in users[i]:
+            missing[user] -= 1
+            if missing[user] == 0:
+                heapq.heappush(ready, user)
+    if len(order) != len(nodes):
+        cycle = _find_cycle(needs, missing)
+        raise GraphError(f"model {graph.name!r} has a cycle: "
+                         + " -> ".join(_describe(nodes[i], names[i]) for i in cycle))
+    return order
+
+
+def _find_cycle(needs: list[list[int]], missing: list[int]) -> list[int]:
+    """One cycle among the nodes Kahn's algorithm could not place, in data-flow order."""
+    node = next(i for i, m in enumerate(missing) if m > 0)
+    seen: dict[int, int] = {}
+    path: list[int] = []
+    while node not in seen:  # every stuck node has a stuck producer: walk upstream
+        seen[node] = len(path)
+        path.append(node)
+        node = next(d for d in needs[node] if missing[d] > 0)
+    cycle = path[seen[node]:]
+    cycle.reverse()
+    return [*cycle, cycle[0]]

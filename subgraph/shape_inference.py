@@ -1,0 +1,322 @@
+"""Static shape and dtype inference for every value of a :class:`~subgraph.graph.Graph`.
+
+The graph is written as an ONNX model and run through ONNX's own inference
+(``strict_mode``, ``check_type`` and ``data_prop`` on). Values whose shape depends on
+computed data that ONNX's data propagation cannot follow (shape arithmetic through
+``Cast``, ``Mul``, ``ReduceProd``...) are found by folding constants: nodes whose inputs
+are all known are evaluated with the :mod:`subgraph.ops` kernels (``Shape`` and ``Size``
+need only the input's static shape), their results are handed to ONNX as initializers,
+and inference runs again. The graph's
+structure is never changed, only ``value.shape`` and ``value.dtype`` are stored, and
+nothing is stored unless every value gets a static shape.
+
+Examples
+--------
+>>> import numpy as np
+>>> from subgraph.graph import Graph
+>>> g = Graph("g")
+>>> x = g.add_input("x", (2, 3, 4), "float32")
+>>> s = g.add_node("Shape", [x], name="shape").outputs[0]
+>>> flat = g.add_constant("flat", np.array([-1], dtype=np.int64))
+>>> y = g.add_node("Reshape", [x, flat], name="reshape").outputs[0]
+>>> g.set_outputs([s, y])
+>>> infer_shapes(g)
+>>> s.type_str(), y.type_str()
+('int64[3]', 'float32[24]')
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from .errors import ShapeError
+from .graph import Graph, Node, Value
+
+__all__ = ["infer_shapes", "check_tensor_size", "describe_value", "MAX_TENSOR_BYTES", "MAX_FOLD_ELEMENTS"]
+
+#: No single tensor may exceed this many bytes (64 GiB): larger shapes are refused
+#: before anything is allocated.
+MAX_TENSOR_BYTES = 2**36
+
+#: Constant folding evaluates only nodes whose outputs stay below this many elements.
+MAX_FOLD_ELEMENTS = 2**16
+
+_Type = tuple[tuple[int, ...] | None, np.dtype | None]
+
+
+def _producer_text(value: Value) -> str:
+    if value.producer is not None:
+        return f"produced by node {value.producer.name!r} ({value.producer.op})"
+    return "a constant" if value.is_constant else "a graph input"
+
+
+def describe_value(value: Value) -> str:
+    """``value %y (produced by node 'relu' (Relu))``: a value and where it comes from."""
+    return f"value %{value.name} ({_producer_text(value)})"
+
+
+def check_tensor_size(what: str, shape: tuple[int, ...], dtype: np.dtype | None) -> None:
+    """Raise :class:`ShapeError` if a tensor of ``shape`` would exceed :data:`MAX_TENSOR_BYTES`.
+
+    ``what`` names the tensor in the message (see :func:`describe_value`).
+
+    Examples
+    --------
+    >>> check_tensor_size("input %x", (2**20, 2**20), np.dtype("float32"))
+    Traceback (most recent call last):
+    ...
+    subgraph.errors.ShapeError: input %x would need 4096 GiB (float32[1048576,1048576]), more than ...
+    """
+    itemsize = 8 if dtype is None or dtype == object else dtype.itemsize
+    nbytes = itemsize
+    for dim in shape:
+        nbytes *= max(int(dim), 0)  # Python ints: no overflow on absurd shapes
+    if nbytes > MAX_TENSOR_BYTES:
+        kind = "?" if dtype is None else dtype.name
+        raise ShapeError(f"{what} would need "
+                         f"{nbytes / 2**30:.0f} GiB ({kind}[{','.join(map(str, shape))}]), more than the "
+                         f"{MAX_TENSOR_BYTES // 2**30} GiB limit for one tensor")
+
+
+def _check_declared(graph: Graph) -> None:
+    for value in graph.inputs:
+        if value.shape is None or value.dtype is None:
+            raise ShapeError(f"graph {graph.name!r}: input %{value.name} has no static "
+                             f"{'shape' if value.shape is None else 'dtype'} ({value.type_str()}); "
+                             "declare it when adding the input (or pass input_shapes to from_onnx)")
+        check_tensor_size(describe_value(value), value.shape, value.dtype)
+
+
+def _is_opaque(node: Node) -> bool:
+    """True for nodes ONNX cannot infer: fused nodes and ops without an ONNX schema."""
+    import onnx
+
+    if node.subgraph is not None:
+        return True
+    try:
+        return not onnx.defs.has(node.op, node.domain)
+    except Exception:  # an unknown domain
+        return True
+
+
+def _type_of(value_info: Any) -> _Type:
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    if not value_info.type.HasField("tensor_type"):
+        return None, None
+    tensor_type = value_info.type.tensor_type
+    dtype = np.dtype(tensor_dtype_to_np_dtype(tensor_type.elem_type)) if tensor_type.elem_type else None
+    shape = None
+    if tensor_type.HasField("shape"):
+        dims = tensor_type.shape.dim
+        if all(d.WhichOneof("value") == "dim_value" for d in dims):
+            shape = tuple(int(d.dim_value) for d in dims)
+    return shape, dtype
+
+
+_NODE_RE = re.compile(r"\(op_type:([^,)]+)(?:, node name: ([^)]*))?\):\s*(.*)")
+
+
+def _inference_error(graph: Graph, exc: Exception) -> ShapeError:
+    """Turn ONNX's inference message into one naming the failing nodes."""
+    text = str(exc).strip()
+    problems = []
+    for line in text.splitlines():
+        match = _NODE_RE.search(line)
+        if match is None:
+            continue
+        op, name, detail = match.groups()
+        if name and graph.has_node(name):
+            node = graph.node(name)
+            problems.append(f"node {name!r} ({op}): {detail}\n    {node.format()}")
+        else:
+            problems.append(f"a node with op {op}: {detail}")
+    if not problems:
+        return ShapeError(f"shape inference failed in graph {graph.name!r}: {text}")
+    # ONNX goes on after the first failure; later errors are often its consequences
+    more = len(problems) - 1
+    tail = f"\n  ({more} more error{'s' if more > 1 else ''} reported after it)" if more else ""
+    return ShapeError(f"shape inference failed in graph {graph.name!r}:\n  {problems[0]}{tail}")
+
+
+def _onnx_types(graph: Graph, known: dict[str, np.ndarray], hints: dict[str, _Type]) -> dict[str, _Type]:
+    """Run ONNX inference once, folded ``known`` values as initializers, ``hints`` as value_info."""
+    import onnx
+
+    from .frontends.onnx import inference_model
+
+    model = inference_model(graph, known, hints, opaque=_is_opaque)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
+                                                     data_prop=True)
+    except Exception as exc:  # onnx raises InferenceError or plain RuntimeError
+        raise _inference_error(graph, exc) from None
+    types: dict[str, _Type] = {}
+    for info in [*inferred.graph.value_info, *inferred.graph.output]:
+        shape, dtype = _type_of(info)
+        old_shape, old_dtype = types.get(info.name, (None, None))
+        types[info.name] = (old_shape if shape is None else shape, old_dtype if dtype is None else dtype)
+    for name, array in known.items():
+        types[name] = (tuple(array.shape), array.dtype)
+    types.update(hints)
+    return types
+
+
+def _is_static(value_type: _Type) -> bool:
+    # not ``None in value_type``: numpy compares dtype('float64') == None as True
+    return value_type[0] is not None and value_type[1] is not None
+
+
+def _node_outputs(graph: Graph) -> list[Value]:
+    return [out for node in graph.nodes for out in node.outputs]
+
+
+def _check_sizes(graph: Graph, types: dict[str, _Type]) -> None:
+    for value in _node_outputs(graph):
+        shape, dtype = types.get(value.name, (None, None))
+        if shape is not None:
+            check_tensor_size(describe_value(value), shape, dtype)
+
+
+def _estimated_elements(node: Node, args: list[np.ndarray | None]) -> int:
+    """How many elements a node's largest output may have, computed without running it."""
+    def count(shape: Any) -> int:
+        total = 1
+        for dim in shape:
+            total *= max(int(dim), 1)
+        return total
+
+    present = [a for a in args if a is not None]
+    try:
+        if node.op == "ConstantOfShape":
+            return count(np.asarray(present[0]).ravel())
+        if node.op == "Expand":
+            return count(np.broadcast_shapes(present[0].shape, tuple(np.asarray(present[1]).ravel())))
+        if node.op == "Tile":
+            return count(np.asarray(present[0].shape) * np.asarray(present[1]).ravel())
+        if node.op == "Range":
+            start, limit, delta = (np.asarray(a).item() for a in present[:3])
+            return max(int(np.ceil((limit - start) / delta)), 0)
+    except Exception:  # malformed: let the kernel report it
+        return 0
+    return sum(int(np.asarray(a).size) for a in present)
+
+
+def _shape_value(node: Node, shape: tuple[int, ...]) -> np.ndarray:
+    if node.op == "Size":
+        return np.array(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)
+    start, end = node.attrs.get("start", 0), node.attrs.get("end")
+    return np.array(shape[start:end], dtype=np.int64)
+
+
+def _ancestors(missing: list[Value]) -> list[Node]:
+    """The nodes the missing values depend on (their producers included), in graph order."""
+    graph = missing[0].graph
+    wanted: dict[int, Node] = {}
+    stack = [v.producer for v in missing if v.producer is not None]
+    while stack:
+        node = stack.pop()
+        if id(node) in wanted:
+            continue
+        wanted[id(node)] = node
+        stack.extend(node.input_nodes)
+    return [node for node in graph.nodes if id(node) in wanted]
+
+
+def _fold(nodes: list[Node], types: dict[str, _Type], known: dict[str, np.ndarray],
+          notes: dict[str, str]) -> bool:
+    """Evaluate the ``nodes`` whose inputs are now known; True if anything new was found."""
+    progress = False
+    for node in nodes:
+        if node.subgraph is not None or all(o.name in known for o in node.outputs):
+            continue
+        if node.op in ("Shape", "Size") and node.domain in ("", "ai.onnx") and node.inputs:
+            source = node.inputs[0]
+            shape = source.shape if source.producer is None else types.get(source.name, (None, None))[0]
+            if shape is not None:
+                known[node.outputs[0].name] = _shape_value(node, shape)
+                progress = True
+            continue
+        args = [None if v is None else (v.data if v.is_constant else known.get(v.name)) for v in node.inputs]
+        if any(a is None and v is not None for a, v in zip(args, node.inputs)):
+            continue
+        sizes = [types.get(o.name, (None, None))[0] for o in node.outputs]
+        if any(s is not None and int(np.prod(s, dtype=np.int64)) > MAX_FOLD_ELEMENTS for s in sizes):
+            continue
+        if _estimated_elements(node, args) > MAX_FOLD_ELEMENTS:
+            continue
+        try:
+            from .ops import get_kernel
+
+            result = get_kernel(node)(node, *args)
+        except Exception as exc:  # a kernel that cannot fold this node: reported if nothing else works
+            notes[node.name] = f"folding node {node.name!r} ({node.op}) failed: {type(exc).__name__}: {exc}"
+            continue
+        outs = result if isinstance(result, (tuple, list)) else (result,)
+        for out, array in zip(node.outputs, outs):
+            known[out.name] = np.asarray(array)
+        progress = True
+    return progress
+
+
+def _output_rules(graph: Graph, types: dict[str, _Type], hints: dict[str, _Type]) -> bool:
+    """Types of optional outputs ONNX's older schemas leave unknown; True if any is new."""
+    progress = False
+    for node in graph.nodes:
+        if node.op == "Dropout" and node.domain in ("", "ai.onnx") and len(node.outputs) > 1:
+            mask, source = node.outputs[1], node.inputs[0]
+            shape = source.shape if source.producer is None else types.get(source.name, (None, None))[0]
+            inferred = types.get(mask.name, (None, None))
+            if shape is not None and mask.name not in hints and not _is_static(inferred):
+                # opsets 7-11 type the mask like the input, opset 12 on as bool
+                hints[mask.name] = (shape, inferred[1] or np.dtype(bool))
+                progress = True
+    types.update(hints)
+    return progress
+
+
+def _unknown_error(graph: Graph, missing: list[Value], notes: dict[str, str]) -> ShapeError:
+    listed = ", ".join(f"%{v.name} ({_producer_text(v)})" for v in missing[:10])
+    more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+    text = (f"graph {graph.name!r}: could not infer a static shape for {len(missing)} value(s): "
+            f"{listed}{more}; their shapes depend on data that is not constant")
+    if notes:
+        text += "\n  " + "\n  ".join(list(notes.values())[:5])
+    return ShapeError(f"{text}\n  first such node: {missing[0].producer.format()}")
+
+
+def infer_shapes(graph: Graph) -> None:
+    """Store a static shape and dtype on every value of ``graph``.
+
+    Graph inputs must already have static shapes and dtypes. On failure nothing is
+    changed.
+
+    Parameters
+    ----------
+    graph : Graph
+        A graph that verifies. Fused nodes keep the shapes already stored on their outputs.
+
+    Raises
+    ------
+    ShapeError
+        ONNX inference rejected a node (the message names it and its op), a value's
+        shape depends on data that is not constant, or a tensor would exceed
+        :data:`MAX_TENSOR_BYTES`.
+    """
+    _check_declared(graph)
+    known: dict[str, np.ndarray] = {}  # folded constants
+    hints: dict[str, _Type] = {}  # types from _output_rules
+    while True:
+        types = _onnx_types(graph, known, hints)
+        _check_sizes(graph, types)
+        missing = [v for v in _node_outputs(graph) if not _is_static(types.get(v.name, (None, None)))]
+        if not missing:
+            break
+        notes: dict[str, str] = {}
+        if not _output_rules(graph, types, hints) and not _fold(_ancestors(missing), types, known, notes):
+            raise _unknown_error(graph, missing, notes)
+    for value in _node_outputs(graph):
+        value.shape, value.dtype = types[value.name]
