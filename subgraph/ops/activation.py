@@ -1,0 +1,158 @@
+"""Activation kernels: ReLU family, sigmoids, GELU and the softmax family.
+
+Softmax, LogSoftmax and Hardmax follow the axis semantics of the node's opset: before
+opset 13 the input is seen as a 2-D matrix split at ``axis`` (default 1), from opset 13
+the op works along ``axis`` alone (default -1).
+
+Examples
+--------
+>>> import numpy as np
+>>> from subgraph.graph import Graph
+>>> g = Graph("g", opset={"": 11})
+>>> x = g.add_input("x", (1, 2, 2), "float32")
+>>> node = g.add_node("Softmax", [x])  # opset 11: over the last two axes together
+>>> KERNELS["Softmax"](node, np.zeros((1, 2, 2), np.float32)).ravel()
+array([0.25, 0.25, 0.25, 0.25], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..graph import Node
+from . import KERNELS, register_kernel  # noqa: F401  (KERNELS: doctest)
+from .common import dtype_in, float_inputs, normalize_axis, opset
+from .elementwise import erf
+
+__all__: list[str] = []
+
+
+@register_kernel("Relu")
+def _relu(node: Node, x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, 0)
+
+
+@register_kernel("LeakyRelu")
+def _leaky_relu(node: Node, x: np.ndarray) -> np.ndarray:
+    alpha = node.attrs.get("alpha", 0.01)
+    return np.where(x < 0, x * np.asarray(alpha, x.dtype), x)
+
+
+@register_kernel("PRelu")
+def _prelu(node: Node, x: np.ndarray, slope: np.ndarray) -> np.ndarray:
+    return np.where(x < 0, x * slope, x).astype(x.dtype, copy=False)
+
+
+@register_kernel("ThresholdedRelu")
+def _thresholded_relu(node: Node, x: np.ndarray) -> np.ndarray:
+    alpha = node.attrs.get("alpha", 1.0)
+    return np.where(x > alpha, x, np.zeros((), x.dtype))
+
+
+@register_kernel("Elu")
+def _elu(node: Node, x: np.ndarray) -> np.ndarray:
+    alpha = np.asarray(node.attrs.get("alpha", 1.0), x.dtype)
+    return np.where(x < 0, alpha * np.expm1(np.minimum(x, 0)), x)
+
+
+@register_kernel("Selu")
+def _selu(node: Node, x: np.ndarray) -> np.ndarray:
+    alpha = np.asarray(node.attrs.get("alpha", 1.67326319217681884765625), x.dtype)
+    gamma = np.asarray(node.attrs.get("gamma", 1.05070102214813232421875), x.dtype)
+    return gamma * np.where(x <= 0, alpha * np.expm1(np.minimum(x, 0)), x)
+
+
+@register_kernel("Sigmoid")
+def _sigmoid(node: Node, x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):  # exp(-x) -> inf gives the right limit 0
+        denominator = np.exp(-x)
+    denominator += 1
+    return np.reciprocal(denominator, out=denominator)
+
+
+@register_kernel("HardSigmoid")
+def _hard_sigmoid(node: Node, x: np.ndarray) -> np.ndarray:
+    alpha = np.asarray(node.attrs.get("alpha", 0.2), x.dtype)
+    beta = np.asarray(node.attrs.get("beta", 0.5), x.dtype)
+    return np.clip(x * alpha + beta, 0, 1)
+
+
+@register_kernel("HardSwish")
+def _hard_swish(node: Node, x: np.ndarray) -> np.ndarray:
+    return x * np.clip(x * np.asarray(1 / 6, x.dtype) + np.asarray(0.5, x.dtype), 0, 1)
+
+
+@register_kernel("Softplus")
+def _softplus(node: Node, x: np.ndarray) -> np.ndarray:
+    return np.logaddexp(x, np.zeros((), x.dtype))
+
+
+@register_kernel("Softsign")
+def _softsign(node: Node, x: np.ndarray) -> np.ndarray:
+    return x / (np.abs(x) + 1)
+
+
+@register_kernel("Mish")
+def _mish(node: Node, x: np.ndarray) -> np.ndarray:
+    return x * np.tanh(np.logaddexp(x, np.zeros((), x.dtype)))
+
+
+def _gelu_supported(node: Node) -> bool:
+    if node.attrs.get("approximate", "none") == "tanh":
+        return float_inputs(node)
+    return dtype_in("float16", "float32")(node)  # the numpy erf is float32-accurate
+
+
+@register_kernel("Gelu", supports=_gelu_supported)
+def _gelu(node: Node, x: np.ndarray) -> np.ndarray:
+    approximate = node.attrs.get("approximate", "none")
+    half = np.asarray(0.5, x.dtype)
+    if approximate == "tanh":
+        inner = x * x
+        inner *= np.asarray(0.044715, x.dtype)
+        inner += 1
+        inner *= x
+        inner *= np.asarray(math.sqrt(2 / math.pi), x.dtype)
+        cdf = np.tanh(inner, out=inner)
+    else:
+        cdf = erf(x * np.asarray(1 / math.sqrt(2), x.dtype))
+    cdf += 1
+    cdf *= half
+    return np.multiply(x, cdf, out=cdf)
+
+
+# ------------------------------------------------------------------- softmax
+def _softmax_axes(node: Node, x: np.ndarray) -> tuple[np.ndarray, tuple[int, ...]]:
+    """The input, reshaped for pre-13 semantics, and the axes to normalise over."""
+    if opset(node) < 13:
+        axis = normalize_axis(node.attrs.get("axis", 1), x.ndim)
+        rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+        return x.reshape(rows, -1), (1,)
+    return x, (normalize_axis(node.attrs.get("axis", -1), x.ndim),)
+
+
+@register_kernel("Softmax", supports=float_inputs)
+def _softmax(node: Node, x: np.ndarray) -> np.ndarray:
+    view, axes = _softmax_axes(node, x)
+    shifted = view - view.max(axis=axes, keepdims=True)
+    np.exp(shifted, out=shifted)
+    shifted /= shifted.sum(axis=axes, keepdims=True)
+    return shifted.reshape(x.shape)
+
+
+@register_kernel("LogSoftmax", supports=float_inputs)
+def _log_softmax(node: Node, x: np.ndarray) -> np.ndarray:
+    view, axes = _softmax_axes(node, x)
+    shifted = view - view.max(axis=axes, keepdims=True)
+    shifted -= np.log(np.exp(shifted).sum(axis=axes, keepdims=True))
+    return shifted.reshape(x.shape)
+
+
+@register_kernel("Hardmax", supports=float_inputs)
+def _hardmax(node: Node, x: np.ndarray) -> np.ndarray:
+    view, (axis,) = _softmax_axes(node, x)
+    result = np.zeros_like(view)
+    np.put_along_axis(result, np.expand_dims(view.argmax(axis=axis), axis), 1, axis=axis)
+    return result.reshape(x.shape)

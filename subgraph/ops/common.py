@@ -1,0 +1,144 @@
+"""Helpers shared by the numpy kernels: opset lookup, axes, dtype codes, predicates.
+
+Examples
+--------
+>>> from subgraph.graph import Graph
+>>> g = Graph("g", opset={"": 11})
+>>> x = g.add_input("x", (2, 3), "float32")
+>>> opset(g.add_node("Softmax", [x]))
+11
+>>> normalize_axes([-1, 0], 3)
+[2, 0]
+>>> ONNX_DTYPES[1], onnx_dtype(7)
+(dtype('float32'), dtype('int64'))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from ..errors import ExecutionError
+from ..graph import Node
+from . import native_dtypes
+
+__all__ = ["NEWEST_OPSET", "ONNX_DTYPES", "ONNX_DTYPE_NAMES", "opset", "onnx_dtype", "onnx_dtype_code", "normalize_axis", "normalize_axes",
+           "int_list", "node_error", "input_dtype", "dtype_in", "float_inputs"]
+
+#: Stand-in opset for a node outside any graph: the newest semantics apply.
+NEWEST_OPSET = 1 << 30
+
+#: ONNX ``TensorProto.DataType`` code -> numpy dtype, for the types numpy has natively.
+ONNX_DTYPES: dict[int, np.dtype] = {
+    1: np.dtype(np.float32), 2: np.dtype(np.uint8), 3: np.dtype(np.int8), 4: np.dtype(np.uint16),
+    5: np.dtype(np.int16), 6: np.dtype(np.int32), 7: np.dtype(np.int64), 9: np.dtype(np.bool_),
+    10: np.dtype(np.float16), 11: np.dtype(np.float64), 12: np.dtype(np.uint32), 13: np.dtype(np.uint64),
+}
+
+
+def opset(node: Node, domain: str = "") -> int:
+    """The opset version ``node`` follows; :data:`NEWEST_OPSET` when it is in no graph."""
+    graph = node.graph
+    if graph is None:
+        return NEWEST_OPSET
+    version = graph.opset.get(domain)
+    if version is None and domain == "":
+        version = graph.opset.get("ai.onnx")
+    return NEWEST_OPSET if version is None else int(version)
+
+
+def node_error(node: Node, message: str) -> ExecutionError:
+    """An :class:`ExecutionError` naming ``node`` and its op."""
+    return ExecutionError(f"node {node.name!r} ({node.op}): {message}")
+
+
+#: Names of the element types (Cast-1 takes ``to`` as a name).
+ONNX_DTYPE_NAMES: dict[str, int] = {
+    "FLOAT": 1, "UINT8": 2, "INT8": 3, "UINT16": 4, "INT16": 5, "INT32": 6, "INT64": 7, "STRING": 8,
+    "BOOL": 9, "FLOAT16": 10, "DOUBLE": 11, "UINT32": 12, "UINT64": 13, "BFLOAT16": 16,
+}
+
+
+def onnx_dtype_code(code: int | str) -> int:
+    """An element-type code from a code or a name (``"FLOAT"``); -1 for an unknown name."""
+    return ONNX_DTYPE_NAMES.get(code.upper(), -1) if isinstance(code, str) else int(code)
+
+
+def onnx_dtype(code: int | str, node: Node = None) -> np.dtype:
+    """The numpy dtype of ONNX type ``code`` (or name); raises when numpy has no such type.
+
+    Examples
+    --------
+    >>> onnx_dtype(10), onnx_dtype("INT32")
+    (dtype('float16'), dtype('int32'))
+    """
+    try:
+        return ONNX_DTYPES[onnx_dtype_code(code)]
+    except KeyError:
+        where = f"node {node.name!r} ({node.op}): " if node is not None else ""
+        raise ExecutionError(f"{where}ONNX element type {code} has no native numpy dtype") from None
+
+
+def normalize_axis(axis: int, rank: int) -> int:
+    """``axis`` in ``[0, rank)``; negative axes count from the end.
+
+    Examples
+    --------
+    >>> normalize_axis(-1, 4), normalize_axis(2, 4)
+    (3, 2)
+    """
+    axis = int(axis)
+    if not -rank <= axis < max(rank, 1):
+        raise ValueError(f"axis {axis} is out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def normalize_axes(axes: Iterable[int], rank: int) -> list[int]:
+    """Each axis of ``axes`` normalised by :func:`normalize_axis`, in the given order."""
+    return [normalize_axis(a, rank) for a in axes]
+
+
+def int_list(values: Any) -> list[int] | None:
+    """A 1-D integer tensor (or list, or ``None``) as a list of Python ints.
+
+    Examples
+    --------
+    >>> int_list(np.array([2, -1], np.int64)), int_list(None)
+    ([2, -1], None)
+    """
+    if values is None:
+        return None
+    return [int(v) for v in np.asarray(values).reshape(-1)]
+
+
+def input_dtype(node: Node, index: int = 0) -> np.dtype | None:
+    """The inferred dtype of input ``index`` of ``node``, ``None`` when unknown or absent."""
+    if index >= len(node.inputs) or node.inputs[index] is None:
+        return None
+    return node.inputs[index].dtype
+
+
+def dtype_in(*dtypes: Any, index: int = 0) -> Callable[[Any], bool]:
+    """A predicate: input ``index`` has one of ``dtypes`` (or an unknown dtype).
+
+    Examples
+    --------
+    >>> from subgraph.graph import Graph
+    >>> g = Graph("g")
+    >>> x = g.add_input("x", (2,), "float64")
+    >>> dtype_in("float32")(g.add_node("Erf", [x]))
+    False
+    """
+    allowed = tuple(np.dtype(d) for d in dtypes)
+
+    def supports(node: Node) -> bool:
+        dtype = input_dtype(node, index)
+        return native_dtypes(node) and (dtype is None or dtype in allowed)
+
+    return supports
+
+
+#: Predicate for kernels written for float16, float32 and float64 inputs.
+float_inputs = dtype_in("float16", "float32", "float64")

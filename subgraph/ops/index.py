@@ -1,0 +1,50 @@
+"""Indexing kernels: Gather, GatherElements and GatherND (negative indices count from the end).
+
+Examples
+--------
+>>> import numpy as np
+>>> from subgraph.graph import Graph
+>>> g = Graph("g")
+>>> x = g.add_input("x", (3, 2), "float32")
+>>> node = g.add_node("Gather", [x, x], attrs={"axis": 0})
+>>> KERNELS["Gather"](node, np.arange(6.0).reshape(3, 2), np.array([[2, -3]]))
+array([[[4., 5.],
+        [0., 1.]]])
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph import Node
+from . import KERNELS, any_dtype, register_kernel  # noqa: F401  (KERNELS: doctest)
+from .common import normalize_axis
+
+__all__: list[str] = []
+
+
+@register_kernel("Gather", supports=any_dtype)
+def _gather(node: Node, data: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    axis = normalize_axis(node.attrs.get("axis", 0), data.ndim)
+    return np.take(data, indices.astype(np.intp, copy=False), axis=axis)
+
+
+@register_kernel("GatherElements", supports=any_dtype)
+def _gather_elements(node: Node, data: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    axis = normalize_axis(node.attrs.get("axis", 0), data.ndim)
+    indices = indices.astype(np.intp, copy=False)
+    indices = np.where(indices < 0, indices + data.shape[axis], indices)
+    return np.take_along_axis(data, indices, axis=axis)
+
+
+@register_kernel("GatherND", supports=any_dtype)
+def _gather_nd(node: Node, data: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    batch_dims = int(node.attrs.get("batch_dims", 0))
+    depth = indices.shape[-1]
+    batch_shape = indices.shape[:batch_dims]
+    batches = int(np.prod(batch_shape, dtype=np.int64))
+    rows = indices.reshape(batches, -1, depth).astype(np.intp, copy=False)
+    flat = data.reshape((batches,) + data.shape[batch_dims:])
+    index = (np.arange(batches)[:, None],) + tuple(rows[..., j] for j in range(depth))
+    picked = flat[index]  # (batches, rows, *data.shape[batch_dims + depth:])
+    return picked.reshape(indices.shape[:-1] + data.shape[batch_dims + depth:])

@@ -1,0 +1,108 @@
+"""Normalisation kernels: BatchNormalization (inference), LayerNormalization,
+InstanceNormalization and LRN.
+
+BatchNormalization folds its four parameter vectors into one scale and one shift per
+channel, so the data is touched twice. Training mode (batch statistics and running
+averages) and the per-activation ``spatial=0`` form of old opsets run on onnx.reference.
+
+Examples
+--------
+>>> import numpy as np
+>>> from subgraph.graph import Graph
+>>> g = Graph("g")
+>>> x = g.add_input("x", (1, 3), "float32")
+>>> node = g.add_node("LayerNormalization", [x, "x"], attrs={"epsilon": 0.0})
+>>> KERNELS["LayerNormalization"](node, np.array([[1, 2, 3]], np.float32), np.ones(3, np.float32)).round(4)
+array([[-1.2247,  0.    ,  1.2247]], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph import Node
+from . import KERNELS, register_kernel  # noqa: F401  (KERNELS: doctest)
+from .common import float_inputs, normalize_axis
+
+__all__: list[str] = []
+
+
+def _channel_shape(x: np.ndarray) -> tuple[int, ...]:
+    return (-1,) + (1,) * (x.ndim - 2)
+
+
+def _batch_norm_supported(node: Node) -> bool:
+    return (float_inputs(node) and len(node.outputs) == 1 and not node.attrs.get("training_mode", 0)
+            and node.attrs.get("spatial", 1) == 1)
+
+
+@register_kernel("BatchNormalization", supports=_batch_norm_supported)
+def _batch_norm(node: Node, x: np.ndarray, scale: np.ndarray, bias: np.ndarray, mean: np.ndarray,
+                var: np.ndarray) -> np.ndarray:
+    epsilon = node.attrs.get("epsilon", 1e-5)
+    compute = np.float32 if x.dtype == np.float16 else x.dtype
+    factor = scale.astype(compute) / np.sqrt(var.astype(compute) + np.asarray(epsilon, compute))
+    shift = bias.astype(compute) - mean.astype(compute) * factor
+    shape = _channel_shape(x)
+    y = x * factor.astype(x.dtype).reshape(shape)
+    y += shift.astype(x.dtype).reshape(shape)
+    return y
+
+
+def _stat_dtype(node: Node, index: int, default: np.dtype) -> np.dtype:
+    value = node.outputs[index] if index < len(node.outputs) else None
+    return default if value is None or value.dtype is None else value.dtype
+
+
+@register_kernel("LayerNormalization", supports=float_inputs)
+def _layer_norm(node: Node, x: np.ndarray, scale: np.ndarray, bias: np.ndarray | None = None,
+                ) -> np.ndarray | tuple[np.ndarray, ...]:
+    axis = normalize_axis(node.attrs.get("axis", -1), x.ndim)
+    epsilon = node.attrs.get("epsilon", 1e-5)
+    compute = np.float32 if node.attrs.get("stash_type", 1) == 1 and x.dtype != np.float64 else x.dtype
+    axes = tuple(range(axis, x.ndim))
+    xs = x.astype(compute, copy=False)
+    mean = xs.mean(axis=axes, keepdims=True)
+    centred = xs - mean
+    variance = np.square(centred).mean(axis=axes, keepdims=True)
+    inv_std = np.reciprocal(np.sqrt(variance + np.asarray(epsilon, compute)))
+    centred *= inv_std
+    centred *= scale.astype(compute, copy=False)
+    if bias is not None:
+        centred += bias.astype(compute, copy=False)
+    y = centred.astype(x.dtype, copy=False)
+    if len(node.outputs) == 1:
+        return y
+    return (y, mean.astype(_stat_dtype(node, 1, x.dtype), copy=False),
+            inv_std.astype(_stat_dtype(node, 2, x.dtype), copy=False))[: len(node.outputs)]
+
+
+@register_kernel("InstanceNormalization", supports=float_inputs)
+def _instance_norm(node: Node, x: np.ndarray, scale: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    epsilon = node.attrs.get("epsilon", 1e-5)
+    axes = tuple(range(2, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    centred = x - mean
+    variance = np.square(centred).mean(axis=axes, keepdims=True)
+    centred *= (scale.reshape(_channel_shape(x)) / np.sqrt(variance + np.asarray(epsilon, x.dtype)))
+    centred += bias.reshape(_channel_shape(x))
+    return centred.astype(x.dtype, copy=False)
+
+
+@register_kernel("LRN", supports=float_inputs)
+def _lrn(node: Node, x: np.ndarray) -> np.ndarray:
+    """``x / (bias + alpha / size * sum of squares over neighbouring channels) ** beta``."""
+    size = int(node.attrs["size"])
+    alpha = node.attrs.get("alpha", 1e-4)
+    beta = node.attrs.get("beta", 0.75)
+    bias = node.attrs.get("bias", 1.0)
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    squares = np.square(x)
+    padded = np.pad(squares, [(0, 0), (before, after)] + [(0, 0)] * (x.ndim - 2))
+    channels = x.shape[1]
+    total = padded[:, 0:channels].copy()
+    for offset in range(1, size):
+        total += padded[:, offset: offset + channels]
+    total *= np.asarray(alpha / size, x.dtype)
+    total += np.asarray(bias, x.dtype)
+    return x / total ** np.asarray(beta, x.dtype)

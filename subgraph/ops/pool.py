@@ -1,0 +1,126 @@
+"""Pooling kernels: MaxPool, AveragePool, LpPool and the global variants.
+
+Windows are combined tap by tap (a loop over the kernel's few positions, each step a
+vectorised operation over batch, channels and pixels). AveragePool divides by the
+number of real input elements under each window, or with ``count_include_pad`` by the
+elements of the declared padding too (never the extra room ``ceil_mode`` adds).
+
+Examples
+--------
+>>> import numpy as np
+>>> from subgraph.graph import Graph
+>>> g = Graph("g")
+>>> x = g.add_input("x", (1, 1, 4), "float32")
+>>> node = g.add_node("AveragePool", [x], attrs={"kernel_shape": [2], "strides": [2], "pads": [1, 1]})
+>>> KERNELS["AveragePool"](node, np.array([[[1, 2, 3, 4]]], np.float32))
+array([[[1. , 2.5, 4. ]]], dtype=float32)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..graph import Node
+from . import KERNELS, register_kernel  # noqa: F401  (KERNELS: doctest)
+from .common import dtype_in, float_inputs, node_error
+from .window import Geometry, node_geometry, pad_spatial, windows
+
+__all__: list[str] = []
+
+_TAP_LOOP_LIMIT = 64  # larger kernels reduce over a window view instead
+
+
+def _fold(view: np.ndarray, geometry: Geometry, ufunc: np.ufunc) -> np.ndarray:
+    """Combine all windows of ``view`` (``N, C, *kernel, *out``) with ``ufunc``."""
+    spatial = len(geometry.kernel)
+    taps = int(np.prod(geometry.kernel, dtype=np.int64))
+    if taps > _TAP_LOOP_LIMIT:
+        return ufunc.reduce(view, axis=tuple(range(2, 2 + spatial)))
+    out = None
+    for index in np.ndindex(*geometry.kernel):
+        tap = view[(slice(None), slice(None)) + index]
+        out = tap.copy() if out is None else ufunc(out, tap, out=out)
+    return out
+
+
+def _lowest(dtype: np.dtype) -> Any:
+    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+def _max_pool_supported(node: Node) -> bool:
+    # the optional Indices output and storage order run on onnx.reference
+    return (len(node.outputs) == 1 and dtype_in("float16", "float32", "float64", "int8", "uint8")(node))
+
+
+@register_kernel("MaxPool", supports=_max_pool_supported)
+def _max_pool(node: Node, x: np.ndarray) -> np.ndarray:
+    geometry = node_geometry(node, x.shape[2:], node.attrs["kernel_shape"])
+    padded = pad_spatial(x, geometry.begin, geometry.end, _lowest(x.dtype))
+    return _fold(windows(padded, geometry), geometry, np.maximum)
+
+
+def _window_counts(size: tuple[int, ...], geometry: Geometry, include_pad: bool) -> np.ndarray:
+    """How many elements each output window averages, shaped ``(*out)``.
+
+    Per axis, position ``p`` of the padded axis counts when it holds real data (or
+    declared padding, with ``include_pad``); counts multiply across axes.
+    """
+    counts = np.ones((), dtype=np.float64)
+    for axis, n in enumerate(size):
+        begin, end = geometry.begin[axis], geometry.end[axis]
+        valid = np.zeros(begin + n + end, dtype=np.float64)
+        if include_pad:
+            valid[: begin + n + geometry.declared_end[axis]] = 1
+        else:
+            valid[begin: begin + n] = 1
+        start = np.arange(geometry.out[axis]) * geometry.strides[axis]
+        offsets = np.arange(geometry.kernel[axis]) * geometry.dilations[axis]
+        per_axis = valid[start[:, None] + offsets[None, :]].sum(axis=1)
+        counts = np.multiply.outer(counts, per_axis)
+    return counts
+
+
+@register_kernel("AveragePool", supports=float_inputs)
+def _average_pool(node: Node, x: np.ndarray) -> np.ndarray:
+    geometry = node_geometry(node, x.shape[2:], node.attrs["kernel_shape"])
+    padded = pad_spatial(x, geometry.begin, geometry.end, 0)
+    total = _fold(windows(padded, geometry), geometry, np.add)
+    include_pad = bool(node.attrs.get("count_include_pad", 0))
+    counts = _window_counts(x.shape[2:], geometry, include_pad)
+    if np.all(counts == counts.flat[0]):
+        total /= np.asarray(counts.flat[0], dtype=x.dtype)
+    else:
+        total /= counts.astype(x.dtype)
+    return total
+
+
+@register_kernel("LpPool", supports=float_inputs)
+def _lp_pool(node: Node, x: np.ndarray) -> np.ndarray:
+    p = node.attrs.get("p", 2)
+    geometry = node_geometry(node, x.shape[2:], node.attrs["kernel_shape"])
+    padded = pad_spatial(np.abs(x) ** np.asarray(p, x.dtype), geometry.begin, geometry.end, 0)
+    total = _fold(windows(padded, geometry), geometry, np.add)
+    return total ** np.asarray(1.0 / p, x.dtype)
+
+
+@register_kernel("GlobalAveragePool", supports=float_inputs)
+def _global_average_pool(node: Node, x: np.ndarray) -> np.ndarray:
+    if x.ndim < 3:
+        raise node_error(node, f"expects an N x C x ... input, got shape {list(x.shape)}")
+    return x.mean(axis=tuple(range(2, x.ndim)), keepdims=True)
+
+
+@register_kernel("GlobalMaxPool")
+def _global_max_pool(node: Node, x: np.ndarray) -> np.ndarray:
+    if x.ndim < 3:
+        raise node_error(node, f"expects an N x C x ... input, got shape {list(x.shape)}")
+    return x.max(axis=tuple(range(2, x.ndim)), keepdims=True)
+
+
+@register_kernel("GlobalLpPool", supports=float_inputs)
+def _global_lp_pool(node: Node, x: np.ndarray) -> np.ndarray:
+    p = node.attrs.get("p", 2)
+    total = (np.abs(x) ** np.asarray(p, x.dtype)).sum(axis=tuple(range(2, x.ndim)), keepdims=True)
+    return total ** np.asarray(1.0 / p, x.dtype)

@@ -1,0 +1,121 @@
+"""Reduction kernels: the ReduceXxx family, ArgMax and ArgMin.
+
+``axes`` is an attribute up to opset 17 (ReduceSum: 12) and an optional input after;
+with no axes every axis is reduced, unless ``noop_with_empty_axes`` is set. Results keep
+the input dtype (integer sums do not widen); an empty reduction gives the identity of
+the operation (``-inf`` for ReduceMax of floats).
+
+Examples
+--------
+>>> import numpy as np
+>>> from subgraph.graph import Graph
+>>> g = Graph("g")
+>>> x = g.add_input("x", (2, 3), "int32")
+>>> node = g.add_node("ReduceSum", [x], attrs={"keepdims": 0})
+>>> KERNELS["ReduceSum"](node, np.ones((2, 3), np.int32))
+array(6, dtype=int32)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..graph import Node
+from . import KERNELS, register_kernel  # noqa: F401  (KERNELS: doctest)
+from .common import int_list, normalize_axes, normalize_axis
+
+__all__: list[str] = []
+
+
+def _axes(node: Node, x: np.ndarray, axes: np.ndarray | None) -> tuple[int, ...] | None:
+    """The axes to reduce; ``None`` means the reduction is a no-op."""
+    dims = int_list(axes) if axes is not None else node.attrs.get("axes")
+    if not dims:
+        return None if node.attrs.get("noop_with_empty_axes", 0) else tuple(range(x.ndim))
+    return tuple(sorted(set(normalize_axes(dims, x.ndim))))
+
+
+def _accumulator(dtype: np.dtype) -> np.dtype:
+    return np.dtype(np.float32) if dtype == np.float16 else dtype
+
+
+def _sum(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    return np.sum(x, axis=axes, keepdims=keepdims, dtype=_accumulator(x.dtype))
+
+
+def _mean(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    total = np.sum(x, axis=axes, keepdims=keepdims, dtype=np.float64 if x.dtype.kind in "iu"
+                   else _accumulator(x.dtype))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return total / np.asarray(count, total.dtype)
+
+
+def _extreme(ufunc: np.ufunc, sign: int) -> Callable[[np.ndarray, tuple[int, ...], bool], np.ndarray]:
+    def reduce(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
+        if x.dtype.kind == "f":
+            initial = sign * np.inf
+        elif x.dtype.kind == "b":
+            initial = sign > 0
+        else:
+            info = np.iinfo(x.dtype)
+            initial = info.max if sign > 0 else info.min
+        return ufunc.reduce(x, axis=axes, keepdims=keepdims, initial=initial)
+
+    return reduce
+
+
+def _log_sum_exp(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    xs = x.astype(_accumulator(x.dtype), copy=False)
+    peak = np.maximum.reduce(xs, axis=axes, keepdims=True, initial=-np.inf)
+    peak = np.where(np.isfinite(peak), peak, 0)
+    with np.errstate(divide="ignore"):
+        total = np.log(np.sum(np.exp(xs - peak), axis=axes, keepdims=True)) + peak
+    return total if keepdims else np.squeeze(total, axis=axes)
+
+
+_REDUCERS: dict[str, Callable[[np.ndarray, tuple[int, ...], bool], np.ndarray]] = {
+    "ReduceSum": _sum,
+    "ReduceMean": _mean,
+    "ReduceMax": _extreme(np.maximum, -1),
+    "ReduceMin": _extreme(np.minimum, 1),
+    "ReduceProd": lambda x, axes, keep: np.prod(x, axis=axes, keepdims=keep, dtype=_accumulator(x.dtype)),
+    "ReduceSumSquare": lambda x, axes, keep: _sum(np.square(x), axes, keep),
+    "ReduceL1": lambda x, axes, keep: _sum(np.abs(x), axes, keep),
+    "ReduceL2": lambda x, axes, keep: np.sqrt(_sum(np.square(x.astype(_accumulator(x.dtype))), axes, keep)),
+    "ReduceLogSum": lambda x, axes, keep: np.log(_sum(x, axes, keep)),
+    "ReduceLogSumExp": _log_sum_exp,
+}
+
+
+@register_kernel(*_REDUCERS)
+def _reduce(node: Node, x: np.ndarray, axes: np.ndarray | None = None) -> np.ndarray:
+    dims = _axes(node, x, axes)
+    if dims is None:
+        return x
+    keepdims = bool(node.attrs.get("keepdims", 1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        result = _REDUCERS[node.op](x, dims, keepdims)
+    return np.asarray(result).astype(x.dtype, copy=False)
+
+
+def _arg(node: Node, x: np.ndarray, pick: Callable[..., np.ndarray]) -> np.ndarray:
+    axis = normalize_axis(node.attrs.get("axis", 0), x.ndim)
+    keepdims = bool(node.attrs.get("keepdims", 1))
+    if node.attrs.get("select_last_index", 0):
+        index = x.shape[axis] - 1 - pick(np.flip(x, axis=axis), axis=axis, keepdims=keepdims)
+    else:
+        index = pick(x, axis=axis, keepdims=keepdims)
+    return np.asarray(index, dtype=np.int64)
+
+
+@register_kernel("ArgMax")
+def _argmax(node: Node, x: np.ndarray) -> np.ndarray:
+    return _arg(node, x, np.argmax)
+
+
+@register_kernel("ArgMin")
+def _argmin(node: Node, x: np.ndarray) -> np.ndarray:
+    return _arg(node, x, np.argmin)

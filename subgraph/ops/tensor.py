@@ -1,0 +1,187 @@
+"""Layout kernels: reshaping, transposing, joining, splitting, slicing, padding.
+
+They move data without arithmetic, so they accept any dtype, strings included. Where
+ONNX moved an attribute to an input (Reshape 5, Split 13, Squeeze/Unsqueeze 13,
+Slice 10, Pad 11), both forms are read according to the node's opset. Results may be
+read-only views of the inputs.
+
+Examples
+--------
+>>> import numpy as np
+>>> from subgraph.graph import Graph
+>>> g = Graph("g")
+>>> x = g.add_input("x", (2, 3, 4), "float32")
+>>> node = g.add_node("Reshape", [x, "x"])
+>>> KERNELS["Reshape"](node, np.zeros((2, 3, 4)), np.array([0, -1])).shape
+(2, 12)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..graph import Node
+from . import KERNELS, any_dtype, register_kernel  # noqa: F401  (KERNELS: doctest)
+from .common import int_list, node_error, normalize_axes, normalize_axis, opset
+
+__all__: list[str] = []
+
+
+def _attr_or_input(node: Node, name: str, value: Any, since: int) -> list[int] | None:
+    """An int list read from an input from opset ``since`` on, from attribute ``name`` before."""
+    if opset(node) < since and value is None:
+        return node.attrs.get(name)
+    return int_list(value)
+
+
+@register_kernel("Reshape", supports=any_dtype)
+def _reshape(node: Node, x: np.ndarray, shape: np.ndarray | None = None) -> np.ndarray:
+    dims = _attr_or_input(node, "shape", shape, 5)
+    if dims is None:
+        raise node_error(node, "needs a target shape")
+    if not node.attrs.get("allowzero", 0):
+        dims = [x.shape[i] if d == 0 else d for i, d in enumerate(dims)]
+    return x.reshape(dims)
+
+
+@register_kernel("Flatten", supports=any_dtype)
+def _flatten(node: Node, x: np.ndarray) -> np.ndarray:
+    axis = node.attrs.get("axis", 1)
+    axis = axis + x.ndim if axis < 0 else axis
+    rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+    return x.reshape(rows, int(np.prod(x.shape[axis:], dtype=np.int64)))
+
+
+@register_kernel("Transpose", supports=any_dtype)
+def _transpose(node: Node, x: np.ndarray) -> np.ndarray:
+    perm = node.attrs.get("perm")
+    return np.transpose(x, None if perm is None else tuple(perm))
+
+
+@register_kernel("Squeeze", supports=any_dtype)
+def _squeeze(node: Node, x: np.ndarray, axes: np.ndarray | None = None) -> np.ndarray:
+    dims = _attr_or_input(node, "axes", axes, 13)
+    if dims is None:
+        return np.squeeze(x)
+    return np.squeeze(x, axis=tuple(normalize_axes(dims, x.ndim)))
+
+
+@register_kernel("Unsqueeze", supports=any_dtype)
+def _unsqueeze(node: Node, x: np.ndarray, axes: np.ndarray | None = None) -> np.ndarray:
+    dims = _attr_or_input(node, "axes", axes, 13)
+    if not dims:
+        raise node_error(node, "needs at least one axis")
+    return np.expand_dims(x, tuple(normalize_axes(dims, x.ndim + len(dims))))
+
+
+@register_kernel("Concat", supports=any_dtype)
+def _concat(node: Node, *xs: np.ndarray) -> np.ndarray:
+    return np.concatenate(xs, axis=normalize_axis(node.attrs.get("axis", 1), xs[0].ndim))  # 1: Concat-1
+
+
+@register_kernel("Split", supports=any_dtype)
+def _split(node: Node, x: np.ndarray, split: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+    axis = normalize_axis(node.attrs.get("axis", 0), x.ndim)
+    sizes = _attr_or_input(node, "split", split, 13)
+    count = len(node.outputs)
+    length = x.shape[axis]
+    if sizes is None:
+        count = node.attrs.get("num_outputs", count)
+        chunk = -(-length // count)
+        sizes = [min(chunk, max(length - i * chunk, 0)) for i in range(count)]
+    if sum(sizes) != length:
+        raise node_error(node, f"split sizes {sizes} do not add up to {length}, the size of axis {axis}")
+    return tuple(np.split(x, np.cumsum(sizes)[:-1], axis=axis))
+
+
+def _slice_bounds(start: int, end: int, step: int, size: int) -> slice:
+    """A Python slice equal to ONNX's clamped ``start:end:step`` on an axis of ``size``."""
+    if step == 0:
+        raise ValueError("slice step cannot be 0")
+    start = start + size if start < 0 else start
+    end = end + size if end < 0 else end
+    if step > 0:
+        return slice(min(max(start, 0), size), min(max(end, 0), size), step)
+    start = min(max(start, -1), size - 1)
+    end = min(max(end, -1), size - 1)
+    return slice(start, None if end < 0 else end, step) if start >= 0 else slice(0, 0)
+
+
+@register_kernel("Slice", supports=any_dtype)
+def _slice(node: Node, x: np.ndarray, starts: np.ndarray | None = None, ends: np.ndarray | None = None,
+           axes: np.ndarray | None = None, steps: np.ndarray | None = None) -> np.ndarray:
+    if opset(node) < 10:
+        begin, finish, dims, strides = (node.attrs.get("starts"), node.attrs.get("ends"),
+                                        node.attrs.get("axes"), None)
+    else:
+        begin, finish, dims, strides = int_list(starts), int_list(ends), int_list(axes), int_list(steps)
+    dims = list(range(len(begin))) if dims is None else normalize_axes(dims, x.ndim)
+    strides = strides or [1] * len(begin)
+    index = [slice(None)] * x.ndim
+    for axis, b, e, s in zip(dims, begin, finish, strides):
+        index[axis] = _slice_bounds(b, e, s, x.shape[axis])
+    return x[tuple(index)]
+
+
+@register_kernel("Expand", supports=any_dtype)
+def _expand(node: Node, x: np.ndarray, shape: np.ndarray) -> np.ndarray:
+    target = np.broadcast_shapes(x.shape, tuple(int_list(shape)))
+    return np.broadcast_to(x, target).copy()
+
+
+@register_kernel("Tile", supports=any_dtype)
+def _tile(node: Node, x: np.ndarray, repeats: np.ndarray) -> np.ndarray:
+    return np.tile(x, int_list(repeats))
+
+
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
+
+
+@register_kernel("Pad", supports=any_dtype)
+def _pad(node: Node, x: np.ndarray, pads: np.ndarray | None = None, value: np.ndarray | None = None,
+         axes: np.ndarray | None = None) -> np.ndarray:
+    """Negative pads crop; ``axes`` (opset 18) says which axes ``pads`` covers."""
+    mode = node.attrs.get("mode", "constant")
+    if mode not in _PAD_MODES:
+        raise node_error(node, f"unknown mode {mode!r}; expected one of {list(_PAD_MODES)}")
+    if opset(node) < 11:
+        amounts = node.attrs.get("pads", node.attrs.get("paddings"))
+        fill = node.attrs.get("value", 0.0)
+    else:
+        amounts = int_list(pads)
+        fill = 0 if value is None or np.size(value) == 0 else np.asarray(value).reshape(-1)[0]
+    dims = list(range(x.ndim)) if axes is None else normalize_axes(int_list(axes), x.ndim)
+    begin, end = [0] * x.ndim, [0] * x.ndim
+    for i, axis in enumerate(dims):
+        begin[axis], end[axis] = int(amounts[i]), int(amounts[i + len(dims)])
+    crop = tuple(slice(max(-b, 0), n - max(-e, 0)) for b, e, n in zip(begin, end, x.shape))
+    x = x[crop]
+    widths = [(max(b, 0), max(e, 0)) for b, e in zip(begin, end)]
+    if mode == "constant":
+        return np.pad(x, widths, mode="constant", constant_values=fill)
+    return np.pad(x, widths, mode=_PAD_MODES[mode])
+
+
+@register_kernel("DepthToSpace", supports=any_dtype)
+def _depth_to_space(node: Node, x: np.ndarray) -> np.ndarray:
+    b = int(node.attrs["blocksize"])
+    n, c, h, w = x.shape
+    if node.attrs.get("mode", "DCR") == "DCR":
+        y = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
+    else:
+        y = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+    return y.reshape(n, c // (b * b), h * b, w * b)
+
+
+@register_kernel("SpaceToDepth", supports=any_dtype)
+def _space_to_depth(node: Node, x: np.ndarray) -> np.ndarray:
+    b = int(node.attrs["blocksize"])
+    n, c, h, w = x.shape
+    blocks = x.reshape(n, c, h // b, b, w // b, b)
+    if node.attrs.get("mode", "DCR") == "DCR":
+        y = blocks.transpose(0, 3, 5, 1, 2, 4)
+    else:
+        y = blocks.transpose(0, 1, 3, 5, 2, 4)
+    return y.reshape(n, c * b * b, h // b, w // b)

@@ -1,0 +1,130 @@
+"""Conv and pooling kernels against onnx.reference over the attribute space the models use."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from reference_compare import compare_with_reference
+
+from subgraph.graph import Graph
+from subgraph.ops import get_kernel
+
+RNG = np.random.default_rng(7)
+
+
+def _data(*shape: int, dtype=np.float32) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+CONVS = {
+    # name: (x shape, w shape, attrs, with bias)
+    "3x3_pad1": ((1, 4, 9, 9), (6, 4, 3, 3), {"pads": [1, 1, 1, 1]}, True),
+    "3x3_stride2": ((2, 4, 9, 10), (6, 4, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, True),
+    "7x7_stride2_pad3": ((1, 3, 20, 20), (8, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}, True),
+    "1x1": ((2, 8, 5, 6), (4, 8, 1, 1), {}, True),
+    "1x1_stride2": ((1, 8, 7, 7), (4, 8, 1, 1), {"strides": [2, 2]}, False),
+    "1x1_padded": ((1, 3, 4, 4), (2, 3, 1, 1), {"pads": [1, 0, 0, 1]}, False),
+    "dilated": ((1, 3, 11, 11), (4, 3, 3, 3), {"dilations": [2, 2], "pads": [2, 2, 2, 2]}, True),
+    "dilated_stride2": ((1, 3, 12, 11), (4, 3, 3, 3), {"dilations": [2, 3], "strides": [2, 2]}, False),
+    "groups2": ((1, 4, 8, 8), (6, 2, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}, True),
+    "groups2_stride2": ((2, 6, 9, 9), (4, 3, 3, 3), {"group": 2, "strides": [2, 2]}, True),
+    "depthwise": ((2, 5, 8, 8), (5, 1, 3, 3), {"group": 5, "pads": [1, 1, 1, 1]}, True),
+    "depthwise_stride2": ((1, 6, 9, 9), (6, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1], "strides": [2, 2]},
+                          False),
+    "depthwise_multiplier2": ((1, 3, 7, 7), (6, 1, 3, 3), {"group": 3}, True),
+    "depthwise_dilated_5x5": ((1, 4, 12, 12), (4, 1, 5, 5), {"group": 4, "dilations": [2, 2],
+                                                             "pads": [4, 4, 4, 4]}, True),
+    "same_upper_even": ((1, 2, 7, 8), (3, 2, 2, 4), {"auto_pad": "SAME_UPPER"}, False),
+    "same_lower_stride2": ((1, 2, 7, 8), (3, 2, 3, 3), {"auto_pad": "SAME_LOWER", "strides": [2, 2]}, True),
+    "valid": ((1, 2, 7, 8), (3, 2, 3, 2), {"auto_pad": "VALID"}, False),
+    "asymmetric_pads": ((1, 2, 6, 6), (3, 2, 3, 3), {"pads": [0, 1, 2, 0]}, True),
+    "rect_kernel": ((1, 2, 7, 9), (3, 2, 3, 5), {"pads": [1, 2, 1, 2], "kernel_shape": [3, 5]}, True),
+    "conv1d": ((2, 3, 15), (4, 3, 3), {"pads": [1, 1], "strides": [2]}, True),
+    "conv1d_dilated": ((1, 3, 15), (4, 3, 3), {"dilations": [3]}, False),
+    "conv3d": ((1, 2, 5, 6, 7), (3, 2, 3, 3, 3), {"pads": [1] * 6}, True),
+    "conv3d_stride2": ((1, 2, 5, 6, 7), (3, 2, 2, 3, 3), {"strides": [2, 1, 2]}, False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONVS))
+def test_conv_matches_reference(name):
+    x_shape, w_shape, attrs, bias = CONVS[name]
+    inputs = [_data(*x_shape), _data(*w_shape)] + ([_data(w_shape[0])] if bias else [])
+    compare_with_reference("Conv", inputs, attrs)
+
+
+@pytest.mark.parametrize("dtype, rtol", [(np.float16, 2e-2), (np.float64, 1e-10)])
+def test_conv_keeps_dtype(dtype, rtol):
+    inputs = [_data(1, 3, 6, 6, dtype=dtype), _data(4, 3, 3, 3, dtype=dtype), _data(4, dtype=dtype)]
+    compare_with_reference("Conv", inputs, {"pads": [1, 1, 1, 1]}, rtol=rtol, atol=rtol)
+
+
+def test_conv_rejects_mismatched_channels():
+    g = Graph("g")
+    x = g.add_input("x", (1, 4, 5, 5), "float32")
+    w = g.add_input("w", (2, 3, 3, 3), "float32")
+    node = g.add_node("Conv", [x, w], name="c1")
+    with pytest.raises(Exception, match=r"node 'c1' \(Conv\): input with 4 channels, weights of shape "
+                                        r"\[2, 3, 3, 3\] and group=1 do not fit together"):
+        get_kernel(node)(node, _data(1, 4, 5, 5), _data(2, 3, 3, 3))
+
+
+POOLS = {
+    "max_3x3_s2_p1": ("MaxPool", (1, 3, 12, 12), {"kernel_shape": [3, 3], "strides": [2, 2],
+                                                  "pads": [1, 1, 1, 1]}),
+    "max_ceil": ("MaxPool", (1, 2, 10, 11), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    "max_ceil_pads": ("MaxPool", (1, 2, 9, 9), {"kernel_shape": [2, 2], "strides": [2, 2],
+                                                "pads": [1, 1, 1, 1], "ceil_mode": 1}),
+    "max_dilated": ("MaxPool", (1, 2, 10, 10), {"kernel_shape": [2, 2], "dilations": [2, 3]}),
+    "max_same_lower": ("MaxPool", (1, 2, 7, 7), {"kernel_shape": [2, 2], "auto_pad": "SAME_LOWER"}),
+    "max_1d": ("MaxPool", (2, 3, 11), {"kernel_shape": [3], "strides": [2]}),
+    "max_3d": ("MaxPool", (1, 2, 5, 6, 7), {"kernel_shape": [2, 2, 3], "strides": [1, 2, 2]}),
+    "max_big_window": ("MaxPool", (1, 2, 12, 12), {"kernel_shape": [9, 9]}),
+    "avg_3x3_s1_p1": ("AveragePool", (1, 3, 8, 8), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    "avg_include_pad": ("AveragePool", (1, 3, 8, 8), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1],
+                                                      "count_include_pad": 1}),
+    "avg_ceil": ("AveragePool", (1, 2, 10, 11), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    "avg_ceil_include_pad": ("AveragePool", (1, 2, 9, 10), {"kernel_shape": [3, 3], "strides": [2, 2],
+                                                            "pads": [1, 1, 1, 1], "ceil_mode": 1,
+                                                            "count_include_pad": 1}),
+    "avg_same_upper": ("AveragePool", (1, 2, 7, 8), {"kernel_shape": [3, 2], "strides": [2, 2],
+                                                     "auto_pad": "SAME_UPPER"}),
+    "avg_7x7_global_like": ("AveragePool", (1, 4, 7, 7), {"kernel_shape": [7, 7]}),
+    "avg_big_window": ("AveragePool", (1, 2, 12, 12), {"kernel_shape": [9, 9], "pads": [2, 2, 2, 2]}),
+    "lp_2": ("LpPool", (1, 2, 6, 6), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    "lp_3_pads": ("LpPool", (1, 2, 6, 6), {"kernel_shape": [3, 3], "p": 3, "pads": [1, 1, 1, 1]}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(POOLS))
+def test_pool_matches_reference(name):
+    op, shape, attrs = POOLS[name]
+    compare_with_reference(op, [_data(*shape)], attrs, opset=19)
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
+def test_global_pools_match_reference(op):
+    compare_with_reference(op, [_data(2, 3, 5, 6)], {})
+
+
+def _numpy_run(op, x, attrs, opset=17):
+    g = Graph("g", opset={"": opset})
+    node = g.add_node(op, [g.add_input("x", x.shape, x.dtype)], attrs=attrs)
+    return get_kernel(node)(node, x)
+
+
+def test_global_lp_pool():  # onnx.reference has no GlobalLpPool
+    x = _data(2, 3, 4, 5)
+    y = _numpy_run("GlobalLpPool", x, {"p": 3})
+    expected = (np.abs(x.astype(np.float64)) ** 3).sum(axis=(2, 3), keepdims=True) ** (1 / 3)
+    assert y.dtype == np.float32
+    np.testing.assert_allclose(y, expected, rtol=1e-5)
+
+
+def test_maxpool_integer_pads_with_lowest_value():  # onnx.reference pads integers with NaN and fails
+    x = RNG.integers(-128, 127, size=(1, 2, 5, 5)).astype(np.int8)
+    attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 2]}
+    y = _numpy_run("MaxPool", x, attrs, opset=12)
+    (as_float,) = compare_with_reference("MaxPool", [x.astype(np.float32)], attrs, opset=12)
+    assert y.dtype == np.int8
+    np.testing.assert_array_equal(y, as_float.astype(np.int8))

@@ -1,0 +1,137 @@
+"""The kernel registry: op_path, node_path, register_kernel predicates, get_kernel errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from subgraph.errors import ExecutionError, UnsupportedOpError
+from subgraph.executor import Executor
+from subgraph.graph import Graph
+from subgraph.ops import (
+    KERNELS,
+    SUPPORTS,
+    any_dtype,
+    get_kernel,
+    native_dtypes,
+    node_path,
+    numpy_ops,
+    op_path,
+    register_kernel,
+)
+from subgraph.ops.reference import ReferenceKernel
+
+REQUIRED = [
+    "Conv", "BatchNormalization", "Relu", "Clip", "MaxPool", "AveragePool", "GlobalAveragePool", "Gemm",
+    "MatMul", "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Erf", "Tanh", "Sigmoid", "Softmax",
+    "LogSoftmax", "Reshape", "Flatten", "Transpose", "Concat", "Split", "Slice", "Gather", "Unsqueeze",
+    "Squeeze", "Shape", "Cast", "Constant", "ConstantOfShape", "Identity", "Dropout", "LRN",
+    "LayerNormalization", "ReduceMean", "Sum", "Max", "Min", "Mean", "Where", "Equal", "Expand", "Pad", "Neg",
+    "Exp", "Log", "Abs", "LeakyRelu", "Gelu", "Range", "Not", "And", "Or", "Less", "Greater", "ArgMax",
+]
+
+
+def _light_model_ops() -> set[str]:
+    import glob
+    import os
+
+    import onnx
+
+    folder = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+    ops = set()
+    for path in sorted(glob.glob(os.path.join(folder, "*.onnx"))):
+        ops.update(n.op_type for n in onnx.load(path, load_external_data=False).graph.node)
+    return ops
+
+
+def test_required_ops_and_light_model_ops_have_numpy_kernels():
+    light = _light_model_ops()
+    assert len(light) >= 15
+    missing = sorted(op for op in {*REQUIRED, *light} if op_path(op) != "numpy")
+    assert missing == []
+
+
+def test_op_path_answers_numpy_reference_and_unknown():
+    assert op_path("Conv") == "numpy"
+    assert op_path("Conv", "ai.onnx") == "numpy"
+    assert op_path("Celu") == "reference"
+    assert op_path("LabelEncoder", "ai.onnx.ml") == "reference"
+    assert op_path("NotAnOnnxOp") is None
+    assert op_path("Conv", "com.example") is None
+    assert numpy_ops() == sorted(KERNELS)
+
+
+def test_node_path_follows_the_predicate():
+    g = Graph("g")
+    f32 = g.add_input("f32", (3,), "float32")
+    f64 = g.add_input("f64", (3,), "float64")
+    text = g.add_input("text", (3,), object)
+    assert node_path(g.add_node("Erf", [f32])) == "numpy"
+    assert node_path(g.add_node("Erf", [f64])) == "reference"  # numpy erf is float32-accurate only
+    assert node_path(g.add_node("Equal", [text, text])) == "reference"
+    assert node_path(g.add_node("Identity", [text])) == "numpy"  # data movement takes any dtype
+    assert node_path(g.add_node("Cast", [f32], attrs={"to": 8})) == "reference"  # to string
+    assert node_path(g.add_node("Cast", [f32], attrs={"to": 7})) == "numpy"
+    assert node_path(g.add_node("Celu", [f32])) == "reference"
+    assert node_path(g.add_node("Frobnicate", [f32])) is None
+    unknown = g.add_node("Relu", [g.add_node("Frobnicate", [f32]).outputs[0]])
+    assert node_path(unknown) == "numpy"  # unknown dtypes do not decline
+
+
+def test_get_kernel_returns_numpy_kernel_or_reference_runner():
+    g = Graph("g")
+    x = g.add_input("x", (3,), "float64")
+    assert get_kernel(g.add_node("Relu", [x])) is KERNELS["Relu"]
+    assert isinstance(get_kernel(g.add_node("Erf", [x])), ReferenceKernel)
+
+
+def test_get_kernel_names_the_node_when_nothing_can_run_it():
+    g = Graph("g")
+    x = g.add_input("x", (3,), "float32")
+    node = g.add_node("Frobnicate", [x], name="frob", domain="com.example")
+    with pytest.raises(UnsupportedOpError, match=r"node 'frob' \(Frobnicate\): no numpy kernel and "
+                                                  r"onnx.reference does not implement 'Frobnicate' in "
+                                                  r"domain 'com.example'; numpy kernels exist for"):
+        get_kernel(node)
+
+
+def test_executor_reports_unrunnable_node():
+    g = Graph("g")
+    x = g.add_input("x", (3,), "float32")
+    g.set_outputs([g.add_node("Frobnicate", [x], name="frob").outputs[0]])
+    with pytest.raises(ExecutionError, match="node 'frob' \\(Frobnicate\\)"):
+        Executor(g).run({"x": np.zeros(3, np.float32)})
+
+
+def test_register_kernel_with_predicate_declines_to_reference():
+    calls = []
+
+    def only_float32(node):
+        return node.inputs[0].dtype == np.float32
+
+    @register_kernel("Softsign", supports=only_float32)
+    def softsign(node, x):
+        calls.append(x.dtype)
+        return x / (1 + np.abs(x))
+
+    original = KERNELS.get("Softsign"), SUPPORTS.get("Softsign")
+    try:
+        g = Graph("g")
+        a = g.add_input("a", (2,), "float32")
+        b = g.add_input("b", (2,), "float64")
+        ya = g.add_node("Softsign", [a], name="sa").outputs[0]
+        yb = g.add_node("Softsign", [b], name="sb").outputs[0]
+        g.set_outputs([ya, yb])
+        out = Executor(g).run({"a": np.array([1, -3], np.float32), "b": np.array([1, -3], np.float64)})
+        np.testing.assert_allclose(out["sa"], [0.5, -0.75])
+        np.testing.assert_allclose(out["sb"], [0.5, -0.75])
+        assert out["sb"].dtype == np.float64
+        assert calls == [np.float32]  # the float64 node ran on onnx.reference
+    finally:
+        KERNELS["Softsign"], SUPPORTS["Softsign"] = original
+
+
+def test_default_predicate_is_native_dtypes():
+    assert all(SUPPORTS[op] is not None for op in KERNELS)
+    assert SUPPORTS["Relu"] is native_dtypes
+    assert SUPPORTS["Reshape"] is any_dtype
