@@ -319,6 +319,42 @@ class Graph:
         self._nodes_by_name[node_name] = node
         return node
 
+    def copy_node(self, node: Node, inputs: Sequence[Value | None], name: str | None = None,
+                  output_names: Sequence[str] | None = None) -> Node:
+        """Append a copy of ``node`` (from any graph) reading ``inputs``, values of this graph.
+
+        Attributes and ``rt_info`` are copied shallowly; outputs keep their shapes and
+        dtypes; ``subgraph`` and ``kernel`` are shared. Like torch.fx's ``node_copy``.
+        """
+        name = node.name if name is None else name
+        if name in self._nodes_by_name:
+            raise GraphError(f"graph {self.name!r} already has a node named {name!r}")
+        for value in inputs:
+            if value is not None and value.graph is not self:
+                raise GraphError(f"copy of node {name!r} ({node.op}): input %{value.name} "
+                                 f"does not belong to graph {self.name!r}")
+        copy = Node(name, node.op, node.domain, node.attrs)
+        copy.rt_info = dict(node.rt_info)
+        copy.subgraph, copy.kernel, copy.graph = node.subgraph, node.kernel, self
+        values = self._values
+        outs = []
+        for i, src in enumerate(node.outputs):
+            out_name = src.name if output_names is None else output_names[i]
+            if out_name in values:
+                raise GraphError(f"graph {self.name!r} already has a value named {out_name!r}")
+            out = Value(out_name, None, None, copy, i, None, self)
+            out.shape, out.dtype = src.shape, src.dtype
+            values[out_name] = out
+            outs.append(out)
+        copy.outputs = tuple(outs)
+        copy.inputs = tuple(inputs)
+        for value in copy.inputs:
+            if value is not None:
+                value.users.append(copy)
+        self.nodes.append(copy)
+        self._nodes_by_name[name] = copy
+        return copy
+
     def set_outputs(self, values: Iterable[Value | str]) -> None:
         """Declare the graph outputs, in order; names must be distinct."""
         resolved = [self._resolve(v) for v in values]

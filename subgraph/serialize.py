@@ -176,14 +176,12 @@ def clone_graph(graph: Graph) -> Graph:
         new.add_input(v.name, v.shape, v.dtype)
     for v in graph.initializers.values():
         new.add_constant(v.name, v.data)
+    values = new._values
     for node in graph.nodes:
-        copy = new.add_node(node.op, [None if v is None else v.name for v in node.inputs],
-                            outputs=[o.name for o in node.outputs], attrs=_copy_attrs(node.attrs),
-                            name=node.name, domain=node.domain, rt_info=dict(node.rt_info))
-        for src, dst in zip(node.outputs, copy.outputs):
-            dst.shape, dst.dtype = src.shape, src.dtype
-        copy.subgraph = None if node.subgraph is None else clone_graph(node.subgraph)
-        copy.kernel = node.kernel
+        copy = new.copy_node(node, [None if v is None else values[v.name] for v in node.inputs])
+        copy.attrs = _copy_attrs(node.attrs)
+        if node.subgraph is not None:
+            copy.subgraph = clone_graph(node.subgraph)
     new.set_outputs([v.name for v in graph.outputs])
     return new
 

@@ -8,7 +8,9 @@ start nodes with the property's selector, rolling back to avoid cycles; see
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import gc
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +40,19 @@ def _resolve(prop: SubgraphProperty | str, options: dict[str, Any]) -> SubgraphP
     if not isinstance(prop, SubgraphProperty):
         raise TypeError(f"partition_graph needs a SubgraphProperty or a registered name, got {prop!r}")
     return prop
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The pass allocates millions of small linked objects; collecting while it runs
+    costs time that grows with the heap, so the collector waits until it is done."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _hook(prop: SubgraphProperty, hook: str, *args: Any, **kwargs: Any) -> None:
@@ -98,7 +113,14 @@ def partition_graph(graph: Graph, prop: SubgraphProperty | str, *, strategy: str
     >>> [n.op for n in p.nodes], [n.name for n in p.nodes[0].subgraph.nodes]
     (['Subgraph', 'Softmax', 'Subgraph'], ['n0', 'n1'])
     """
-    prop = _resolve(prop, options)
+    with _gc_paused():
+        return _partition(graph, _resolve(prop, options), strategy, dedup, min_subgraph_size,
+                          max_subgraph_size, frozenset(op_deny), explain, trace, options)
+
+
+def _partition(graph: Graph, prop: SubgraphProperty, strategy: str, dedup: bool, min_subgraph_size: int,
+               max_subgraph_size: int | None, op_deny: frozenset[str], explain: bool, trace: list | None,
+               options: dict[str, Any]) -> Graph:
     if strategy not in STRATEGIES:
         raise PartitionError(f"unknown partition strategy {strategy!r}; choose one of {list(STRATEGIES)}")
     if min_subgraph_size < 1 or (max_subgraph_size is not None and max_subgraph_size < 1):
@@ -110,7 +132,7 @@ def partition_graph(graph: Graph, prop: SubgraphProperty | str, *, strategy: str
         work.infer_shapes()  # selectors see shapes and dtypes
     _hook(prop, "pre_partition", work, **options)
     index = PartitionIndex(work)
-    ctx = GrowContext(index, prop.create_subgraph_selector, frozenset(op_deny), max_subgraph_size, trace)
+    ctx = GrowContext(index, prop.create_subgraph_selector, op_deny, max_subgraph_size, trace)
     propose(ctx, strategy)
     _drop_small(index, min_subgraph_size, ctx.reasons)
     result, joined = fuse(work, index, prop, dedup, ctx.reasons)

@@ -35,7 +35,14 @@ class Boundary:
 def _boundary(graph: Graph, members: list[Node], inside: set[int], dedup: bool) -> Boundary:
     bd = Boundary()
     seen: dict[str, str] = {}
-    taken = {v.name for v in graph.values}
+    taken: set[str] = set()
+
+    def fresh(name: str) -> str:
+        while name in taken or graph.has_value(name):
+            name += "_"
+        taken.add(name)
+        return name
+
     for node in members:
         for slot, value in enumerate(node.inputs):
             if value is None or value.is_constant:
@@ -47,10 +54,7 @@ def _boundary(graph: Graph, members: list[Node], inside: set[int], dedup: bool) 
                 continue
             name = value.name
             if name in seen:
-                name = f"{value.name}__{len(bd.inputs)}"
-                while name in taken:
-                    name += "_"
-                taken.add(name)
+                name = fresh(f"{value.name}__{len(bd.inputs)}")
             seen.setdefault(value.name, name)
             bd.inputs.append(value)
             bd.input_names.append(name)
@@ -69,10 +73,7 @@ def _boundary(graph: Graph, members: list[Node], inside: set[int], dedup: bool) 
             if dedup:
                 continue
             for n, edge in enumerate(edges[0 if is_output else 1:], start=1):
-                name = f"{value.name}__{n}"
-                while name in taken:
-                    name += "_"
-                taken.add(name)
+                name = fresh(f"{value.name}__{n}")
                 bd.outer_outputs.append((name, k))
                 bd.rewire[edge] = name
     return bd
@@ -95,13 +96,9 @@ def build_subgraph(graph: Graph, members: list[Node], bd: Boundary, name: str) -
     return sub
 
 
-def _clone_node(target: Graph, node: Node, inputs: list[str | None], name: str | None = None) -> Node:
-    copy = target.add_node(node.op, inputs, outputs=[o.name for o in node.outputs], attrs=dict(node.attrs),
-                           name=name or node.name, domain=node.domain, rt_info=dict(node.rt_info))
-    for src, dst in zip(node.outputs, copy.outputs):
-        dst.shape, dst.dtype = src.shape, src.dtype
-    copy.subgraph, copy.kernel = node.subgraph, node.kernel
-    return copy
+def _clone_node(target: Graph, node: Node, inputs: list[str | None]) -> Node:
+    values = target._values
+    return target.copy_node(node, [None if n is None else values[n] for n in inputs])
 
 
 class _MappedKernel:

@@ -128,21 +128,31 @@ class _Growth:
                     return True
         return False
 
-    def _rollback(self, reach: Reach, cycle_through: int | None, stack: list[list[int]]) -> Reach:
-        """Move the latest members to the rejected list until no cycle is left."""
-        while cycle_through is not None and len(self.members) > 1:
-            last = self.members.pop()
+    def _rollback(self, reach: Reach, cycle_through: int, stack: list[list[int]]) -> Reach:
+        """Move the latest members to the rejected list until no cycle is left.
+
+        Equivalent to rolling back one node at a time and checking again (seed 000),
+        but the stopping point comes from the reach labels: prefix ``k`` is free of
+        cycles when every blocking unit and every rolled-back member has rank above ``k``.
+        """
+        members = self.members
+        worst = min((reach.rank(u) for u in reach.on_cycle()), default=1 << 60)
+        k = len(members) - 1
+        removed_rank = reach.rank(members[k])
+        while k > 1 and (k >= worst or k >= removed_rank):
+            k -= 1
+            removed_rank = min(removed_rank, reach.rank(members[k]))
+        removed = members[k:]
+        del members[k:]
+        reason = f"rolled back to avoid a cycle through {self._unit_name(cycle_through)}"
+        for last in reversed(removed):
             self.member_set.discard(last)
-            if stack and stack[-1][0] == last:
-                stack.pop()
-            self._reject(last, f"rolled back to avoid a cycle through {self._unit_name(cycle_through)}")
+            self._reject(last, reason)
             self.ctx.log("rollback", last)
-            reach = self._new_reach()
-            cycle_through = None
-            for m in self.members:
-                cycle_through = reach.add(m) or cycle_through
-            if cycle_through is None:
-                cycle_through = next((r for r in self.rejected if reach.both(r)), None)
+        gone = set(removed)
+        while stack and stack[-1][0] in gone:
+            stack.pop()
+        reach.truncate(k)
         return reach
 
     def _unit_name(self, u: int) -> str:

@@ -118,13 +118,22 @@ class PartitionIndex:
         self.block_live[b] = False
 
 
+_NEVER = 1 << 60
+
+
 class Reach:
     """Reachability to and from a growing member set, bounded by its position span.
 
-    ``down`` marks units reachable from the members, ``up`` units that reach them; a
-    unit with both marks lies on a path leaving the set and coming back. When that unit
-    is *blocking* (rejected, or already fused elsewhere) fusing the set would make a
-    cycle: :meth:`add` returns it.
+    ``down[u]`` is the smallest ``k`` such that unit ``u`` is reachable from the first
+    ``k`` members (1-based, in the order they were added); ``up[u]`` likewise for units
+    that reach them. A unit reached both ways lies on a path leaving the set and coming
+    back: when it is *blocking* (rejected, or already fused elsewhere) fusing the set
+    would make a cycle, and :meth:`add` returns it. Because labels are minimal, the
+    prefix of members that stays free of cycles after a rollback follows from them
+    directly (:meth:`rank`), and :meth:`truncate` undoes the marks made since then.
+
+    A unit beyond the span (``pos >= hi`` going down, ``pos <= lo`` going up) cannot
+    lie on such a path yet; it waits in a bucket until the span grows past it.
     """
 
     def __init__(self, index: PartitionIndex, is_member: Callable[[int], bool],
@@ -132,63 +141,135 @@ class Reach:
         self.index = index
         self.is_member = is_member
         self.blocking = blocking
-        self.down: set[int] = set()
-        self.up: set[int] = set()
+        self.down: dict[int, int] = {}
+        self.up: dict[int, int] = {}
+        self.both_marked: dict[int, None] = {}
+        self.members: list[int] = []
         self.lo = index.n
         self.hi = -1
-        self._fwd: list[tuple[int, int]] = []  # (span hi, unit) waiting for self.hi to pass it
-        self._bwd: list[tuple[int, int]] = []  # (-span lo, unit) waiting for self.lo to pass it
+        self._fwd: dict[int, list[int]] = {}  # span hi -> units waiting for self.hi to pass it
+        self._bwd: dict[int, list[int]] = {}  # span lo -> units waiting for self.lo to pass it
+        self._log: list[tuple] = []
+        self._checkpoints: list[tuple[int, int, int]] = []
 
     def both(self, u: int) -> bool:
         return u in self.down and u in self.up
 
+    def rank(self, u: int) -> int:
+        """Smallest member count at which ``u`` is reached both ways (huge when never)."""
+        return max(self.down.get(u, _NEVER), self.up.get(u, _NEVER))
+
+    def on_cycle(self) -> list[int]:
+        """Blocking units reached both ways (outside the members)."""
+        n, member = self.index.n, self.is_member
+        return [u for u in self.both_marked if not (u < n and member(u)) and self.blocking(u)]
+
     def add(self, i: int) -> int | None:
         """Add member node ``i``; return a blocking unit now on a cycle, or ``None``."""
-        p = self.index.pos[i]
+        self.members.append(i)
+        t = len(self.members)
+        found = self._widen(self.index.pos[i])
+        found = self._walk(i, t, True) or found
+        found = self._walk(i, t, False) or found
+        self._checkpoints.append((len(self._log), self.lo, self.hi))
+        return found
+
+    def _widen(self, p: int) -> int | None:
         found = None
+        log = self._log
         if p > self.hi:
-            self.hi = p
-            while self._fwd and self._fwd[0][0] < self.hi:
-                found = self._walk_down(heapq.heappop(self._fwd)[1]) or found
+            old, self.hi = self.hi, p
+            for q in self._due(self._fwd, max(old, 0), p):
+                waiting = self._fwd.pop(q, None)
+                if waiting:
+                    log.append(("ft", q, waiting))
+                    for u in waiting:
+                        found = self._walk(u, self.down[u], True) or found
         if p < self.lo:
-            self.lo = p
-            while self._bwd and -self._bwd[0][0] > self.lo:
-                found = self._walk_up(heapq.heappop(self._bwd)[1]) or found
-        found = self._walk_down(i) or found
-        return self._walk_up(i) or found
-
-    def _walk_down(self, start_unit: int) -> int | None:
-        index, down, up = self.index, self.down, self.up
-        found = None
-        stack = [start_unit]
-        while stack:
-            u = stack.pop()
-            for v in index.unit_succ(u):
-                if v in down or (v < index.n and self.is_member(v)):
-                    continue
-                down.add(v)
-                if v in up and found is None and self.blocking(v):
-                    found = v
-                if index.span(v)[1] < self.hi:
-                    stack.append(v)
-                else:
-                    heapq.heappush(self._fwd, (index.span(v)[1], v))
+            old, self.lo = self.lo, p
+            for q in self._due(self._bwd, p + 1, min(old, self.index.n - 1) + 1):
+                waiting = self._bwd.pop(q, None)
+                if waiting:
+                    log.append(("bt", q, waiting))
+                    for u in waiting:
+                        found = self._walk(u, self.up[u], False) or found
         return found
 
-    def _walk_up(self, start_unit: int) -> int | None:
-        index, down, up = self.index, self.down, self.up
+    @staticmethod
+    def _due(buckets: dict[int, list[int]], start: int, stop: int) -> list[int]:
+        """Bucket keys in ``[start, stop)``, without scanning a long empty range."""
+        if stop - start <= len(buckets):
+            return [q for q in range(start, stop) if q in buckets]
+        return [q for q in buckets if start <= q < stop]
+
+    def _walk(self, start: int, label: int, downward: bool) -> int | None:
+        """Propagate ``label`` from ``start`` to every unit it reaches (one direction)."""
+        index, member, log = self.index, self.is_member, self._log
+        marks, other = (self.down, self.up) if downward else (self.up, self.down)
+        tag = "d" if downward else "u"
+        n, pos = index.n, index.pos
         found = None
-        stack = [start_unit]
+        stack = [start]
         while stack:
             u = stack.pop()
-            for v in index.unit_pred(u):
-                if v in up or (v < index.n and self.is_member(v)):
+            for v in (index.unit_succ(u) if downward else index.unit_pred(u)):
+                old = marks.get(v)
+                if old is not None and old <= label:
                     continue
-                up.add(v)
-                if v in down and found is None and self.blocking(v):
-                    found = v
-                if index.span(v)[0] > self.lo:
+                marks[v] = label
+                log.append((tag, v, old))
+                if v < n and member(v):
+                    continue  # a member spreads its own label
+                if v in other:
+                    if v not in self.both_marked:
+                        self.both_marked[v] = None
+                        log.append(("c", v))
+                    if found is None and self.blocking(v):
+                        found = v
+                if v < n:
+                    lo = hi = pos[v]
+                else:
+                    lo, hi = index.block_lo[v - n], index.block_hi[v - n]
+                if downward:
+                    if hi < self.hi:
+                        stack.append(v)
+                    else:
+                        self._fwd.setdefault(hi, []).append(v)
+                        log.append(("fb", hi))
+                elif lo > self.lo:
                     stack.append(v)
                 else:
-                    heapq.heappush(self._bwd, (-index.span(v)[0], v))
+                    self._bwd.setdefault(lo, []).append(v)
+                    log.append(("bb", lo))
         return found
+
+    def truncate(self, k: int) -> list[int]:
+        """Keep the first ``k`` members, restoring every mark to what it was then.
+
+        Returns the removed members, which are outside units from now on.
+        """
+        length, self.lo, self.hi = self._checkpoints[k - 1]
+        log = self._log
+        while len(log) > length:
+            entry = log.pop()
+            tag = entry[0]
+            if tag == "d" or tag == "u":
+                marks = self.down if tag == "d" else self.up
+                if entry[2] is None:
+                    del marks[entry[1]]
+                else:
+                    marks[entry[1]] = entry[2]
+            elif tag == "c":
+                del self.both_marked[entry[1]]
+            elif tag == "fb":
+                self._fwd[entry[1]].pop()
+            elif tag == "bb":
+                self._bwd[entry[1]].pop()
+            elif tag == "ft":
+                self._fwd[entry[1]] = entry[2]
+            else:  # "bt"
+                self._bwd[entry[1]] = entry[2]
+        del self._checkpoints[k:]
+        removed = self.members[k:]
+        del self.members[k:]
+        return removed

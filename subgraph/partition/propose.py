@@ -56,17 +56,33 @@ def _largest_first(ctx: GrowContext) -> None:
         if not candidates:
             return
         candidates.sort(key=lambda c: (-len(c), min(c)))
-        committed = 0
+        committed: set[int] = set()  # blocks committed in this round
         for members in candidates:
-            if any(index.block[j] >= 0 for j in members) or is_convex(index, members) is not None:
+            if any(index.block[j] >= 0 for j in members):
                 continue
-            _commit(ctx, members)
-            committed += 1
-        if committed == 0:  # the largest candidate is always valid; guard against a bug looping
+            if _may_close_cycle(index, members, committed) and is_convex(index, members) is not None:
+                continue
+            committed.add(_commit(ctx, members))
+        if not committed:  # the largest candidate is always valid; guard against a bug looping
             raise PartitionError("internal error: a partition round committed no subgraph")
 
 
-def _commit(ctx: GrowContext, members: list[int]) -> None:
-    ctx.index.commit(members)
+def _may_close_cycle(index, members: list[int], fresh: set[int]) -> bool:
+    """Could a block committed since ``members`` grew sit on a path out of and back into it?
+
+    Such a path runs strictly inside the members' span of the (valid) topological
+    order, so a span free of fresh blocks needs no search.
+    """
+    if not fresh:
+        return False
+    pos, order, block = index.pos, index.order, index.block
+    lo = min(pos[j] for j in members)
+    hi = max(pos[j] for j in members)
+    return any(block[order[p]] in fresh for p in range(lo + 1, hi))
+
+
+def _commit(ctx: GrowContext, members: list[int]) -> int:
+    b = ctx.index.commit(members)
     if ctx.trace is not None:
         ctx.trace.append(("commit", ",".join(ctx.index.nodes[j].name for j in members)))
+    return b
