@@ -43,7 +43,8 @@ class GrowContext:
         try:
             return getattr(selector, hook)(*nodes)
         except Exception as exc:
-            where = ", ".join(f"{n.name!r} ({n.op})" for n in nodes)
+            where = ", ".join(f"{n.name!r} ({n.op})" if isinstance(n, Node) else repr([m.name for m in n])
+                              for n in nodes)
             raise SelectorError(f"{type(selector).__name__}.{hook}({where}) raised "
                                 f"{type(exc).__name__}: {exc}") from exc
 
