@@ -18,6 +18,7 @@ array([0., 2.], dtype=float32)
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +33,8 @@ __all__ = ["run", "Executor", "RunStats", "check_feeds"]
 
 @dataclass
 class RunStats:
-    """What one run held: the peak bytes of intermediates alive at once."""
+    """What one run held: the peak bytes of intermediates alive at once, and (when
+    profiling) each node's wall time in seconds."""
 
     peak_bytes: int = 0
     node_times: dict[str, float] = field(default_factory=dict)
@@ -87,11 +89,14 @@ class Executor:
         A graph that verifies; it is not modified.
     check_shapes : bool
         Compare every kernel's outputs with the inferred shapes and dtypes.
+    profile : bool
+        Record each node's wall time of the last run in ``stats.node_times``.
     """
 
-    def __init__(self, graph: Graph, check_shapes: bool = True) -> None:
+    def __init__(self, graph: Graph, check_shapes: bool = True, profile: bool = False) -> None:
         self.graph = graph
         self.check_shapes = check_shapes
+        self.profile = profile
         self.stats = RunStats()
         self._kernels: list[Callable[..., Any] | None] = [None] * len(graph.nodes)
         keep = {v.name for v in graph.outputs}
@@ -121,10 +126,14 @@ class Executor:
         env: dict[str, np.ndarray] = {v.name: v.data for v in graph.initializers.values()}
         env.update(check_feeds(graph, feeds))
         live = peak = 0
+        times: dict[str, float] = {}
+        clock = time.perf_counter
         for i, node in enumerate(graph.nodes):
             args = [None if v is None else env[v.name] for v in node.inputs]
+            kernel = self._kernel(i)
+            start = clock() if self.profile else 0.0
             try:
-                result = self._kernel(i)(node, *args)
+                result = kernel(node, *args)
             except SubgraphError as exc:
                 if isinstance(exc, ExecutionError):
                     raise
@@ -133,6 +142,8 @@ class Executor:
                 shapes = [None if a is None else f"{np.asarray(a).dtype}{list(np.shape(a))}" for a in args]
                 raise ExecutionError(f"node {node.name!r} ({node.op}) failed: {type(exc).__name__}: "
                                      f"{exc}\n  {node.format()}\n  input types: {shapes}") from exc
+            if self.profile:
+                times[node.name] = clock() - start
             outs = result if isinstance(result, (tuple, list)) else (result,)
             if len(outs) < len(node.outputs):
                 raise ExecutionError(f"node {node.name!r} ({node.op}) returned {len(outs)} output(s), "
@@ -146,7 +157,7 @@ class Executor:
             peak = max(peak, live)
             for name in self._free_after[i]:
                 live -= env.pop(name).nbytes
-        self.stats = RunStats(peak_bytes=peak)
+        self.stats = RunStats(peak_bytes=peak, node_times=times)
         return {v.name: env[v.name] for v in graph.outputs}
 
     @staticmethod

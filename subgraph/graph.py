@@ -365,6 +365,16 @@ class Graph:
         self.outputs = [v for v in resolved if v is not None]
 
     # ---------------------------------------------------------------- mutation
+    def rename_node(self, node: Node, name: str) -> None:
+        """Give ``node`` a new unique name (its values keep theirs)."""
+        if self._nodes_by_name.get(node.name) is not node:
+            raise GraphError(f"node {node.name!r} ({node.op}) does not belong to graph {self.name!r}")
+        if name in self._nodes_by_name and self._nodes_by_name[name] is not node:
+            raise GraphError(f"graph {self.name!r} already has a node named {name!r}")
+        del self._nodes_by_name[node.name]
+        node.name = name
+        self._nodes_by_name[name] = node
+
     def replace_all_uses(self, old: Value, new: Value) -> None:
         """Make every reader of ``old`` (and the graph outputs) read ``new``."""
         new = self._resolve(new)

@@ -33,11 +33,19 @@ class NumpyProperty(SubgraphProperty):
         return node.domain in ("", "ai.onnx") and op_path(node.op, node.domain) == "numpy"
 
     def compile(self, subgraph: Graph):
-        executor = Executor(subgraph)
-        names = [v.name for v in subgraph.inputs]
+        return _SubgraphRunner(subgraph, bool(self.options.get("profile", False)))
 
-        def run(*arrays):
-            outs = executor.run(dict(zip(names, arrays)))
-            return list(outs.values())
 
-        return run
+class _SubgraphRunner:
+    """Runs a subgraph from positional arrays; ``op_times()`` gives the last run's per-op times."""
+
+    def __init__(self, subgraph: Graph, profile: bool) -> None:
+        self.executor = Executor(subgraph, profile=profile)
+        self.names = [v.name for v in subgraph.inputs]
+
+    def __call__(self, *arrays):
+        return list(self.executor.run(dict(zip(self.names, arrays))).values())
+
+    def op_times(self) -> list[tuple[str, str, float]]:
+        ops = {n.name: n.op for n in self.executor.graph.nodes}
+        return [(name, ops[name], t) for name, t in self.executor.stats.node_times.items()]
