@@ -27,6 +27,7 @@ _LAZY = {
     "partition_graph": "partition",
     "query_model": "hetero",
     "compile_model": "hetero",
+    "partition_model": "hetero",
     "CompiledModel": "hetero",
 }
 

@@ -33,7 +33,8 @@ from .graph import Graph, Node
 from .properties import SubgraphProperty, get_property
 from .properties.registry import PROPERTIES, _BUILTIN, _load_builtin
 
-__all__ = ["parse_devices", "registered_devices", "query_model", "compile_model", "CompiledModel",
+__all__ = ["parse_devices", "registered_devices", "query_model", "partition_model", "compile_model",
+           "CompiledModel",
            "SubgraphInfo", "ProfileRecord", "FALLBACK_DEVICE"]
 
 #: the device a subgraph falls back to when its own compile fails
@@ -258,6 +259,17 @@ def _counts(items: tuple[str, ...]) -> dict[str, int]:
     return counts
 
 
+def partition_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
+                    device_properties: Mapping[str, Mapping[str, Any]] | None = None,
+                    **partition_options: Any) -> CompiledModel:
+    """Assign affinities and partition ``graph`` over the devices, without compiling.
+
+    Returns a :class:`CompiledModel` whose kernels compile on first use; see
+    :func:`compile_model` for the parameters.
+    """
+    return _partition_model(graph, device, device_properties, False, None, True, partition_options)
+
+
 def compile_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
                   device_properties: Mapping[str, Mapping[str, Any]] | None = None, *,
                   fallback: bool = True, profile: bool = False,
@@ -282,7 +294,23 @@ def compile_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
         Called after each subgraph compiles.
     **partition_options
         Passed to :func:`~subgraph.partition_graph` (``min_subgraph_size`` ...).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from subgraph.synthetic import seed_example
+    >>> model = compile_model(seed_example(), "HETERO:NUMPY", {"NUMPY": {"ops": ["Relu", "Add", "Sigmoid"]}})
+    >>> [(s.index, s.device, s.nodes) for s in model.subgraphs]
+    [(0, 'NUMPY', ('1', '2', '3', '4', '5', '6', '7'))]
+    >>> model({"x": np.ones(4, np.float32)})["7"].shape
+    (4,)
     """
+    return _partition_model(graph, device, device_properties, profile, progress, fallback,
+                            partition_options, compile_now=True)
+
+
+def _partition_model(graph: Graph, device: str, device_properties, profile: bool, progress, fallback: bool,
+                     partition_options: dict[str, Any], compile_now: bool = False) -> CompiledModel:
     from .partition import partition_graph
 
     devices = parse_devices(device)
@@ -299,7 +327,7 @@ def compile_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
     leftover = [n for n in work.nodes if n.subgraph is None]
     if leftover:  # e.g. dropped by min_subgraph_size: they still run, on the fallback device
         work = partition_graph(work, _Leftover(props[FALLBACK_DEVICE], {n.name for n in leftover}))
-    subgraphs = _finish(work, props, fallback, progress)
+    subgraphs = _finish(work, props, fallback, progress, compile_now)
     return CompiledModel(work, affinity, subgraphs, profile)
 
 
@@ -322,8 +350,8 @@ class _Leftover(SubgraphProperty):
 
 
 def _finish(graph: Graph, props: dict[str, SubgraphProperty], fallback: bool,
-            progress: Callable[[int, int, SubgraphInfo], None] | None) -> list[SubgraphInfo]:
-    """Number subgraphs in topological order, name them, and compile each one."""
+            progress: Callable[[int, int, SubgraphInfo], None] | None, compile_now: bool) -> list[SubgraphInfo]:
+    """Number subgraphs in topological order, name them, and compile each one (when asked)."""
     fused = [n for n in graph.nodes if n.subgraph is not None]
     for index, node in enumerate(fused):  # two passes so new names never collide with old ones
         graph.rename_node(node, f"__subgraph_tmp{index}")
@@ -332,7 +360,7 @@ def _finish(graph: Graph, props: dict[str, SubgraphProperty], fallback: bool,
         graph.rename_node(node, f"subgraph{index}")
         node.attrs["subgraph_id"] = index
         device = node.attrs["device"]
-        failed = _compile(node, props, device, fallback)
+        failed = _compile(node, props, device, fallback) if compile_now else False
         if failed:
             node.attrs["device"] = FALLBACK_DEVICE
             node.attrs["property"] = props[FALLBACK_DEVICE].name
