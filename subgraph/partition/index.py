@@ -207,12 +207,17 @@ class Reach:
         index, member, log = self.index, self.is_member, self._log
         marks, other = (self.down, self.up) if downward else (self.up, self.down)
         tag = "d" if downward else "u"
-        n, pos = index.n, index.pos
+        n, pos, block = index.n, index.pos, index.block
+        adjacency = index.succ if downward else index.pred
         found = None
         stack = [start]
         while stack:
             u = stack.pop()
-            for v in (index.unit_succ(u) if downward else index.unit_pred(u)):
+            if u < n:  # a plain node: map its neighbours to units inline (the hot path)
+                neighbours = [j if block[j] < 0 else n + block[j] for j in adjacency[u]]
+            else:
+                neighbours = index.unit_succ(u) if downward else index.unit_pred(u)
+            for v in neighbours:
                 old = marks.get(v)
                 if old is not None and old <= label:
                     continue
