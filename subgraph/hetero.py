@@ -328,7 +328,11 @@ def _partition_model(graph: Graph, device: str, device_properties, profile: bool
     if leftover:  # e.g. dropped by min_subgraph_size: they still run, on the fallback device
         work = partition_graph(work, _Leftover(props[FALLBACK_DEVICE], {n.name for n in leftover}))
     subgraphs = _finish(work, props, fallback, progress, compile_now)
-    return CompiledModel(work, affinity, subgraphs, profile)
+    model = CompiledModel(work, affinity, subgraphs, profile)
+    from .visualize import visualize_from_env  # SUBGRAPH_VISUALIZE=1: GraphViz files, as OpenVINO dumps
+
+    visualize_from_env(graph, model)
+    return model
 
 
 class _Leftover(SubgraphProperty):
