@@ -1,0 +1,692 @@
+"""Compile a (sub)graph with Apache TVM, cache the result, and say which ops TVM handles.
+
+:func:`compile_graph` writes the graph as ONNX (:func:`subgraph.to_onnx`), imports it with
+TVM's Relax ONNX frontend using the graph's static input shapes and dtypes (constants stay
+constants, bound into the module), builds it with ``tvm.compile`` and returns a
+:class:`TVMFunction`, callable from several threads (one VM per thread). Builds are cached
+in memory and on disk, keyed by a sha256 over the ONNX bytes, the target and
+``tvm.__version__``: ``<key>.so`` (``export_library``) plus ``<key>.json`` (metadata and the
+library's checksum), each written to a temporary file and renamed, so concurrent processes
+never read half a file; a damaged entry is recompiled with a warning.
+
+:func:`tvm_supports` and :func:`unsupported_reason` answer from a table, not by asking
+TVM: it was made by converting, compiling and running every single-node case of
+``onnx.backend.test.case.node.collect_testcases()`` (onnx 1.23) with apache-tvm 0.27 on
+CPU and comparing with the expected outputs. Ops that failed or gave wrong numbers in
+some cases are either left out or admitted only under conditions a per-node check can
+decide (constant inputs, attributes, dtypes). ``import tvm`` happens only inside the
+functions that build or run code, so importing this module is cheap.
+
+Examples
+--------
+>>> tvm_supports("Conv"), tvm_supports("LSTM"), tvm_supports("Relu", domain="com.example")
+(True, False, False)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import io
+import json
+import os
+import re
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ExecutionError, InputError, PropertyError, SubgraphError
+from ..graph import Graph, Node
+
+__all__ = ["tvm_supports", "unsupported_reason", "SUPPORTED_OPS", "EXCLUDED_OPS", "compile_graph", "TVMFunction",
+           "cache_key", "default_cache_dir", "clear_memory_cache", "as_tvm_tensor", "aligned_empty"]
+
+#: Bump when the way a build is made or stored changes, so old disk entries are not reused.
+_FORMAT = "subgraph-tvm-1"
+_ALIGNMENT = 64  # TVM's compiled code assumes buffers aligned to this many bytes
+_DL_CPU = 1  # DLPack device type of the host
+
+
+# --------------------------------------------------------------------------- support
+#: Default-domain ops whose single-node ONNX backend cases TVM converted, compiled and ran to
+#: the expected numbers (GlobalLpPool and MaxRoiPool, which have no such cases, were checked
+#: against onnxruntime instead); some only under the conditions of :func:`unsupported_reason`.
+SUPPORTED_OPS: frozenset[str] = frozenset("""
+Abs Acos Acosh Add AffineGrid And ArgMax ArgMin Asin Asinh Atan Atanh AveragePool
+BatchNormalization BitShift BitwiseAnd BitwiseNot BitwiseOr BitwiseXor Cast CastLike Ceil Clip
+Concat Constant Conv ConvTranspose Cos Cosh CumSum DepthToSpace DequantizeLinear Div Dropout
+DynamicQuantizeLinear Einsum Elu Equal Erf Exp Expand EyeLike Flatten Floor Gather GatherElements
+GatherND Gelu Gemm GlobalAveragePool GlobalLpPool GlobalMaxPool Greater GreaterOrEqual GridSample
+GroupNormalization HardSigmoid HardSwish Hardmax Identity InstanceNormalization IsInf IsNaN LRN
+LayerNormalization LeakyRelu Less LessOrEqual Log LogSoftmax LpPool MatMul MatMulInteger Max
+MaxPool MaxRoiPool MaxUnpool Mean MeanVarianceNormalization Min Mish Mod Mul Neg Not Or PRelu Pad
+Pow QuantizeLinear RMSNormalization Range Reciprocal ReduceL1 ReduceL2 ReduceLogSum
+ReduceLogSumExp ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum ReduceSumSquare Relu Reshape
+Resize RoiAlign Round Scatter ScatterElements ScatterND Selu Shape Shrink Sigmoid Sign Sin Sinh
+Size Slice Softmax Softplus Softsign SpaceToDepth Split Sqrt Squeeze Sub Sum Tan Tanh
+ThresholdedRelu Tile TopK Transpose Trilu Unsqueeze Where Xor
+""".split())
+
+#: Ops the importer maps but that are left out, and why.
+EXCLUDED_OPS: dict[str, str] = {
+    "Attention": "the importer reads com.microsoft attributes (num_heads); all 93 ONNX cases failed",
+    "ConstantOfShape": "every case failed to compile",
+    "OneHot": "every case failed to import, or gave the wrong dtype",
+    "Upsample": "the importer fails on it",
+    **dict.fromkeys(["Compress", "NonMaxSuppression", "NonZero", "Unique"],
+                    "its output shape depends on input values (and NonMaxSuppression gave wrong boxes)"),
+    **dict.fromkeys(["Optional", "OptionalGetElement", "OptionalHasElement", "SequenceAt",
+                     "SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert",
+                     "SequenceLength", "ConcatFromSequence", "SplitToSequence", "If"],
+                    "sequences, optionals and control flow are not supported"),
+}
+
+#: Inputs (by position) that must be graph constants: the importer needs their values.
+_CONSTANT_INPUTS: dict[str, tuple[int, ...]] = {
+    "Reshape": (1,), "Expand": (1,), "CumSum": (1,), "TopK": (1,), "Split": (1,), "AffineGrid": (1,),
+    "BitShift": (1,), "Pad": (1, 2, 3), "Resize": (1, 2, 3), "Range": (0, 1, 2),
+    **dict.fromkeys(["ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean",
+                     "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare"], (1,)),
+}
+
+_INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+#: Dtypes of the first input that fail for an op (compile errors or wrong results).
+_REFUSED_DTYPES: dict[str, tuple[str, ...]] = {
+    "TopK": ("uint64",), "ReduceMax": ("bool",), "ReduceMin": ("bool",), "Equal": ("bool",),
+    "Sign": ("uint8", "uint16", "uint32", "uint64"), "Pow": _INTS,
+    **dict.fromkeys(["ReduceMean", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp"], _INTS),
+}
+_DTYPES = frozenset(np.dtype(name) for name in ("bool", "float16", "float32", "float64") + _INTS)
+
+#: Only the first output is right (extra outputs: indices, mask, mean, statistics).
+_SINGLE_OUTPUT = ("BatchNormalization", "Dropout", "LayerNormalization", "MaxPool")
+
+#: attribute -> (default, values that gave wrong results or failed)
+_REFUSED_ATTRS: dict[str, dict[str, tuple[Any, tuple[Any, ...]]]] = {
+    "BatchNormalization": {"training_mode": (0, (1,))},
+    "IsInf": {"detect_negative": (1, (0,)), "detect_positive": (1, (0,))},
+    "SpaceToDepth": {"mode": ("DCR", ("CRD",))},
+    "RoiAlign": {"mode": ("avg", ("max",))},
+    "Resize": {"antialias": (0, (1,)), "coordinate_transformation_mode": ("", ("half_pixel_symmetric",)),
+               "keep_aspect_ratio_policy": ("stretch", ("not_larger", "not_smaller"))},
+}
+
+
+@functools.cache
+def _tvm_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("tvm") is not None
+
+
+@functools.cache
+def _onnx_defines(op: str, opset: int) -> bool:
+    try:
+        import onnx.defs
+    except ImportError:
+        return True
+    try:
+        onnx.defs.get_schema(op, opset, "")
+    except Exception:  # SchemaError: no version of the op at or below this opset
+        return False
+    return True
+
+
+def tvm_supports(op: str, domain: str = "", opset: int = 17) -> bool:
+    """True if TVM's Relax ONNX importer handles ``op`` of ``domain`` at ``opset`` correctly.
+
+    Some supported ops are refused per node; see :func:`unsupported_reason`.
+
+    Examples
+    --------
+    >>> tvm_supports("Reshape"), tvm_supports("NonZero"), tvm_supports("Gelu", opset=17)
+    (True, False, False)
+    """
+    return (domain in ("", "ai.onnx") and op in SUPPORTED_OPS and _tvm_installed()
+            and _onnx_defines(op, opset))
+
+
+def _check_value(value: Any, role: str) -> str | None:
+    if value.shape is None or value.dtype is None:
+        return f"{role} %{value.name} has no inferred shape and dtype ({value.type_str()})"
+    if value.dtype not in _DTYPES:  # (a set of dtypes: dtype.name is slow)
+        return f"{role} %{value.name} has dtype {value.dtype.name}, which TVM does not handle here"
+    if 0 in value.shape and not value.is_constant:  # empty constants (Resize roi) are fine
+        return f"{role} %{value.name} is empty ({value.type_str()}); TVM mishandles zero-size tensors"
+    return None
+
+
+def _constant_data(value: Any) -> np.ndarray | None:
+    """The data of a graph constant or of a ``Constant`` node's output (TVM imports both as
+    constants); None for anything computed."""
+    if value.is_constant:
+        return value.data
+    if value.producer is not None and value.producer.op == "Constant":
+        attrs = value.producer.attrs
+        for key in ("value", "value_float", "value_floats", "value_int", "value_ints"):
+            if key in attrs:
+                return np.asarray(attrs[key])
+    return None
+
+
+def _op_specific(node: Node) -> str | None:
+    op, attrs, inputs = node.op, node.attrs, node.inputs
+    for slot in _CONSTANT_INPUTS.get(op, ()):
+        if slot < len(inputs) and inputs[slot] is not None and _constant_data(inputs[slot]) is None:
+            return f"input {slot} (%{inputs[slot].name}) must be a constant: the importer needs its value"
+    first = inputs[0] if inputs and inputs[0] is not None else None
+    if op in _REFUSED_DTYPES and first is not None and first.dtype.name in _REFUSED_DTYPES[op]:
+        return f"{op} on {first.dtype.name} fails or gives wrong results in TVM"
+    graph_outputs = node.graph.outputs if node.graph is not None else []
+    read = [v.name for v in node.outputs[1:] if v.users or any(v is o for o in graph_outputs)]
+    if op in _SINGLE_OUTPUT and read:
+        return f"only the first output of {op} is right in TVM, but %{read[0]} is read"
+    for name, (default, refused) in _REFUSED_ATTRS.get(op, {}).items():
+        if attrs.get(name, default) in refused:
+            return f"{name}={attrs[name]!r} gives wrong results or fails in TVM"
+    if op == "Dropout" and len(inputs) > 2 and inputs[2] is not None and not (
+            _constant_data(inputs[2]) is not None and not np.any(_constant_data(inputs[2]))):
+        return "training_mode must be absent or a constant false"
+    if op == "Mod" and attrs.get("fmod", 0) == 1 and first.dtype.kind == "f":
+        return "fmod=1 on floats gives wrong results for inf/zero operands in TVM"
+    if op == "BitShift":
+        shift = _constant_data(inputs[1])
+        if np.any(shift < 0) or np.any(shift >= 8 * first.dtype.itemsize):
+            return "shift amounts must lie in [0, bit width)"
+    if op == "Pow" and inputs[1].dtype != first.dtype:
+        return f"Pow needs equal dtypes in TVM, got {first.dtype.name} and {inputs[1].dtype.name}"
+    if op == "EyeLike" and node.outputs[0].dtype != first.dtype:
+        return "the dtype attribute must equal the input's dtype"
+    if op == "ConvTranspose" and "output_shape" in attrs:
+        return "the output_shape attribute gives wrong shapes in TVM"
+    if op == "MaxUnpool" and len(inputs) > 2 and inputs[2] is not None:
+        return "the output_shape input is not handled"
+    if op in ("QuantizeLinear", "DequantizeLinear") and attrs.get("block_size", 0):
+        return "blocked quantization is not supported"
+    if op == "RMSNormalization" and attrs.get("axis", -1) % len(first.shape) == 0:
+        return "normalising over every axis (axis 0) fails to compile"
+    if op == "Resize":
+        return _resize_reason(node)
+    return None
+
+
+def _resize_reason(node: Node) -> str | None:
+    if "axes" in node.attrs:
+        return "the axes attribute is not handled"
+    scales = node.inputs[2] if len(node.inputs) > 2 else None
+    data = None if scales is None else np.asarray(_constant_data(scales), dtype=np.float64)
+    if data is not None and data.size:
+        sizes = np.asarray(node.inputs[0].shape) * data
+        if np.any(np.abs(sizes - np.round(sizes)) > 1e-6):
+            return "scales that do not give whole output sizes give wrong results"
+    return None
+
+
+def unsupported_reason(node: Node) -> str | None:
+    """Why TVM cannot run ``node``, or None when it can.
+
+    Checks :func:`tvm_supports` for the node's op, domain and graph opset, that every input and
+    output has a static shape and a dtype TVM handles (and is not empty), then the op's own
+    conditions found by the survey (constant inputs, attributes, dtypes, extra outputs).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from subgraph.graph import Graph
+    >>> g = Graph("g")
+    >>> x = g.add_input("x", (2, 6), "float32")
+    >>> s = g.add_input("s", (2,), "int64")
+    >>> n = g.add_node("Reshape", [x, s], name="reshape")
+    >>> n.outputs[0].shape, n.outputs[0].dtype = (3, 4), np.dtype("float32")
+    >>> unsupported_reason(n)
+    "node 'reshape' (Reshape): input 1 (%s) must be a constant: the importer needs its value"
+    >>> unsupported_reason(g.add_node("Relu", [x], name="relu"))
+    "node 'relu' (Relu): output %relu has no inferred shape and dtype (?[?])"
+    """
+    where = f"node {node.name!r} ({node.op})"
+    opset = node.graph.opset.get("", 17) if node.graph is not None else 17
+    if not tvm_supports(node.op, node.domain, opset):
+        if not _tvm_installed():
+            why = "apache-tvm is not installed"
+        elif node.domain not in ("", "ai.onnx"):
+            why = f"domain {node.domain!r} is not supported, only the default ONNX domain"
+        elif node.op in EXCLUDED_OPS:
+            why = f"excluded: {EXCLUDED_OPS[node.op]}"
+        elif node.op in SUPPORTED_OPS:
+            why = f"ONNX opset {opset} has no {node.op}"
+        else:
+            why = "TVM's Relax ONNX importer has no converter for it"
+        return f"{where}: {why}"
+    for role, values in (("input", node.inputs), ("output", node.outputs)):
+        for value in values:
+            problem = value is not None and _check_value(value, role)
+            if problem:
+                return f"{where}: {problem}"
+    problem = _op_specific(node)
+    return f"{where}: {problem}" if problem else None
+
+
+# --------------------------------------------------------------------------- tensors
+def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An uninitialised C-contiguous array whose data is 64-byte aligned.
+
+    TVM accepts such arrays without a copy (see :func:`as_tvm_tensor`); numpy's own
+    allocations are usually only 16-byte aligned.
+
+    Examples
+    --------
+    >>> a = aligned_empty((3, 5), "float32")
+    >>> a.shape, a.dtype.name, a.ctypes.data % 64
+    ((3, 5), 'float32', 0)
+    """
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + _ALIGNMENT, dtype=np.uint8)
+    start = -raw.ctypes.data % _ALIGNMENT
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def as_tvm_tensor(array: Any, device: Any = None) -> Any:
+    """``array`` as a TVM tensor on ``device`` (default CPU), without a copy when possible.
+
+    A writeable, C-contiguous, 64-byte aligned numpy array on the CPU is shared through
+    DLPack (``tvm.runtime.from_dlpack``); anything else is copied. TVM tensors pass through.
+
+    Examples
+    --------
+    >>> a = aligned_empty((4,), "float32"); a[:] = 1.0
+    >>> t = as_tvm_tensor(a)
+    >>> np.shares_memory(np.from_dlpack(t), a)
+    True
+    """
+    import tvm
+
+    if isinstance(array, tvm.runtime.Tensor):
+        return array
+    device = tvm.cpu() if device is None else device
+    array = np.asarray(array)
+    if (device.dlpack_device_type() == _DL_CPU and array.flags.c_contiguous and array.flags.writeable
+            and array.ctypes.data % _ALIGNMENT == 0 and array.dtype.kind in "biuf"):
+        with contextlib.suppress(Exception):
+            return tvm.runtime.from_dlpack(array)
+    return tvm.runtime.tensor(np.asarray(array, order="C"), device)
+
+
+def _to_numpy(tensor: Any, copy: bool) -> np.ndarray:
+    import tvm
+
+    if isinstance(tensor, tvm.runtime.ShapeTuple):
+        return np.array(list(tensor), dtype=np.int64)
+    if not copy and tensor.device.dlpack_device_type() == _DL_CPU:
+        with contextlib.suppress(Exception):
+            return np.from_dlpack(tensor)
+    return tensor.numpy()
+
+
+# -------------------------------------------------------------------------- function
+class TVMFunction:
+    """A compiled graph: ``fn(*arrays) -> list of arrays`` in graph output order.
+
+    Thread safety: a Relax ``VirtualMachine`` keeps per-call state, so each thread gets its
+    own VM (``threading.local``) over the one shared, immutable executable; calls from
+    several threads never share a VM.
+
+    Attributes
+    ----------
+    name : str
+        The graph's name.
+    key : str
+        The cache key (sha256 hex digest).
+    target : str
+        The canonical TVM target (JSON).
+    input_names, output_names : list[str]
+        In graph order.
+    source : str
+        ``"compiled"`` (built by this process) or ``"disk"`` (loaded from the disk cache).
+    constant_outputs : list[int]
+        Outputs TVM returns as its own constants; ``fn(...)`` copies them so callers cannot
+        change the compiled function (tensors from :meth:`run_tensors` must not be written).
+    """
+
+    def __init__(self, module: Any, device: Any, *, name: str, key: str, target: str,
+                 inputs: list[tuple[str, tuple[int, ...], np.dtype]], output_names: list[str],
+                 constant_outputs: list[int], source: str) -> None:
+        self._module = module
+        self.device = device
+        self.name = name
+        self.key = key
+        self.target = target
+        self._inputs = inputs
+        self.input_names = [name for name, _, _ in inputs]
+        self.output_names = output_names
+        self.constant_outputs = constant_outputs
+        self.source = source
+        self._local = threading.local()
+
+    def _entry(self) -> Any:
+        entry = getattr(self._local, "entry", None)
+        if entry is None:
+            from tvm import relax
+
+            vm = relax.VirtualMachine(self._module, self.device)
+            entry = self._local.entry = vm["main"]
+            self._local.vm = vm
+        return entry
+
+    def run_tensors(self, *tensors: Any) -> list[Any]:
+        """Run on TVM tensors already on the device; returns TVM tensors (no copies)."""
+        import tvm
+
+        if len(tensors) != len(self._inputs):
+            raise InputError(f"TVM function for graph {self.name!r} takes {len(self._inputs)} "
+                             f"input(s) {self.input_names}, got {len(tensors)}")
+        try:
+            result = self._entry()(*tensors)
+        except Exception as exc:  # TVM raises its own error types
+            raise ExecutionError(f"TVM function for graph {self.name!r} failed: "
+                                 f"{_summary(exc)}") from None
+        items = [result] if isinstance(result, (tvm.runtime.Tensor, tvm.runtime.ShapeTuple)) \
+            else list(result)
+        return [tvm.runtime.tensor(np.array(list(t), dtype=np.int64), self.device)
+                if isinstance(t, tvm.runtime.ShapeTuple) else t for t in items]
+
+    def __call__(self, *arrays: Any) -> list[np.ndarray]:
+        """Run on numpy arrays (shared with TVM when aligned, see :func:`as_tvm_tensor`)."""
+        if len(arrays) != len(self._inputs):
+            raise InputError(f"TVM function for graph {self.name!r} takes {len(self._inputs)} "
+                             f"input(s) {self.input_names}, got {len(arrays)}")
+        tensors = []
+        for (name, shape, dtype), array in zip(self._inputs, arrays):
+            array = np.asarray(array)
+            if array.dtype != dtype or array.shape != shape:
+                raise InputError(f"TVM function for graph {self.name!r}: input {name!r} expects "
+                                 f"{dtype.name}{list(shape)}, got {array.dtype.name}{list(array.shape)}")
+            tensors.append(as_tvm_tensor(array, self.device))
+        outs = self.run_tensors(*tensors)
+        return [_to_numpy(t, copy=i in self.constant_outputs) for i, t in enumerate(outs)]
+
+    def __repr__(self) -> str:
+        return f"<TVMFunction {self.name} ({self.source}) {self.key[:12]}>"
+
+
+# -------------------------------------------------------------------------- building
+def _summary(exc: BaseException, lines: int = 3) -> str:
+    """The first meaningful lines of a (TVM) error message, without traceback frames."""
+    kept = []
+    for line in str(exc).splitlines():
+        text = line.strip()
+        if not text or text.startswith(("Traceback", "File \"", "# ", "#0", "at ")) or text == "^":
+            continue
+        kept.append(text)
+        if len(kept) == lines:
+            break
+    text = " | ".join(kept) or "(no message)"
+    return f"{type(exc).__name__}: {text[:500]}"
+
+
+def _as_target(target: Any) -> Any:
+    import tvm
+
+    try:
+        return target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
+    except Exception as exc:
+        raise PropertyError(f"invalid TVM target {target!r} (use a kind such as 'llvm' or a dict "
+                            f"like {{'kind': 'llvm', 'mcpu': 'skylake'}}): {_summary(exc, 1)}") from None
+
+
+def cache_key(model_bytes: bytes, target: str) -> str:
+    """sha256 over the ONNX bytes, the canonical target, ``tvm.__version__`` and the format.
+
+    Examples
+    --------
+    >>> len(cache_key(b"model", '{"kind":"llvm"}'))
+    64
+    """
+    import tvm
+
+    digest = hashlib.sha256()
+    for part in (_FORMAT.encode(), tvm.__version__.encode(), target.encode(), model_bytes):
+        digest.update(len(part).to_bytes(8, "little"))
+        digest.update(part)
+    return digest.hexdigest()
+
+
+def default_cache_dir() -> Path:
+    """``$SUBGRAPH_CACHE_DIR``, else the user cache directory of ``subgraph``, plus ``tvm``."""
+    env = os.environ.get("SUBGRAPH_CACHE_DIR")
+    if env:
+        return Path(env)
+    try:
+        from platformdirs import user_cache_dir
+    except ImportError:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "subgraph"
+    else:
+        base = Path(user_cache_dir("subgraph"))
+    return base / "tvm"
+
+
+def _import(graph: Graph, model: Any, shapes: dict[str, list[int]], dtypes: dict[str, str]) -> Any:
+    """The Relax module of ``model``; a :class:`PropertyError` naming the op if TVM refuses."""
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+
+    printed = io.StringIO()
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(printed):
+            warnings.simplefilter("ignore")
+            mod = from_onnx(model, shape_dict=shapes, dtype_dict=dtypes)
+            return relax.transform.FoldConstant()(mod)
+    except Exception as exc:
+        failed = re.search(r"Error converting operator (\w+)", printed.getvalue())
+        missing = re.search(r"not supported for frontend ONNX: ([\w, ]+)", str(exc))
+        ops = [failed.group(1)] if failed else missing.group(1).split(", ") if missing else []
+        nodes = [n.name for n in graph.nodes if n.op in ops]
+        where = f" at {'/'.join(sorted(ops))} node(s) {nodes[:3]}" if nodes else ""
+        raise PropertyError(f"TVM could not import graph {graph.name!r}{where}: {_summary(exc)}") from None
+
+
+def _check_outputs(graph: Graph, func: Any) -> list[int]:
+    """Positions of outputs TVM returns as constants; raises if types disagree with the graph."""
+    import tvm
+    from tvm import relax
+
+    ret = func.ret_ty
+    types = list(ret.fields) if isinstance(ret, relax.TupleType) else [ret]
+    if len(types) != len(graph.outputs):
+        raise PropertyError(f"TVM built graph {graph.name!r} with {len(types)} output(s), the graph "
+                            f"has {len(graph.outputs)}")
+    for value, ty in zip(graph.outputs, types):
+        if isinstance(ty, relax.ShapeType):
+            dtype, shape = "int64", (ty.ndim,)
+        else:
+            dtype = str(ty.dtype)
+            try:
+                shape = tuple(int(d) for d in ty.shape.values)
+            except (AttributeError, TypeError):  # unknown rank or symbolic dimensions
+                shape = None
+        if dtype != value.dtype.name or shape != value.shape:
+            found = "?" if shape is None else ",".join(map(str, shape))
+            raise PropertyError(f"TVM built graph {graph.name!r} with output %{value.name} of type "
+                                f"{dtype}[{found}]; the graph says {value.type_str()}")
+    bound = {b.var: b.value for block in func.body.blocks for b in block.bindings}
+
+    def resolve(expr: Any) -> Any:
+        while isinstance(expr, relax.Var) and expr in bound:
+            expr = bound[expr]
+        return expr
+
+    result = resolve(func.body.body)
+    fields = list(result.fields) if isinstance(result, relax.Tuple) else [result]
+    return [i for i, expr in enumerate(fields) if isinstance(resolve(expr), tvm.ir.expr.Constant)]
+
+
+def _build(graph: Graph, model: Any, target: Any) -> tuple[Any, list[int]]:
+    import tvm
+
+    for value in graph.inputs:
+        if value.shape is None or value.dtype is None:
+            raise PropertyError(f"graph {graph.name!r}: input %{value.name} needs a static shape and "
+                                f"dtype to compile with TVM, got {value.type_str()}")
+    shapes = {v.name: list(v.shape) for v in graph.inputs}
+    dtypes = {v.name: v.dtype.name for v in graph.inputs}
+    mod = _import(graph, model, shapes, dtypes)
+    constant_outputs = _check_outputs(graph, mod["main"])
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            executable = tvm.compile(mod, target=target)
+    except Exception as exc:
+        raise PropertyError(f"TVM could not compile graph {graph.name!r} for target "
+                            f"{target.kind.name}: {_summary(exc)}") from None
+    return executable, constant_outputs
+
+
+# ----------------------------------------------------------------------------- cache
+_MEMORY: dict[str, TVMFunction] = {}
+_BUILD_LOCK = threading.Lock()  # builds and disk I/O run one at a time; cache hits do not wait
+
+
+def clear_memory_cache() -> None:
+    """Forget every compiled function held in memory (the disk cache is kept)."""
+    _MEMORY.clear()
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _write_atomic(path: Path, write: Any) -> None:
+    """Call ``write(tmp_path)`` then rename the temporary file onto ``path``."""
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp" + path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; the cache is shared like any cache
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _load_entry(directory: Path, key: str, device: Any) -> tuple[Any, dict] | None:
+    """The cached library and its metadata, or None; a damaged entry warns and is ignored."""
+    import tvm
+    from tvm import relax
+
+    lib, meta_path = directory / f"{key}.so", directory / f"{key}.json"
+    if not (lib.exists() and meta_path.exists()):
+        return None
+    try:
+        meta = json.loads(meta_path.read_text())
+        if meta.get("sha256") != _file_sha256(lib):
+            raise ValueError("the library's checksum does not match its metadata")
+        module = tvm.runtime.load_module(str(lib))
+        relax.VirtualMachine(module, device)  # fails here rather than on the first call
+        return module, meta
+    except Exception as exc:
+        warnings.warn(f"ignoring damaged TVM cache entry {lib} ({_summary(exc, 1)}); recompiling",
+                      RuntimeWarning, stacklevel=3)
+        return None
+
+
+def _store_entry(directory: Path, key: str, executable: Any, meta: dict) -> None:
+    """Write the library, then its metadata (with the library's checksum), each atomically."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        lib = directory / f"{key}.so"
+        digest: list[str] = []
+
+        def write_lib(tmp: str) -> None:
+            executable.export_library(tmp)
+            digest.append(_file_sha256(Path(tmp)))
+
+        _write_atomic(lib, write_lib)
+        meta = dict(meta, sha256=digest[0])
+        _write_atomic(directory / f"{key}.json",
+                      lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1, sort_keys=True)))
+    except Exception as exc:  # a read-only or full disk must not stop the run
+        warnings.warn(f"could not write the TVM cache in {directory}: {_summary(exc, 1)}",
+                      RuntimeWarning, stacklevel=3)
+
+
+def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: str | os.PathLike | None = None,
+                  use_cache: bool = True) -> TVMFunction:
+    """Compile ``graph`` with TVM for ``target``; cached in memory and on disk.
+
+    Parameters
+    ----------
+    graph : Graph
+        A graph with static shapes and dtypes on its inputs and outputs.
+    target : str, dict or tvm.target.Target
+        ``"llvm"`` (default), ``"cuda"``, or a dict such as ``{"kind": "llvm", "mcpu": ...}``;
+        the device (``tvm.cpu()``, ``tvm.cuda()``...) follows the target's kind.
+    cache_dir : path, optional
+        Where compiled libraries live; default :func:`default_cache_dir`.
+    use_cache : bool
+        False compiles afresh and stores nothing.
+
+    Returns
+    -------
+    TVMFunction
+
+    Raises
+    ------
+    PropertyError
+        TVM cannot import or build the graph; the message names the graph (and the op when
+        the importer says which) and summarises TVM's message.
+
+    Examples
+    --------
+    >>> g = Graph("relu")
+    >>> x = g.add_input("x", (3,), "float32")
+    >>> g.set_outputs([g.add_node("Relu", [x], name="r").outputs[0]])
+    >>> g.infer_shapes()
+    >>> fn = compile_graph(g, use_cache=False)
+    >>> fn(np.array([-1.0, 0.5, 2.0], dtype=np.float32))
+    [array([0. , 0.5, 2. ], dtype=float32)]
+    """
+    import tvm
+
+    from ..frontends.onnx import to_onnx
+
+    tgt = _as_target(target)
+    device = tvm.device(tgt.get_target_device_type(), 0)
+    try:
+        model = to_onnx(graph)
+    except SubgraphError as exc:
+        raise PropertyError(f"graph {graph.name!r} cannot be written as ONNX for TVM: {exc}") from exc
+    key = cache_key(model.SerializeToString(deterministic=True), str(tgt))
+    if use_cache and key in _MEMORY:
+        return _MEMORY[key]
+    with _BUILD_LOCK:
+        if use_cache and key in _MEMORY:
+            return _MEMORY[key]
+        directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        entry = _load_entry(directory, key, device) if use_cache else None
+        if entry is not None:
+            module, meta = entry
+            constant_outputs, source = list(meta.get("constant_outputs", [])), "disk"
+        else:
+            module, constant_outputs = _build(graph, model, tgt)
+            source = "compiled"
+            if use_cache:
+                _store_entry(directory, key, module, {
+                    "graph": graph.name, "target": str(tgt), "tvm": tvm.__version__,
+                    "constant_outputs": constant_outputs})
+        fn = TVMFunction(module, device, name=graph.name, key=key, target=str(tgt),
+                         inputs=[(v.name, v.shape, v.dtype) for v in graph.inputs],
+                         output_names=[v.name for v in graph.outputs],
+                         constant_outputs=constant_outputs, source=source)
+        if use_cache:
+            _MEMORY[key] = fn
+        return fn
