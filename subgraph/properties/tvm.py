@@ -1,0 +1,53 @@
+"""The ``tvm`` property: fused subgraphs compiled by Apache TVM (Relax, ``tvm.compile``).
+
+The support query is what TVM's ONNX importer really handles
+(:func:`~subgraph.properties.tvm_engine.unsupported_reason`), narrowed by the options
+``ops`` (only these op types) and ``exclude_ops``. Compiled functions are cached in
+memory and on disk (:mod:`~subgraph.properties.tvm_engine`).
+"""
+
+from __future__ import annotations
+
+from ..graph import Graph, Node
+from .base import SubgraphProperty
+from .registry import register_property
+from .tvm_engine import compile_graph, unsupported_reason
+
+__all__ = ["TVMProperty"]
+
+
+@register_property("tvm")
+class TVMProperty(SubgraphProperty):
+    """Compile fused subgraphs with TVM.
+
+    Options
+    -------
+    target : str or dict
+        TVM target, default ``"llvm"`` (``"cuda"`` where a GPU is present).
+    cache_dir : str | None
+        Where compiled libraries are kept (default: the user cache folder).
+    ops, exclude_ops : list[str] | None
+        Restrict the ops TVM takes (e.g. ``exclude_ops=["Softmax"]``).
+
+    Examples
+    --------
+    >>> from subgraph.synthetic import seed_example
+    >>> prop = TVMProperty(exclude_ops=["Sigmoid"])
+    >>> [n.name for n in seed_example().nodes if prop.supports(n)]
+    ['1', '2', '3', '5', '6', '7']
+    """
+
+    device = "TVM"
+
+    def supports(self, node: Node) -> bool:
+        ops = self.options.get("ops")
+        if ops is not None and node.op not in ops:
+            return False
+        if node.op in (self.options.get("exclude_ops") or ()):
+            return False
+        return unsupported_reason(node) is None
+
+    def compile(self, subgraph: Graph):
+        return compile_graph(subgraph, target=self.options.get("target", "llvm"),
+                             cache_dir=self.options.get("cache_dir"),
+                             use_cache=self.options.get("use_cache", True))
