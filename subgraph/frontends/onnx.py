@@ -88,10 +88,12 @@ def from_onnx(path_or_model: str | os.PathLike | onnx.ModelProto,
         tensor larger than :data:`subgraph.shape_inference.MAX_TENSOR_BYTES`.
     """
     from ..shape_inference import infer_shapes
+    from .onnx_functions import type_subgraphs
 
     model = load_model(path_or_model)
     graph = _graph_from_model(model, dict(input_shapes or {}))
     infer_shapes(graph)
+    type_subgraphs(graph)
     return graph
 
 
@@ -173,14 +175,18 @@ def _check_ops(protos: list[onnx.NodeProto], names: list[str]) -> None:
 
 
 def _graph_from_model(model: onnx.ModelProto, input_shapes: dict[str, Sequence[int]]) -> Graph:
+    from .onnx_functions import FUNCTION_DOMAIN, fused_functions
+
     g = model.graph
     graph = Graph(g.name or "graph", {imp.domain: int(imp.version) for imp in model.opset_import})
     graph.metadata = {p.key: p.value for p in model.metadata_props}
+    functions = fused_functions(model)
+    if functions:  # imported only for the calls, which become fused nodes again
+        graph.opset.pop(FUNCTION_DOMAIN, None)
     _add_inputs_and_constants(graph, g, input_shapes)
     names = unique_node_names(g.node)
     order = ordered_nodes(graph, g.node, names)
-    _check_ops([g.node[i] for i in order], [names[i] for i in order])
-    _add_nodes(graph, g, order, names)
+    _add_nodes(graph, g, order, names, functions)
     outs = [o.name for o in g.output]
     for name in outs:
         if not graph.has_value(name):
@@ -221,11 +227,20 @@ def _add_inputs_and_constants(graph: Graph, g: onnx.GraphProto,
         graph.add_constant(tensor.name, _constant_array(tensor))
 
 
-def _add_nodes(graph: Graph, g: onnx.GraphProto, order: list[int], names: list[str]) -> None:
-    """Nodes in ``order``; omitted trailing outputs dropped, omitted middle ones named."""
+def _add_nodes(graph: Graph, g: onnx.GraphProto, order: list[int], names: list[str],
+               functions: Mapping[tuple[str, str], onnx.FunctionProto]) -> None:
+    """Nodes in ``order``; omitted trailing outputs dropped, omitted middle ones named;
+    calls to the local functions in ``functions`` become fused nodes."""
+    from .onnx_functions import add_fused_node
+
+    calls = {i for i in order if (g.node[i].domain, g.node[i].op_type) in functions}
+    _check_ops([g.node[i] for i in order if i not in calls], [names[i] for i in order if i not in calls])
     taken = {o for n in g.node for o in n.output} | set(graph.initializers) | {i.name for i in g.input}
     for i in order:
         proto = g.node[i]
+        if i in calls:
+            add_fused_node(graph, proto, names[i], functions, _rt_info_from(proto))
+            continue
         try:
             attrs = attrs_from_onnx(proto)
         except SubgraphError:
@@ -273,27 +288,36 @@ def _seed_known_shapes(graph: Graph, infos: Sequence[onnx.ValueInfoProto]) -> No
 
 
 # ----------------------------------------------------------------------------- export
-def node_to_onnx(node: Node, opset: Mapping[str, int]) -> onnx.NodeProto:
+def node_to_onnx(node: Node, opset: Mapping[str, int],
+                 functions: dict[str, onnx.FunctionProto] | None = None) -> onnx.NodeProto:
     """The ``NodeProto`` for one node; attributes typed by the op's schema at ``opset``.
+
+    A fused node (``node.subgraph`` set) becomes a call to a local function, which is
+    added to ``functions`` (see :mod:`subgraph.frontends.onnx_functions`).
 
     Raises
     ------
     SubgraphError
-        For fused nodes (``node.subgraph`` set), which cannot be exported yet, and for
-        attributes ONNX cannot represent.
+        For a fused node when ``functions`` is None, and for attributes ONNX cannot represent.
     """
     if node.subgraph is not None:
-        raise SubgraphError(f"node {node.name!r} ({node.op}) is a fused node; export of fused nodes "
-                            "comes with issue 5")
-    proto = helper.make_node(node.op, ["" if v is None else v.name for v in node.inputs],
-                             [v.name for v in node.outputs], name=node.name, domain=node.domain or None)
-    try:
-        proto.attribute.extend(attrs_to_onnx(node.op, node.attrs, node.domain, opset.get(node.domain)))
-    except SubgraphError:
-        raise
-    except Exception as exc:  # ValueError/TypeError from onnx.helper
-        raise SubgraphError(f"node {node.name!r} ({node.op}): cannot write its attributes to ONNX: "
-                            f"{type(exc).__name__}: {exc}") from None
+        if functions is None:
+            raise SubgraphError(f"node {node.name!r} ({node.op}) is a fused node: it is written as a call "
+                                "to an ONNX local function, so pass a dict to collect the functions in "
+                                "(to_onnx does)")
+        from .onnx_functions import function_call
+
+        proto = function_call(node, dict(opset), functions)
+    else:
+        proto = helper.make_node(node.op, ["" if v is None else v.name for v in node.inputs],
+                                 [v.name for v in node.outputs], name=node.name, domain=node.domain or None)
+        try:
+            proto.attribute.extend(attrs_to_onnx(node.op, node.attrs, node.domain, opset.get(node.domain)))
+        except SubgraphError:
+            raise
+        except Exception as exc:  # ValueError/TypeError from onnx.helper
+            raise SubgraphError(f"node {node.name!r} ({node.op}): cannot write its attributes to ONNX: "
+                                f"{type(exc).__name__}: {exc}") from None
     for key, value in node.rt_info.items():
         try:
             text = json.dumps(value, allow_nan=True)
@@ -318,12 +342,14 @@ def _value_info(value: Value, *, required: bool) -> onnx.ValueInfoProto:
 
 def _model(graph: Graph, nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto],
            initializers: list[onnx.TensorProto], value_info: list[onnx.ValueInfoProto],
-           outputs: list[onnx.ValueInfoProto], opset: Mapping[str, int]) -> onnx.ModelProto:
+           outputs: list[onnx.ValueInfoProto], opset: Mapping[str, int],
+           functions: Sequence[onnx.FunctionProto] = ()) -> onnx.ModelProto:
     onnx_graph = helper.make_graph(nodes, graph.name or "graph", inputs, outputs, initializers,
                                    value_info=value_info)
     opsets = [helper.make_opsetid(domain, version) for domain, version in opset.items()]
     ir = max(IR_VERSION, helper.find_min_ir_version_for(opsets, ignore_unknown=True))
-    model = helper.make_model(onnx_graph, opset_imports=opsets, ir_version=ir, producer_name="subgraph")
+    model = helper.make_model(onnx_graph, opset_imports=opsets, ir_version=ir, producer_name="subgraph",
+                              functions=functions)
     if graph.metadata:
         helper.set_model_props(model, dict(graph.metadata))
     return model
@@ -341,21 +367,29 @@ def to_onnx(graph: Graph) -> onnx.ModelProto:
     -------
     onnx.ModelProto
         IR version :data:`IR_VERSION` (newer if the opsets need it), opsets from
-        ``graph.opset``, ``graph.metadata`` as ``metadata_props``.
+        ``graph.opset``, ``graph.metadata`` as ``metadata_props``. Fused nodes become
+        calls to local functions in the domain ``"subgraph"`` (imported at version 1), one
+        function per fused node, named after it (:mod:`subgraph.frontends.onnx_functions`).
 
     Raises
     ------
     SubgraphError
-        The graph has fused nodes, or a value ONNX cannot type.
+        A value ONNX cannot type, or an attribute it cannot represent.
     """
+    from .onnx_functions import FUNCTION_DOMAIN, FUNCTION_OPSET
+
     inputs = [_value_info(v, required=True) for v in graph.inputs]
     initializers = [numpy_helper.from_array(np.asarray(v.data), v.name) for v in graph.initializers.values()]
-    nodes = [node_to_onnx(node, graph.opset) for node in graph.nodes]
+    functions: dict[str, onnx.FunctionProto] = {}
+    nodes = [node_to_onnx(node, graph.opset, functions) for node in graph.nodes]
     graph_outputs = {id(v) for v in graph.outputs}
     value_info = [_value_info(out, required=False) for node in graph.nodes for out in node.outputs
                   if id(out) not in graph_outputs and out.dtype is not None]
     outputs = [_value_info(v, required=True) for v in graph.outputs]
-    return _model(graph, nodes, inputs, initializers, value_info, outputs, graph.opset)
+    opset = dict(graph.opset)
+    if functions:
+        opset.setdefault(FUNCTION_DOMAIN, FUNCTION_OPSET)
+    return _model(graph, nodes, inputs, initializers, value_info, outputs, opset, list(functions.values()))
 
 
 #: Initializers larger than this are given to shape inference as typed inputs, without data.

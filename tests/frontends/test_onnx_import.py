@@ -305,14 +305,14 @@ def test_export_of_hand_built_graph_round_trips():
     assert str(again) == str(graph)
 
 
-def test_fused_nodes_cannot_be_exported_yet():
-    graph = Graph("g")
+def test_fused_node_whose_subgraph_does_not_match_it_cannot_be_exported():
+    graph = Graph("g")  # fused nodes export as ONNX local functions: tests/test_export.py
     x = graph.add_input("x", (2,), "float32")
     fused = graph.add_node("Fused", [x], name="fused0", domain="subgraph")
     fused.subgraph = Graph("inner")
     graph.set_outputs([fused.outputs[0]])
-    with pytest.raises(SubgraphError, match=r"node 'fused0' \(Fused\) is a fused node; export of fused nodes "
-                                            r"comes with issue 5"):
+    with pytest.raises(SubgraphError, match=r"node 'fused0' \(Fused\) is a fused node with 1 input\(s\) and "
+                                            r"1 output\(s\), but its subgraph 'inner' takes 0 and returns 0"):
         to_onnx(graph)
 
 

@@ -1,0 +1,302 @@
+"""The ``subgraph`` command (also ``python -m subgraph``): partition, query and run ONNX
+models over HETERO devices from the shell.
+
+Subcommands::
+
+    subgraph partition [MODEL.onnx] [--explain] [--dot DIR] [-o OUT.onnx]   # the subgraph table
+    subgraph query     [MODEL.onnx] [-o MAP.json]                           # {node: device} as JSON
+    subgraph run       [MODEL.onnx] [--inputs X.npz] [--check] [--bench N] [--profile]
+
+Every subcommand takes ``--devices HETERO:TVM,NUMPY`` (priority order), ``--device-option
+DEV.KEY=VALUE`` (``TVM.exclude_ops=Softmax,MaxPool``, ``TVM.target=llvm``, ``NUMPY.ops=...``),
+``--exclude DEV:OP,OP`` (short for ``DEV.exclude_ops``) and ``--input-shape NAME=1,3,224,224``;
+``partition`` and ``run`` take ``--affinity MAP.json`` (combined mode: the edited output of
+``query``) and ``--min-size N``. Without a model they use a built-in 19-node CNN.
+
+Exit codes: 0 on success, 1 when ``run --check`` finds outputs that differ from the
+all-numpy run, 2 for bad usage or input (the message says ``subgraph: error: ...``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import SubgraphError
+from .options import (
+    EXAMPLE_MODEL,
+    UsageError,
+    apply_affinity,
+    device_properties,
+    load_graph,
+    random_inputs,
+    read_inputs,
+)
+
+__all__ = ["EXAMPLE_MODEL", "UsageError", "build_parser", "main"]
+
+_DEFAULT_DEVICES = "HETERO:TVM,NUMPY"
+_EPILOG = """examples:
+  subgraph partition --exclude TVM:MaxPool,Softmax        # the built-in CNN over TVM and NUMPY
+  subgraph query model.onnx > map.json                     # edit map.json, then:
+  subgraph partition model.onnx --affinity map.json -o partitioned.onnx
+  subgraph run model.onnx --check --bench 20 --profile
+"""
+
+
+_PARTITION_EPILOG = """TVM runs every op of the built-in model; to see several subgraphs:
+  subgraph partition --exclude TVM:MaxPool,Softmax --explain
+"""
+
+
+class _CheckFailed(Exception):
+    """``run --check`` found differences; the command exits with 1."""
+
+
+def _formatter(prog: str) -> argparse.HelpFormatter:
+    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=32)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def _common(affinity: bool) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("model", nargs="?", help="an ONNX file (default: the built-in example CNN)")
+    p.add_argument("-d", "--devices", default=_DEFAULT_DEVICES, metavar="DEVICES",
+                   help="devices by priority, 'HETERO:DEV,DEV' or one device name "
+                        f"(default {_DEFAULT_DEVICES})")
+    p.add_argument("--device-option", action="append", default=[], metavar="DEV.KEY=VALUE",
+                   help="a device option, repeatable: TVM.exclude_ops=Softmax,MaxPool, TVM.ops=..., "
+                        "TVM.target=llvm, TVM.use_cache=false, NUMPY.ops=...")
+    p.add_argument("--exclude", action="append", default=[], metavar="DEV:OP,OP",
+                   help="op types a device must not take, e.g. TVM:Softmax (same as DEV.exclude_ops=...)")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D,D,...",
+                   help="a static shape for an input with symbolic dimensions, repeatable")
+    if affinity:
+        p.add_argument("--affinity", metavar="MAP.json",
+                       help="JSON {node name: device} for every node (combined mode: edit the output of "
+                            "'subgraph query')")
+        p.add_argument("--min-size", type=_positive, default=1, metavar="N",
+                       help="subgraphs with fewer compute ops run on the fallback device NUMPY (default 1)")
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``subgraph`` command."""
+    from .. import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="subgraph", formatter_class=_formatter, epilog=_EPILOG,
+        description="Partition an ONNX model into subgraphs over devices (OpenVINO HETERO semantics: each "
+                    "node goes to the first device, in priority order, that supports it) and run it.")
+    parser.add_argument("--version", action="version", version=f"subgraph {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    p = sub.add_parser("partition", parents=[_common(True)], help="print the subgraphs a device list gives",
+                       formatter_class=_formatter, epilog=_PARTITION_EPILOG,
+                       description="Partition the model (without compiling) and print one row per subgraph: "
+                                   "id, device, node count, bytes crossing its boundary, op types.")
+    p.add_argument("--explain", action="store_true",
+                   help="print, for every node, its device, subgraph and why")
+    p.add_argument("--dot", metavar="DIR", help="write GraphViz pictures (by device, by subgraph) into DIR")
+    p.add_argument("-o", "--output", metavar="OUT.onnx",
+                   help="write the partitioned model as ONNX: each subgraph a local function in domain "
+                        "'subgraph' whose call carries its device; onnxruntime runs it")
+    p.set_defaults(func=_partition)
+    q = sub.add_parser("query", parents=[_common(False)],
+                       help="print the affinity map {node: device} as JSON",
+                       description="Ask each device, in priority order, which nodes it supports and print "
+                                   "{node name: device} as JSON. Edit it and give it back with --affinity.")
+    q.add_argument("-o", "--output", metavar="MAP.json", help="write the JSON to a file instead of stdout")
+    q.set_defaults(func=_query)
+    r = sub.add_parser("run", parents=[_common(True)], help="compile and run the model on its devices",
+                       description="Compile every subgraph on its device and run the model once, on seeded "
+                                   "random inputs or --inputs, printing each output's shape and a digest. "
+                                   "Random inputs: floats from N(0, 1), integers in [0, 10) (below the "
+                                   "table size where they index a Gather), booleans at random. TVM builds "
+                                   "are cached on disk ($SUBGRAPH_CACHE_DIR, else the user cache folder).")
+    r.add_argument("--inputs", metavar="X.npz", help="input arrays by name (numpy.savez); default: random")
+    r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    r.add_argument("--check", action="store_true",
+                   help="compare with the unpartitioned all-numpy run; exit 1 if outside the tolerance")
+    r.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance of --check (default 1e-4)")
+    r.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance of --check (default 1e-4)")
+    r.add_argument("--bench", type=_positive, metavar="N",
+                   help="time N runs (after one warm-up), print the median")
+    r.add_argument("--profile", action="store_true", help="print per-subgraph and per-op times of a run")
+    r.set_defaults(func=_run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # e.g. `subgraph query | head`: the reader left, nothing to report
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except _CheckFailed as exc:
+        print(f"subgraph: check failed: {exc}", file=sys.stderr)
+        return 1
+    except (UsageError, SubgraphError) as exc:
+        print(f"subgraph: error: {exc}", file=sys.stderr)
+        return 2
+
+
+# ----------------------------------------------------------------------------- commands
+def _setup(args: argparse.Namespace) -> tuple[Any, str, list[str], dict[str, dict[str, Any]], bool]:
+    """The loaded graph (with affinities from --affinity), its label, devices and options."""
+    from ..hetero import parse_devices
+
+    devices = parse_devices(args.devices)
+    props = device_properties(args.device_option, args.exclude, devices)
+    graph, label = load_graph(args.model, args.input_shape)
+    calls = [n.name for n in graph.nodes if n.subgraph is not None]
+    if calls:
+        shown = ", ".join(calls[:4]) + (", ..." if len(calls) > 4 else "")
+        raise UsageError(f"{label} is already partitioned: it calls {len(calls)} subgraph function(s) "
+                         f"({shown}); give the original model")
+    manual = bool(getattr(args, "affinity", None))
+    if manual:
+        graph = apply_affinity(graph, args.affinity, devices)
+    return graph, label, devices, props, manual
+
+
+def _properties(devices: list[str], options: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    from ..hetero import registered_devices
+    from ..properties import get_property
+
+    known = registered_devices()
+    return {d: get_property(known[d], **options.get(d, {})) for d in devices}
+
+
+def _partition(args: argparse.Namespace) -> int:
+    from ..hetero import partition_model
+    from .report import format_explanation, format_table
+
+    graph, label, devices, options, manual = _setup(args)
+    model = partition_model(graph, args.devices, options, min_subgraph_size=args.min_size)
+    print(format_table(model, graph, label, args.devices, manual))
+    if args.explain:
+        print()
+        print(format_explanation(graph, model, devices, _properties(devices, options), manual, args.min_size))
+    if args.output:
+        _export(model.graph, args.output)
+    if args.dot:
+        from ..visualize import write_dot
+
+        try:
+            paths = write_dot(graph, model, args.dot)
+        except OSError as exc:
+            raise UsageError(f"cannot write pictures into {args.dot!r}: {exc}") from None
+        print(f"wrote {', '.join(str(p) for p in paths)}")
+    return 0
+
+
+def _export(graph: Any, path: str) -> None:
+    import onnx
+
+    from ..frontends.onnx import to_onnx
+
+    proto = to_onnx(graph)
+    try:
+        onnx.save(proto, path)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path!r}: {exc}") from None
+    print(f"wrote {path}: {len(proto.functions)} subgraph function(s), {proto.ByteSize()} bytes "
+          "(onnxruntime runs it; Netron shows each call with its device)")
+
+
+def _query(args: argparse.Namespace) -> int:
+    from ..hetero import query_model
+
+    graph, _, _, options, _ = _setup(args)
+    affinity = query_model(graph, args.devices, options)
+    text = json.dumps(affinity, indent=2)
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(text + "\n")
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.output!r}: {exc}") from None
+        print(f"wrote {args.output}: {len(affinity)} node(s)", file=sys.stderr)
+    else:
+        print(text)
+    lost = [f"{n.name!r} ({n.op})" for n in graph.nodes if n.name not in affinity]
+    if lost:
+        shown = ", ".join(lost[:10]) + (" ..." if len(lost) > 10 else "")
+        print(f"subgraph: note: no device of {args.devices} supports {len(lost)} node(s), left out of the "
+              f"map: {shown}", file=sys.stderr)
+    return 0
+
+
+def _compile(graph: Any, args: argparse.Namespace, options: dict[str, dict[str, Any]]) -> Any:
+    """compile_model with a progress bar; fallback warnings printed as ``subgraph: warning:``."""
+    from ..hetero import compile_model
+    from .report import Progress
+
+    start = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = compile_model(graph, args.devices, options, profile=args.profile, progress=Progress(),
+                              min_subgraph_size=args.min_size)
+    for warning in caught:
+        print(f"subgraph: warning: {warning.message}", file=sys.stderr)
+    counts: dict[str, int] = {}
+    for s in model.subgraphs:
+        counts[s.device] = counts.get(s.device, 0) + 1
+    print(f"compiled {len(model.subgraphs)} subgraph(s) ({', '.join(f'{d} {n}' for d, n in counts.items())}) "
+          f"in {time.perf_counter() - start:.2f} s")
+    return model
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ..executor import run
+    from .report import compare_outputs, format_outputs
+
+    graph, label, _, options, _ = _setup(args)
+    feeds = read_inputs(args.inputs, graph) if args.inputs else random_inputs(graph, args.seed)
+    source = args.inputs or f"random inputs, seed {args.seed}"
+    print(f"model    {label} ({graph.name}), {source}")
+    model = _compile(graph, args, options)
+    outputs = model(feeds)
+    print(format_outputs(outputs))
+    if args.profile:
+        model(feeds)  # the first run loads and warms up the compiled code
+        print("profile of the second run:")
+        print(model.format_profile())
+    if args.bench:
+        times = []
+        for _ in range(args.bench):
+            start = time.perf_counter()
+            model(feeds)
+            times.append(time.perf_counter() - start)
+        print(f"latency: median {statistics.median(times) * 1e3:.3f} ms over {args.bench} run(s) "
+              f"(min {min(times) * 1e3:.3f} ms), after one warm-up")
+    if args.check:
+        lines, failures = compare_outputs(outputs, run(graph, feeds), args.rtol, args.atol)
+        for line in lines:
+            print(f"check    {line}")
+        if failures:
+            raise _CheckFailed("; ".join(failures) + " (compared with the unpartitioned all-numpy run)")
+        print("check    ok: every output matches the unpartitioned all-numpy run")
+    return 0

@@ -1,0 +1,226 @@
+"""Turning command-line text into what the library takes: the model, device options,
+an affinity map and input arrays. Every problem is a :class:`UsageError` naming the
+option and the bad value.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..graph import Graph
+
+__all__ = [
+    "EXAMPLE_MODEL",
+    "KNOWN_OPTIONS",
+    "UsageError",
+    "apply_affinity",
+    "device_properties",
+    "input_shapes",
+    "load_graph",
+    "random_inputs",
+    "read_inputs",
+]
+
+#: the model used when a command is given none (see subgraph/data/make_example.py)
+EXAMPLE_MODEL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
+                             "example.onnx")
+
+#: options of the built-in devices; devices registered by users accept any key
+KNOWN_OPTIONS = {"TVM": ("target", "cache_dir", "ops", "exclude_ops", "use_cache"), "NUMPY": ("ops",)}
+_LIST_OPTIONS = ("ops", "exclude_ops")
+
+#: random integer inputs lie in [0, INT_HIGH) (lower where they index a smaller table)
+INT_HIGH = 10
+
+
+class UsageError(Exception):
+    """Bad input on the command line or in a file it names; the command exits with 2."""
+
+
+def input_shapes(items: Sequence[str]) -> dict[str, list[int]]:
+    """``["x=1,3,224,224"]`` -> ``{"x": [1, 3, 224, 224]}``.
+
+    Examples
+    --------
+    >>> input_shapes(["image=1,3,32,32", "ids=2,8"])
+    {'image': [1, 3, 32, 32], 'ids': [2, 8]}
+    >>> input_shapes(["image"])
+    Traceback (most recent call last):
+    ...
+    subgraph.cli.options.UsageError: --input-shape 'image' must look like NAME=1,3,224,224
+    """
+    shapes = {}
+    for item in items:
+        name, sep, dims = item.partition("=")
+        try:
+            shape = [int(d) for d in dims.split(",")] if dims.strip() else []
+        except ValueError:
+            shape = None
+        if not sep or not name or shape is None or any(d < 0 for d in shape):
+            raise UsageError(f"--input-shape {item!r} must look like NAME=1,3,224,224")
+        shapes[name] = shape
+    return shapes
+
+
+def load_graph(path: str | None, shapes: Sequence[str]) -> tuple[Graph, str]:
+    """The graph of the ONNX file ``path`` (the built-in example when None), and its label."""
+    from ..errors import ShapeError
+    from ..frontends.onnx import from_onnx
+
+    path = path or EXAMPLE_MODEL
+    label = "built-in example" if path == EXAMPLE_MODEL else path
+    try:
+        return from_onnx(path, input_shapes=input_shapes(shapes) or None), label
+    except ShapeError as exc:  # say it with the option this command takes
+        text = re.sub(r"from_onnx\(\.\.\., input_shapes=\{'([^']*)': \[([^\]]*)\]\}\)",
+                      lambda m: f"--input-shape {m[1]}={m[2].replace(' ', '')}", str(exc))
+        raise UsageError(text) from None
+
+
+def _option_value(key: str, text: str) -> Any:
+    if key in _LIST_OPTIONS:
+        return [op.strip() for op in text.split(",") if op.strip()]
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text  # a plain string such as llvm
+
+
+def device_properties(options: Sequence[str], excludes: Sequence[str], devices: Sequence[str]
+                      ) -> dict[str, dict[str, Any]]:
+    """``--device-option DEV.KEY=VALUE`` and ``--exclude DEV:OP,OP`` as ``{DEV: {KEY: value}}``.
+
+    Examples
+    --------
+    >>> device_properties(["TVM.target=llvm"], ["TVM:Softmax,MaxPool"], ["TVM", "NUMPY"])
+    {'TVM': {'target': 'llvm', 'exclude_ops': ['Softmax', 'MaxPool']}}
+    """
+    pairs = []
+    for item in options:
+        head, sep, text = item.partition("=")
+        device, dot, key = head.partition(".")
+        if not sep or not dot or not device or not key:
+            raise UsageError(f"--device-option {item!r} must look like DEVICE.KEY=VALUE, "
+                             "e.g. TVM.exclude_ops=Softmax,MaxPool")
+        pairs.append((f"--device-option {item!r}", device.strip().upper(), key.strip(), text))
+    for item in excludes:
+        device, sep, text = item.partition(":")
+        if not sep or not device or not text.strip():
+            raise UsageError(f"--exclude {item!r} must look like DEVICE:OP,OP, e.g. TVM:Softmax,MaxPool")
+        pairs.append((f"--exclude {item!r}", device.strip().upper(), "exclude_ops", text))
+    props: dict[str, dict[str, Any]] = {}
+    for where, device, key, text in pairs:
+        if device not in devices:
+            raise UsageError(f"{where} names device {device!r}, which is not among the devices "
+                             f"{', '.join(devices)}")
+        known = KNOWN_OPTIONS.get(device)
+        if known is not None and key not in known:
+            raise UsageError(f"{where}: {device} has no option {key!r}; its options are {', '.join(known)}")
+        props.setdefault(device, {})[key] = _option_value(key, text)
+    return props
+
+
+def _names(names: Sequence[str], limit: int = 8) -> str:
+    text = ", ".join(names[:limit])
+    return text + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def apply_affinity(graph: Graph, path: str, devices: Sequence[str]) -> Graph:
+    """A copy of ``graph`` with ``rt_info["affinity"]`` set on every node from a JSON file.
+
+    The file holds ``{node name: device}`` for every node (``subgraph query`` writes one).
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read affinity file {path!r}: {exc}") from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"affinity file {path!r} is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"affinity file {path!r} must hold a JSON object {{node name: device}}, "
+                         f"not a {type(data).__name__}")
+    unknown = [name for name in data if not graph.has_node(name)]
+    if unknown:
+        raise UsageError(f"affinity file {path!r} names {len(unknown)} node(s) model {graph.name!r} does not "
+                         f"have: {_names([repr(n) for n in unknown])}")
+    missing = [f"{n.name!r} ({n.op})" for n in graph.nodes if n.name not in data]
+    if missing:
+        raise UsageError(f"affinity file {path!r} gives no device for {len(missing)} node(s): "
+                         f"{_names(missing)}; every node needs one (`subgraph query` prints a complete map)")
+    for name, device in data.items():
+        if not isinstance(device, str) or device.upper() not in devices:
+            node = graph.node(name)
+            raise UsageError(f"affinity file {path!r}: node {name!r} ({node.op}) has device {device!r}, "
+                             f"which is not among the devices {', '.join(devices)}")
+    work = graph.copy()
+    for node in work.nodes:
+        node.rt_info["affinity"] = data[node.name].upper()
+    return work
+
+
+def read_inputs(path: str, graph: Graph) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` file, checked against the graph's inputs."""
+    from ..executor import check_feeds
+
+    try:
+        data = np.load(path, allow_pickle=False)
+    except OSError as exc:
+        raise UsageError(f"cannot read inputs file {path!r}: {exc}") from None
+    except ValueError:  # numpy tried to unpickle it: neither .npy nor .npz
+        raise UsageError(f"inputs file {path!r} is not an .npz file (numpy.savez writes one)") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise UsageError(f"inputs file {path!r} holds a single array; save an .npz with one array per "
+                         f"input ({', '.join(v.name for v in graph.inputs)}) with numpy.savez")
+    with data:
+        feeds = {name: data[name] for name in data.files}
+    return check_feeds(graph, feeds)
+
+
+def _gather_bounds(graph: Graph) -> dict[str, int]:
+    """Input name -> size of the constant table it indexes through Gather."""
+    bounds: dict[str, int] = {}
+    for node in graph.nodes:
+        if node.op == "Gather" and node.inputs[0].is_constant and node.inputs[1].is_input:
+            axis = node.attrs.get("axis", 0)
+            size = node.inputs[0].shape[axis]
+            bounds[node.inputs[1].name] = min(size, bounds.get(node.inputs[1].name, size))
+    return bounds
+
+
+def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded inputs: floats from N(0, 1), integers in ``[0, INT_HIGH)`` (below the size
+    of a table they index with Gather), booleans at random.
+
+    Examples
+    --------
+    >>> g = Graph("g")
+    >>> _ = g.add_input("ids", (2, 3), "int64")
+    >>> feeds = random_inputs(g)
+    >>> feeds["ids"].dtype.name, int(feeds["ids"].min()) >= 0, int(feeds["ids"].max()) < INT_HIGH
+    ('int64', True, True)
+    """
+    rng = np.random.default_rng(seed)
+    bounds = _gather_bounds(graph)
+    feeds = {}
+    for value in graph.inputs:
+        shape, dtype = value.shape, value.dtype
+        if dtype.kind == "f":
+            feeds[value.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind in "iu":
+            high = max(1, min(INT_HIGH, bounds.get(value.name, INT_HIGH)))
+            feeds[value.name] = rng.integers(0, high, shape).astype(dtype)
+        elif dtype.kind == "b":
+            feeds[value.name] = rng.random(shape) < 0.5
+        else:
+            raise UsageError(f"input {value.name!r} has dtype {dtype.name}, which cannot be drawn at random; "
+                             "give the inputs with --inputs FILE.npz")
+    return feeds

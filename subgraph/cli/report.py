@@ -1,0 +1,218 @@
+"""What the ``subgraph`` command prints: the subgraph table, per-node explanations,
+output digests, the comparison with the all-numpy run, and the compile progress bar.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from typing import IO, Any
+
+import numpy as np
+
+from ..graph import Graph, Node
+
+__all__ = [
+    "Progress",
+    "compare_outputs",
+    "format_bytes",
+    "format_explanation",
+    "format_outputs",
+    "format_table",
+]
+
+
+def format_bytes(n: int) -> str:
+    """``1536`` -> ``"1.5 KiB"``.
+
+    Examples
+    --------
+    >>> format_bytes(512), format_bytes(1536), format_bytes(3 * 2**20)
+    ('512 B', '1.5 KiB', '3.0 MiB')
+    """
+    if n < 1024:
+        return f"{n} B"
+    size = n / 1024
+    for unit in ("KiB", "MiB"):
+        if size < 1024:
+            return f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
+
+
+def _op_list(ops: Sequence[str], limit: int = 8) -> str:
+    counts: dict[str, int] = {}
+    for op in ops:
+        counts[op] = counts.get(op, 0) + 1
+    parts = [f"{op} x{c}" if c > 1 else op for op, c in counts.items()]
+    more = f", +{len(parts) - limit} more op types" if len(parts) > limit else ""
+    return ", ".join(parts[:limit]) + more
+
+
+def _cut_tensors(graph: Graph) -> list[Any]:
+    """Values a fused node produces that another fused node reads."""
+    cut = []
+    for node in graph.nodes:
+        if node.subgraph is None:
+            continue
+        for out in node.outputs:
+            if any(user.subgraph is not None and user is not node for user in out.users):
+                cut.append(out)
+    return cut
+
+
+def format_table(model: Any, graph: Graph, label: str, device: str, manual: bool) -> str:
+    """The model line, then one row per subgraph: id, device, node count, bytes crossing
+    its boundary (inputs and outputs), op types; then totals."""
+    mode = "affinity from file" if manual else "automatic affinity"
+    inputs = ", ".join(f"{v.name}: {v.type_str()}" for v in graph.inputs)
+    lines = [f"model    {label} ({graph.name}): {len(graph.nodes)} nodes, inputs {inputs}",
+             f"devices  {device} ({mode})", "",
+             f"{'id':>3}  {'device':<8} {'nodes':>5}  {'boundary':>10}  ops"]
+    per_device: dict[str, int] = {}
+    for s in model.subgraphs:
+        per_device[s.device] = per_device.get(s.device, 0) + 1
+        device_text = s.device + ("*" if s.fallback else "")
+        size = format_bytes(s.boundary_bytes)
+        lines.append(f"{s.index:>3}  {device_text:<8} {len(s.nodes):>5}  {size:>10}  {_op_list(s.ops)}")
+    cut = _cut_tensors(model.graph)
+    counts = ", ".join(f"{d} {n}" for d, n in per_device.items())
+    cut_bytes = format_bytes(sum(v.nbytes or 0 for v in cut))
+    total = f"{len(model.subgraphs)} subgraph(s) ({counts}); {len(cut)} tensor(s) cross between subgraphs"
+    lines += ["", f"{total}, {cut_bytes}"]
+    if any(s.fallback for s in model.subgraphs):
+        lines.append("* its device failed to compile it: it runs on NUMPY")
+    return "\n".join(lines)
+
+
+def _refusal(device: str, prop: Any, node: Node) -> str:
+    """Why ``device`` does not take ``node``."""
+    ops = prop.options.get("ops")
+    if ops is not None and node.op not in ops:
+        return f"{node.op} is not in {device}.ops"
+    if node.op in (prop.options.get("exclude_ops") or ()):
+        return f"{node.op} is excluded ({device}.exclude_ops)"
+    if prop.name == "tvm":
+        from ..properties.tvm_engine import unsupported_reason
+
+        reason = unsupported_reason(node)
+        if reason:
+            return reason.split("): ", 1)[-1]
+    return "its support query declines it"
+
+
+def format_explanation(graph: Graph, model: Any, devices: Sequence[str], props: Mapping[str, Any],
+                       manual: bool, min_size: int) -> str:
+    """One line per node of ``graph``: op, affinity, subgraph, and why.
+
+    In automatic mode the affinity is the first device (in priority order) whose support
+    query accepts the node, and the reason says why the devices before it declined; in
+    combined mode it comes from the affinity file. A node whose subgraph runs elsewhere
+    than its affinity was dropped for ``--min-size`` (or its device failed to compile).
+    """
+    where = {name: s for s in model.subgraphs for name in s.nodes}
+    rows = []
+    for node in graph.nodes:
+        affinity = model.affinity[node.name]
+        if manual:
+            why = "set by the affinity file"
+        else:
+            declined = [f"{d}: {_refusal(d, props[d], node)}" for d in devices[:devices.index(affinity)]]
+            first = "first device" if not declined else "next device"
+            why = "; ".join([*declined, f"{affinity} supports it ({first} in priority order)"])
+        info = where[node.name]
+        if info.fallback:
+            why += f"; {affinity} failed to compile subgraph {info.index}, it runs on {info.device}"
+        elif info.device != affinity:
+            why += (f"; dropped from its {affinity} subgraph (fewer than {min_size} compute ops, "
+                    f"--min-size), runs on {info.device}")
+        rows.append((node.name, node.op, affinity, f"{info.index} {info.device}", why))
+    header = ("node", "op", "affinity", "subgraph", "why")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4] for r in [header, *rows]]
+    return "\n".join(lines)
+
+
+def _digest(array: np.ndarray) -> str:
+    if array.size == 0:
+        return "empty"
+    if array.dtype.kind == "b":
+        return f"{int(array.sum())} of {array.size} true"
+    if array.dtype.kind in "iu":
+        return f"min {array.min()}  max {array.max()}  sum {int(array.sum(dtype=np.int64))}"
+    values = array.astype(np.float64)
+    return f"min {values.min():.6g}  max {values.max():.6g}  mean {values.mean():.6g}"
+
+
+def format_outputs(outputs: Mapping[str, np.ndarray]) -> str:
+    """One line per output: name, dtype and shape, and a short digest of the values.
+
+    Examples
+    --------
+    >>> print(format_outputs({"y": np.array([[1.0, 3.0]], np.float32)}))
+    y  float32[1,2]  min 1  max 3  mean 2
+    """
+    width = max((len(n) for n in outputs), default=0)
+    return "\n".join(f"{name:<{width}}  {a.dtype.name}[{','.join(map(str, a.shape))}]  {_digest(a)}"
+                     for name, a in outputs.items())
+
+
+def compare_outputs(got: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray], rtol: float,
+                    atol: float) -> tuple[list[str], list[str]]:
+    """Report lines and failures of ``|got - ref| <= atol + rtol * |ref|``, per output
+    (exact equality for integers and booleans).
+
+    Examples
+    --------
+    >>> a = {"y": np.array([1.0, 2.0], np.float32)}
+    >>> compare_outputs(a, {"y": np.array([1.0, 2.5], np.float32)}, 1e-4, 1e-5)[1]
+    ["output 'y': max |diff| 0.5 at index (1,) (got 2, expected 2.5), outside rtol 0.0001 + atol 1e-05"]
+    """
+    lines, failures = [], []
+    for name, expected in ref.items():
+        actual = got[name]
+        if actual.shape != expected.shape or actual.dtype != expected.dtype:
+            failures.append(f"output {name!r} is {actual.dtype.name}{list(actual.shape)}, expected "
+                            f"{expected.dtype.name}{list(expected.shape)}")
+            continue
+        if expected.size == 0:
+            lines.append(f"{name}: empty, equal")
+            continue
+        exact = expected.dtype.kind not in "fc"
+        diff = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
+        limit = 0.0 if exact else atol + rtol * np.abs(expected.astype(np.float64))
+        nan_same = np.isnan(actual) & np.isnan(expected) if not exact else np.zeros(diff.shape, bool)
+        bad = ~nan_same & ~(diff <= limit)
+        diff = np.where(nan_same, 0.0, diff)
+        worst = np.unravel_index(int(np.argmax(np.where(np.isnan(diff), np.inf, diff))), diff.shape)
+        if bad.any():
+            rule = "not equal" if exact else f"outside rtol {rtol:g} + atol {atol:g}"
+            where = tuple(map(int, worst))
+            failures.append(f"output {name!r}: max |diff| {diff[worst]:.3g} at index {where} "
+                            f"(got {actual[worst]:.9g}, expected {expected[worst]:.9g}), {rule}")
+        else:
+            lines.append(f"{name}: max |diff| {diff[worst]:.3g}, within rtol {rtol:g} + atol {atol:g}")
+    return lines, failures
+
+
+class Progress:
+    """The ``progress`` callback of :func:`~subgraph.compile_model`: a bar redrawn in place
+    on a terminal, else one line per compiled subgraph."""
+
+    def __init__(self, stream: IO[str] | None = None, width: int = 28) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.width = width
+
+    def __call__(self, done: int, total: int, info: Any) -> None:
+        count = len(info.nodes)
+        what = f"subgraph {info.index} on {info.device} ({count} node{'s' if count != 1 else ''})"
+        if self.tty:
+            filled = self.width * done // max(total, 1)
+            bar = "#" * filled + "." * (self.width - filled)
+            self.stream.write(f"\rcompiling [{bar}] {done}/{total} {what:<40}")
+            if done == total:
+                self.stream.write("\n")
+        else:
+            self.stream.write(f"compiled {done}/{total}: {what}\n")
+        self.stream.flush()

@@ -1,0 +1,344 @@
+"""The ``subgraph`` command, driven as a user would: ``python -m subgraph ...`` in a subprocess.
+
+TVM builds go to one temporary cache folder for the whole session (``SUBGRAPH_CACHE_DIR``),
+shared with tests/test_examples.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+
+needs_tvm = pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="needs apache-tvm")
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "subgraph" / "data" / "example.onnx"
+EXCLUDE = ["--exclude", "TVM:MaxPool,Softmax"]
+
+
+@pytest.fixture(scope="session")
+def cli_env(tmp_path_factory) -> dict[str, str]:
+    cache = tmp_path_factory.getbasetemp() / "tvm-cache"
+    cache.mkdir(exist_ok=True)
+    return {**os.environ, "SUBGRAPH_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
+
+
+def cli(env: dict[str, str], *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "subgraph", *args], check=False, capture_output=True,
+                          text=True, env=env, cwd=cwd or ROOT, timeout=300)
+
+
+def _rows(stdout: str) -> list[list[str]]:
+    """The subgraph table's rows split on runs of two or more spaces: id, device, nodes, boundary, ops."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["id", "device"]) + 1
+    rows = []
+    for line in lines[start:]:
+        if not line.strip():
+            break
+        rows.append([part.strip() for part in line.strip().split("  ") if part.strip()])
+    return rows
+
+
+# ----------------------------------------------------------------------------- the built-in model
+def test_example_model_is_small_and_regenerates_byte_for_byte(tmp_path):
+    out = tmp_path / "example.onnx"
+    result = subprocess.run([sys.executable, str(ROOT / "subgraph" / "data" / "make_example.py"), str(out)],
+                            check=False, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert out.read_bytes() == EXAMPLE.read_bytes()
+    assert EXAMPLE.stat().st_size < 200_000
+    ops = [n.op_type for n in onnx.load(str(EXAMPLE)).graph.node]
+    assert len(ops) == 19
+    assert {"Conv", "BatchNormalization", "Relu", "MaxPool", "Gemm", "MatMul", "Softmax"} <= set(ops)
+
+
+def test_help_describes_every_subcommand(cli_env):
+    top = cli(cli_env, "--help")
+    assert top.returncode == 0
+    for command in ("partition", "query", "run"):
+        assert command in top.stdout
+    expected = {"partition": ["--devices", "--affinity", "--min-size", "--explain", "--dot", "--output",
+                              "--input-shape", "--exclude", "--device-option"],
+                "query": ["--devices", "--output", "--exclude"],
+                "run": ["--inputs", "--check", "--bench", "--profile", "--seed", "--rtol", "--affinity"]}
+    for command, options in expected.items():
+        result = cli(cli_env, command, "--help")
+        assert result.returncode == 0
+        for option in options:
+            assert option in result.stdout, (command, option)
+
+
+def test_no_subcommand_prints_usage_and_fails(cli_env):
+    result = cli(cli_env)
+    assert result.returncode == 2
+    assert result.stderr.startswith("usage: subgraph")
+
+
+def test_partition_prints_one_row_per_subgraph(cli_env):
+    result = cli(cli_env, "partition", *EXCLUDE)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[:2] == [
+        "model    built-in example (example_cnn): 19 nodes, inputs image: float32[1,3,32,32]",
+        "devices  HETERO:TVM,NUMPY (automatic affinity)"]
+    assert _rows(result.stdout) == [
+        ["0", "TVM", "3", "44.0 KiB", "Conv, BatchNormalization, Relu"],
+        ["1", "NUMPY", "1", "40.0 KiB", "MaxPool"],
+        ["2", "TVM", "7", "24.0 KiB", "Conv x2, BatchNormalization x2, Relu x2, Add"],
+        ["3", "NUMPY", "1", "20.0 KiB", "MaxPool"],
+        ["4", "TVM", "6", "4.0 KiB", "GlobalAveragePool, Flatten, Gemm, Relu, MatMul, Add"],
+        ["5", "NUMPY", "1", "80 B", "Softmax"]]
+    # cut tensors: relu1 (32 KiB), pool1 (8 KiB), relu3 (16 KiB), pool2 (4 KiB), the logits (40 B)
+    assert "6 subgraph(s) (TVM 3, NUMPY 3); 5 tensor(s) cross between subgraphs, 60.0 KiB" in result.stdout
+
+
+def test_partition_explain_says_why_each_node_is_where_it_is(cli_env):
+    result = cli(cli_env, "partition", "--exclude", "TVM:MaxPool", "--min-size", "4", "--explain")
+    assert result.returncode == 0, result.stderr
+    lines = {line.split()[0]: " ".join(line.split()) for line in result.stdout.splitlines() if line.strip()}
+    assert lines["conv1"] == ("conv1 Conv TVM 0 NUMPY TVM supports it (first device in priority order); "
+                              "dropped from its TVM subgraph (fewer than 4 compute ops, --min-size), "
+                              "runs on NUMPY")
+    assert lines["pool1"] == ("pool1 MaxPool NUMPY 0 NUMPY TVM: MaxPool is excluded (TVM.exclude_ops); "
+                              "NUMPY supports it (next device in priority order)")
+    assert lines["conv2"] == "conv2 Conv TVM 1 TVM TVM supports it (first device in priority order)"
+    assert [r[1] for r in _rows(result.stdout)] == ["NUMPY", "TVM", "NUMPY", "TVM"]
+
+
+def test_partition_writes_an_onnx_file_onnxruntime_runs(cli_env, tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    out = tmp_path / "partitioned.onnx"
+    result = cli(cli_env, "partition", *EXCLUDE, "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert f"wrote {out}: 6 subgraph function(s)" in result.stdout
+    model = onnx.load(str(out))
+    onnx.checker.check_model(model, full_check=True)
+    x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    expected = ort.InferenceSession(str(EXAMPLE), providers=["CPUExecutionProvider"]).run(None, {"image": x})
+    got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"image": x})
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-4, atol=1e-7)
+
+
+def test_partition_dot_writes_pictures(cli_env, tmp_path):
+    result = cli(cli_env, "partition", *EXCLUDE, "--dot", str(tmp_path / "pictures"))
+    assert result.returncode == 0, result.stderr
+    dots = sorted(p.name for p in (tmp_path / "pictures").glob("*.dot"))
+    assert dots == ["example_cnn_affinity.dot", "example_cnn_subgraphs.dot"]
+    assert "cluster_5" in (tmp_path / "pictures" / "example_cnn_subgraphs.dot").read_text()
+
+
+def test_query_prints_the_affinity_map(cli_env):
+    result = cli(cli_env, "query", "--exclude", "TVM:Softmax")
+    assert result.returncode == 0, result.stderr
+    affinity = json.loads(result.stdout)
+    assert list(affinity)[:4] == ["conv1", "bn1", "relu1", "pool1"] and len(affinity) == 19
+    assert {name for name, device in affinity.items() if device != "TVM"} == {"softmax"}
+
+
+def test_query_edit_partition_round_trip(cli_env, tmp_path):
+    path = tmp_path / "map.json"
+    result = cli(cli_env, "query", "-o", str(path))
+    assert result.returncode == 0, result.stderr
+    affinity = json.loads(path.read_text())
+    assert set(affinity.values()) == {"TVM"}
+    affinity["pool1"] = affinity["softmax"] = "NUMPY"
+    path.write_text(json.dumps(affinity))
+    result = cli(cli_env, "partition", "--affinity", str(path))
+    assert result.returncode == 0, result.stderr
+    assert "devices  HETERO:TVM,NUMPY (affinity from file)" in result.stdout
+    assert [(r[1], r[2]) for r in _rows(result.stdout)] == [("TVM", "3"), ("NUMPY", "1"), ("TVM", "14"),
+                                                            ("NUMPY", "1")]
+
+
+def test_run_with_numpy_and_inputs_file(cli_env, tmp_path):
+    x = np.random.default_rng(3).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    np.savez(tmp_path / "x.npz", image=x)
+    result = cli(cli_env, "run", "--devices", "NUMPY", "--inputs", str(tmp_path / "x.npz"), "--check")
+    assert result.returncode == 0, result.stderr
+    ort = pytest.importorskip("onnxruntime")
+    probs = ort.InferenceSession(str(EXAMPLE), providers=["CPUExecutionProvider"]).run(None, {"image": x})[0]
+    line = next(line for line in result.stdout.splitlines() if line.startswith("probs"))
+    name, kind, _, low, _, high, _, mean = line.split()
+    assert (name, kind) == ("probs", "float32[1,10]")
+    np.testing.assert_allclose([float(low), float(high), float(mean)],
+                               [probs.min(), probs.max(), probs.mean()], rtol=1e-4)
+    assert "check    ok: every output matches the unpartitioned all-numpy run" in result.stdout
+    assert "compiled 1/1: subgraph 0 on NUMPY (19 nodes)" in result.stderr  # not a TTY: one line each
+
+
+@needs_tvm
+def test_run_on_tvm_and_numpy_checks_benches_and_profiles(cli_env):
+    result = cli(cli_env, "run", *EXCLUDE, "--check", "--bench", "3", "--profile")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "compiled 6 subgraph(s) (TVM 3, NUMPY 3)" in out
+    assert "check    ok: every output matches the unpartitioned all-numpy run" in out
+    assert "latency: median " in out and " over 3 run(s)" in out
+    profile = [line.split()[:2] for line in out.splitlines() if line.startswith("subgraph")]
+    assert profile == [["subgraph0:", "TVM"], ["subgraph1:", "pool1"], ["subgraph2:", "TVM"],
+                       ["subgraph3:", "pool2"], ["subgraph4:", "TVM"], ["subgraph5:", "softmax"]]
+    # a zero tolerance shows the check failing: TVM does not compute bit for bit like numpy
+    strict = cli(cli_env, "run", *EXCLUDE, "--check", "--rtol", "0", "--atol", "0")
+    assert strict.returncode == 1
+    last = strict.stderr.splitlines()[-1]  # after the progress lines
+    assert last.startswith("subgraph: check failed: output 'probs': max |diff| ")
+    assert last.endswith("outside rtol 0 + atol 0 (compared with the unpartitioned all-numpy run)")
+
+
+@needs_tvm
+@pytest.mark.slow
+def test_run_check_passes_on_resnet18(cli_env, tmp_path):
+    from subgraph.zoo import resnet18
+
+    path = tmp_path / "resnet18.onnx"
+    onnx.save(resnet18(), str(path))
+    result = cli(cli_env, "run", str(path), "--devices", "HETERO:TVM,NUMPY", "--check")
+    assert result.returncode == 0, result.stderr
+    assert "compiled 1 subgraph(s) (TVM 1)" in result.stdout
+    assert "output  float32[1,1000]" in result.stdout
+    assert "check    ok" in result.stdout
+
+
+def _symbolic_model(folder: Path) -> Path:
+    """Relu on ``x: float32[batch, 4]``."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "tiny", [x], [y])
+    path = folder / "symbolic.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_input_shape_fixes_symbolic_dimensions(cli_env, tmp_path):
+    result = cli(cli_env, "partition", str(_symbolic_model(tmp_path)), "--input-shape", "x=2,4")
+    assert result.returncode == 0, result.stderr
+    assert "inputs x: float32[2,4]" in result.stdout
+    assert _rows(result.stdout) == [["0", "TVM", "1", "64 B", "Relu"]]  # 32 B in, 32 B out
+
+
+# ----------------------------------------------------------------------------- bad input
+def _write(tmp: Path, name: str, text: str) -> str:
+    path = tmp / name
+    path.write_text(text)
+    return str(path)
+
+
+def _error_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
+    """Case -> (arguments, the exact error line); every case exits with 2."""
+    ok_map = {n.name: "TVM" for n in onnx.load(str(EXAMPLE)).graph.node}
+    not_onnx = _write(tmp, "notes.onnx", "hello")
+    symbolic = str(_symbolic_model(tmp))
+    short_map = {k: v for k, v in ok_map.items() if k not in ("bn2", "fc1")}
+    files = {name: _write(tmp, name, text) for name, text in [
+        ("bad.json", "{conv1: TVM"), ("list.json", '["TVM"]'),
+        ("unknown.json", json.dumps({**ok_map, "conv9": "TVM"})), ("short.json", json.dumps(short_map)),
+        ("gpu.json", json.dumps({**ok_map, "gap": "GPU"})), ("full.json", json.dumps(ok_map))]}
+    none, out = str(tmp / "none.json"), str(tmp / "no" / "out.onnx")
+    return {
+        "missing file": (
+            ["partition", "missing.onnx"], "model file 'missing.onnx' does not exist"),
+        "not onnx": (
+            ["query", not_onnx], f"{not_onnx!r} is not a readable ONNX model: DecodeError: "),
+        "empty device list": (
+            ["partition", "--devices", "HETERO:"],
+            "device string 'HETERO:' lists no devices; write e.g. 'HETERO:TVM,NUMPY'"),
+        "unknown device": (
+            ["query", "--devices", "HETERO:GPU,NUMPY"],
+            "unknown device 'GPU' in 'HETERO:GPU,NUMPY'; registered devices: ['NUMPY', 'TVM']"),
+        "repeated device": (
+            ["partition", "--devices", "TVM,TVM"], "device string 'TVM,TVM' lists ['TVM'] more than once"),
+        "bad device option": (
+            ["partition", "--device-option", "TVM.colour=red"],
+            ("--device-option 'TVM.colour=red': TVM has no option 'colour'; its options are target, "
+             "cache_dir, ops, exclude_ops, use_cache")),
+        "option for another device": (
+            ["partition", "--devices", "NUMPY", "--exclude", "TVM:Relu"],
+            "--exclude 'TVM:Relu' names device 'TVM', which is not among the devices NUMPY"),
+        "bad input shape": (
+            ["partition", "--input-shape", "image"], "--input-shape 'image' must look like NAME=1,3,224,224"),
+        "symbolic input": (
+            ["partition", symbolic],
+            "input 'x' dimension 0 is symbolic ('batch') in [batch, 4]; fix it with --input-shape x=1,4"),
+        "wrong input rank": (
+            ["query", symbolic, "--input-shape", "x=4"],
+            "input_shapes['x'] = [4] has rank 1, but input 'x' is declared with rank 2 ([batch, 4])"),
+        "affinity missing": (
+            ["partition", "--affinity", none],
+            f"cannot read affinity file {none!r}: [Errno 2] No such file or directory: {none!r}"),
+        "affinity not json": (
+            ["partition", "--affinity", files["bad.json"]],
+            (f"affinity file {files['bad.json']!r} is not JSON: Expecting property name enclosed in double "
+             "quotes: line 1 column 2 (char 1)")),
+        "affinity not a mapping": (
+            ["partition", "--affinity", files["list.json"]],
+            (f"affinity file {files['list.json']!r} must hold a JSON object {{node name: device}}, "
+             "not a list")),
+        "affinity unknown nodes": (
+            ["run", "--affinity", files["unknown.json"]],
+            (f"affinity file {files['unknown.json']!r} names 1 node(s) model 'example_cnn' does not have: "
+             "'conv9'")),
+        "affinity missing nodes": (
+            ["partition", "--affinity", files["short.json"]],
+            (f"affinity file {files['short.json']!r} gives no device for 2 node(s): 'bn2' "
+             "(BatchNormalization), 'fc1' (Gemm); every node needs one (`subgraph query` prints a "
+             "complete map)")),
+        "affinity unknown device": (
+            ["partition", "--affinity", files["gpu.json"]],
+            (f"affinity file {files['gpu.json']!r}: node 'gap' (GlobalAveragePool) has device 'GPU', "
+             "which is not among the devices TVM, NUMPY")),
+        "affinity device refuses node": (
+            ["partition", "--exclude", "TVM:Softmax", "--affinity", files["full.json"]],
+            "node 'softmax' (Softmax) has affinity 'TVM', but TVM does not support it"),
+        "inputs not npz": (
+            ["run", "--devices", "NUMPY", "--inputs", not_onnx],
+            f"inputs file {not_onnx!r} is not an .npz file (numpy.savez writes one)"),
+        "inputs wrong name": (
+            ["run", "--devices", "NUMPY", "--inputs", str(tmp / "wrong.npz")],
+            "graph 'example_cnn' has no input(s) ['x']; its inputs are ['image']"),
+        "output folder missing": (
+            ["partition", "-o", out], f"cannot write {out!r}: [Errno 2] No such file or directory: {out!r}"),
+    }
+
+
+@pytest.fixture(scope="module")
+def error_results(cli_env, tmp_path_factory):
+    """Every bad-input case run once, four at a time (each is a separate interpreter)."""
+    tmp = tmp_path_factory.mktemp("bad-input")
+    np.savez(tmp / "wrong.npz", x=np.zeros((1, 3, 32, 32), np.float32))
+    cases = _error_cases(tmp)
+    assert list(cases) == ERROR_CASES
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = dict(zip(cases, pool.map(lambda args: cli(cli_env, *args), [a for a, _ in cases.values()])))
+    return cases, results
+
+
+ERROR_CASES = ["missing file", "not onnx", "empty device list", "unknown device", "repeated device",
+               "bad device option", "option for another device", "bad input shape", "symbolic input",
+               "wrong input rank", "affinity missing", "affinity not json", "affinity not a mapping",
+               "affinity unknown nodes", "affinity missing nodes", "affinity unknown device",
+               "affinity device refuses node", "inputs not npz", "inputs wrong name", "output folder missing"]
+
+
+@pytest.mark.parametrize("case", ERROR_CASES)
+def test_bad_input_exits_2_with_one_clear_line(error_results, case):
+    cases, results = error_results
+    result, (_, message) = results[case], cases[case]
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"subgraph: error: {message}")
+    if not message.endswith(": "):
+        assert lines[0] == f"subgraph: error: {message}"

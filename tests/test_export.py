@@ -1,0 +1,152 @@
+"""Export of partitioned graphs: fused nodes become calls to ONNX local functions that
+onnxruntime runs, and that from_onnx reads back as fused nodes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+import subgraph
+from subgraph.errors import ModelLoadError, SubgraphError
+from subgraph.frontends.onnx import node_to_onnx
+from subgraph.frontends.onnx_functions import CONSTANT_KEY, COPY_KEY
+from subgraph.graph import Graph
+from subgraph.partition import partition_graph
+from subgraph.synthetic import seed_example
+from subgraph.zoo import example_inputs, resnet18
+
+
+def _ort(model, feeds):
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    model = resnet18()
+    return model, subgraph.from_onnx(model), example_inputs(model)
+
+
+@pytest.fixture(scope="module")
+def exported(resnet):
+    _, graph, _ = resnet
+    tvm_lacks = {"TVM": {"exclude_ops": ["MaxPool", "Add"]}}
+    partitioned = subgraph.partition_model(graph, "HETERO:TVM,NUMPY", tvm_lacks)
+    return partitioned, subgraph.to_onnx(partitioned.graph)
+
+
+def test_resnet18_export_runs_in_onnxruntime_like_the_original(resnet, exported):
+    model, _, feeds = resnet
+    _, proto = exported
+    onnx.checker.check_model(proto, full_check=True)
+    expected = _ort(model, feeds)
+    got = _ort(proto, feeds)
+    assert list(got) == list(expected) == ["output"]
+    np.testing.assert_allclose(got["output"], expected["output"], rtol=1e-4, atol=1e-6)
+
+
+def test_every_subgraph_is_a_local_function_called_with_its_device(exported):
+    partitioned, proto = exported
+    assert [(n.op_type, n.domain, n.name) for n in proto.graph.node] == [
+        (f"subgraph{i}", "subgraph", f"subgraph{i}") for i in range(19)]
+    assert [(f.domain, f.name) for f in proto.functions] == [("subgraph", f"subgraph{i}") for i in range(19)]
+    assert {i.domain: i.version for i in proto.opset_import} == {"": 17, "subgraph": 1}
+    devices = []
+    for call in proto.graph.node:
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in call.attribute}
+        devices.append(attrs["device"].decode())
+        assert attrs["subgraph_id"] == int(call.name[len("subgraph"):])
+    assert devices == [s.device for s in partitioned.subgraphs] == ["TVM", "NUMPY"] * 9 + ["TVM"]
+    first = proto.functions[0]
+    body = [(n.op_type, [m.key for m in n.metadata_props]) for n in first.node]
+    assert body[-3:] == [("Conv", ["subgraph.rt_info.affinity"]),
+                         ("BatchNormalization", ["subgraph.rt_info.affinity"]),
+                         ("Relu", ["subgraph.rt_info.affinity"])]
+    assert all(op == "Constant" and keys == [CONSTANT_KEY] for op, keys in body[:-3])
+    assert list(first.input) == ["input"] and list(first.output) == ["/relu/Relu_output_0"]
+    assert not proto.graph.initializer  # every weight moved into its function
+
+
+def test_export_reads_back_as_the_same_fused_nodes(exported):
+    partitioned, proto = exported
+    back = subgraph.from_onnx(proto)
+    assert back.equals(partitioned.graph)
+    assert [n.attrs["device"] for n in back.nodes] == [s.device for s in partitioned.subgraphs]
+
+
+def _fanout() -> Graph:
+    """x -> Relu a -> Neg b; b feeds Sigmoid s1 and Tanh s2 and is a graph output; Add c = s1 + s2."""
+    g = Graph("fanout")
+    x = g.add_input("x", (2, 3), "float32")
+    a = g.add_node("Relu", [x], name="a", outputs=["va"])
+    b = g.add_node("Neg", [a.outputs[0]], name="b", outputs=["vb"])
+    s1 = g.add_node("Sigmoid", [b.outputs[0]], name="s1", outputs=["v1"])
+    s2 = g.add_node("Tanh", [b.outputs[0]], name="s2", outputs=["v2"])
+    c = g.add_node("Add", [s1.outputs[0], s2.outputs[0]], name="c", outputs=["vc"])
+    g.set_outputs([c.outputs[0], b.outputs[0]])
+    g.infer_shapes()
+    return g
+
+
+def test_repeated_outputs_without_dedup_export_and_read_back():
+    g = _fanout()
+    p = partition_graph(g, "numpy", ops=["Relu", "Neg"], dedup=False)
+    fused = p.nodes[0]
+    assert fused.attrs["output_map"] == [0, 0, 0]  # graph output, s1's copy, s2's copy
+    proto = subgraph.to_onnx(p)
+    onnx.checker.check_model(proto, full_check=True)
+    body = proto.functions[0].node
+    assert [n.op_type for n in body] == ["Relu", "Neg", "Identity", "Identity"]
+    assert all([m.key for m in n.metadata_props] == [COPY_KEY] for n in body[2:])
+    feeds = {"x": np.array([[-1, 0.5, 2], [3, -4, 0]], np.float32)}
+    expected = subgraph.run(g, feeds)
+    got = _ort(proto, feeds)
+    for name in expected:
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-6)
+    back = subgraph.from_onnx(proto)
+    assert back.equals(p)
+    for name, value in subgraph.run(back, feeds).items():
+        np.testing.assert_allclose(value, expected[name], rtol=1e-6)
+
+
+def test_nested_fused_nodes_become_nested_functions():
+    g = seed_example()
+    inner = partition_graph(g, "numpy", ops=["Relu"])
+    outer = partition_graph(inner, "numpy", ops=["Subgraph", "Sigmoid", "Add"])
+    assert [n.op for n in outer.nodes] == ["Subgraph"]
+    proto = subgraph.to_onnx(outer)
+    onnx.checker.check_model(proto, full_check=True)
+    # two inner subgraphs ({1, 2, 3} and {6, 7}), the outer one last, names made unique
+    assert [f.name for f in proto.functions] == ["numpy_subgraph_0_1", "numpy_subgraph_1", "numpy_subgraph_0"]
+    assert [n.op_type for n in proto.functions[2].node] == ["numpy_subgraph_0_1", "Sigmoid", "Add",
+                                                            "numpy_subgraph_1"]
+    feeds = {"x": np.array([-1.5, -0.25, 0.5, 2.0], np.float32)}
+    np.testing.assert_allclose(_ort(proto, feeds)["7"], subgraph.run(g, feeds)["7"], rtol=1e-6)
+    back = subgraph.from_onnx(proto)
+    assert back.equals(outer)
+
+
+def test_node_to_onnx_needs_somewhere_to_put_the_function():
+    p = partition_graph(seed_example(), "numpy", ops=["Relu"])
+    with pytest.raises(SubgraphError, match="^node 'numpy_subgraph_0' \\(Subgraph\\) is a fused node: it is "
+                                            "written as a call to an ONNX local function, so pass a dict"):
+        node_to_onnx(p.nodes[0], p.opset)
+    functions = {}
+    call = node_to_onnx(p.nodes[0], p.opset, functions)
+    assert (call.op_type, call.domain) == ("numpy_subgraph_0", "subgraph")
+    assert list(functions) == ["numpy_subgraph_0"]
+
+
+def test_a_call_without_property_is_refused_on_import():
+    p = partition_graph(seed_example(), "numpy", ops=["Relu"])
+    proto = subgraph.to_onnx(p)
+    call = proto.graph.node[0]
+    keep = [a for a in call.attribute if a.name != "property"]
+    del call.attribute[:]
+    call.attribute.extend(keep)
+    with pytest.raises(ModelLoadError, match="^node 'numpy_subgraph_0' \\(subgraph.numpy_subgraph_0\\) calls "
+                                             "a local function of domain 'subgraph' but has no 'property'"):
+        subgraph.from_onnx(proto)
