@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ModelLoadError
+from .fileio import write_atomic
 from .graph import Graph, OnnxGraphAttr
 
 __all__ = ["graph_to_dict", "graph_from_dict", "save_json", "load_json", "clone_graph"]
@@ -192,10 +193,7 @@ def _copy_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
 
 def save_json(graph: Graph, path: str | os.PathLike) -> None:
     """Write ``graph`` to ``path`` atomically (a temporary file, then a rename)."""
-    tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(graph_to_dict(graph), fh)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(graph_to_dict(graph)))
 
 
 def load_json(path: str | os.PathLike) -> Graph:

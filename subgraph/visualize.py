@@ -47,12 +47,12 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
 from .errors import GraphError
+from .fileio import atomic_path, write_atomic
 from .graph import Graph, Node, Value
 from .hetero import CompiledModel, SubgraphInfo, registered_devices
 
@@ -251,35 +251,30 @@ def _safe_name(name: str) -> str:
     return name or "graph"
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _render(dot: str, source: Path) -> Path | None:
     """Render ``source`` to SVG beside it; warn and return None when ``dot`` fails."""
     target = source.with_suffix(".svg")
-    fd, tmp = tempfile.mkstemp(dir=source.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
+    problem = None
     try:
-        done = subprocess.run([dot, "-Tsvg", "-o", tmp, str(source)], capture_output=True, text=True,
-                              timeout=RENDER_TIMEOUT, check=False)
-        problem = None if done.returncode == 0 else f"exit code {done.returncode}: {done.stderr.strip()}"
+        with atomic_path(target) as tmp:
+            done = subprocess.run([dot, "-Tsvg", "-o", tmp, str(source)], capture_output=True, text=True,
+                                  timeout=RENDER_TIMEOUT, check=False)
+            if done.returncode != 0:
+                problem = f"exit code {done.returncode}: {done.stderr.strip()}"
+                raise _RenderFailed
+    except _RenderFailed:
+        pass
     except (OSError, subprocess.TimeoutExpired) as exc:
         problem = f"{type(exc).__name__}: {exc}"
     if problem is not None:
-        Path(tmp).unlink(missing_ok=True)
         warnings.warn(f"GraphViz could not render {source} to SVG ({problem}); the .dot file is kept",
                       stacklevel=3)
         return None
-    os.replace(tmp, target)
     return target
+
+
+class _RenderFailed(Exception):
+    """dot exited with an error: abandon the temporary SVG."""
 
 
 def write_dot(original: Graph, compiled: CompiledModel, folder: str | os.PathLike = ".",
@@ -324,7 +319,7 @@ def write_dot(original: Graph, compiled: CompiledModel, folder: str | os.PathLik
     written = []
     for kind, text in texts.items():
         path = folder / f"{base}_{kind}.dot"
-        _write_atomic(path, text)
+        write_atomic(path, text)
         written.append(path)
     dot = shutil.which("dot") if render else None
     for path in list(written) if dot is not None else []:

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import SubgraphError
+from ..fileio import write_atomic
 from .options import (
     EXAMPLE_MODEL,
     UsageError,
@@ -215,11 +216,13 @@ def _partition(args: argparse.Namespace) -> int:
 def _export(graph: Any, path: str) -> None:
     import onnx
 
+    from ..fileio import atomic_path
     from ..frontends.onnx import to_onnx
 
     proto = to_onnx(graph)
     try:
-        onnx.save(proto, path)
+        with atomic_path(path) as tmp:
+            onnx.save(proto, tmp)
     except OSError as exc:
         raise UsageError(f"cannot write {path!r}: {exc}") from None
     print(f"wrote {path}: {len(proto.functions)} subgraph function(s), {proto.ByteSize()} bytes "
@@ -234,8 +237,7 @@ def _query(args: argparse.Namespace) -> int:
     text = json.dumps(affinity, indent=2)
     if args.output:
         try:
-            with open(args.output, "w", encoding="utf-8") as f:
-                f.write(text + "\n")
+            write_atomic(args.output, text + "\n")
         except OSError as exc:
             raise UsageError(f"cannot write {args.output!r}: {exc}") from None
         print(f"wrote {args.output}: {len(affinity)} node(s)", file=sys.stderr)

@@ -32,7 +32,6 @@ import io
 import json
 import os
 import re
-import tempfile
 import threading
 import warnings
 from pathlib import Path
@@ -41,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ExecutionError, InputError, PropertyError, SubgraphError
+from ..fileio import atomic_path, write_atomic
 from ..graph import Graph, Node
 
 __all__ = ["tvm_supports", "unsupported_reason", "SUPPORTED_OPS", "EXCLUDED_OPS", "compile_graph", "TVMFunction",
@@ -564,20 +564,6 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _write_atomic(path: Path, write: Any) -> None:
-    """Call ``write(tmp_path)`` then rename the temporary file onto ``path``."""
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp" + path.suffix, dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; the cache is shared like any cache
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def _load_entry(directory: Path, key: str, device: Any) -> tuple[Any, dict] | None:
     """The cached library and its metadata, or None; a damaged entry warns and is ignored."""
     import tvm
@@ -603,17 +589,10 @@ def _store_entry(directory: Path, key: str, executable: Any, meta: dict) -> None
     """Write the library, then its metadata (with the library's checksum), each atomically."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        lib = directory / f"{key}.so"
-        digest: list[str] = []
-
-        def write_lib(tmp: str) -> None:
+        with atomic_path(directory / f"{key}.so") as tmp:
             executable.export_library(tmp)
-            digest.append(_file_sha256(Path(tmp)))
-
-        _write_atomic(lib, write_lib)
-        meta = dict(meta, sha256=digest[0])
-        _write_atomic(directory / f"{key}.json",
-                      lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1, sort_keys=True)))
+            digest = _file_sha256(Path(tmp))
+        write_atomic(directory / f"{key}.json", json.dumps(dict(meta, sha256=digest), indent=1, sort_keys=True))
     except Exception as exc:  # a read-only or full disk must not stop the run
         warnings.warn(f"could not write the TVM cache in {directory}: {_summary(exc, 1)}",
                       RuntimeWarning, stacklevel=3)
