@@ -537,6 +537,16 @@ class Graph:
         return nxg
 
     # ------------------------------------------------------------------ copies
+    def skeleton(self) -> Graph:
+        """A new graph with this one's name, opset, metadata, inputs and constants, no nodes."""
+        new = Graph(self.name, self.opset)
+        new.metadata = dict(self.metadata)
+        for v in self.inputs:
+            new.add_input(v.name, v.shape, v.dtype)
+        for v in self.initializers.values():
+            new.add_constant(v.name, v.data)
+        return new
+
     def copy(self) -> Graph:
         """A deep copy of the structure; constant arrays are shared (they are read-only)."""
         from .serialize import clone_graph

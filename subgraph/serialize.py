@@ -171,12 +171,7 @@ def graph_from_dict(doc: dict[str, Any]) -> Graph:
 
 def clone_graph(graph: Graph) -> Graph:
     """A structural deep copy; constants share their read-only arrays, kernels are kept."""
-    new = Graph(graph.name, graph.opset)
-    new.metadata = dict(graph.metadata)
-    for v in graph.inputs:
-        new.add_input(v.name, v.shape, v.dtype)
-    for v in graph.initializers.values():
-        new.add_constant(v.name, v.data)
+    new = graph.skeleton()
     values = new._values
     for node in graph.nodes:
         copy = new.copy_node(node, [None if v is None else values[v.name] for v in node.inputs])

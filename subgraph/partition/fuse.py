@@ -160,12 +160,7 @@ def _create(prop, sub: Graph, sid: int, members: list[Node]) -> Node | None:
 def _assemble(graph: Graph, index: PartitionIndex, fused: dict[int, tuple[Node, Boundary]],
               joined: dict[int, tuple[int, str]]) -> Graph:
     nodes = graph.nodes
-    result = Graph(graph.name, graph.opset)
-    result.metadata = dict(graph.metadata)
-    for v in graph.inputs:
-        result.add_input(v.name, v.shape, v.dtype)
-    for v in graph.initializers.values():
-        result.add_constant(v.name, v.data)
+    result = graph.skeleton()
     rewire: dict[tuple[str, int], str] = {}
     for _, bd in fused.values():
         rewire.update(bd.rewire)
