@@ -221,13 +221,14 @@ class CompiledModel:
             fn = kernel() if kernel is not None else None
             inner = fn.op_times() if hasattr(fn, "op_times") else []
             transfer = fn.transfer_times() if hasattr(fn, "transfer_times") else {}
-            for name, seconds_in in transfer.items():
-                records.append(ProfileRecord(info.index, info.device, name, "Transfer", seconds_in))
+            moves = [ProfileRecord(info.index, info.device, name, "Transfer", t) for name, t in transfer.items()]
+            records.extend(moves[:1])  # handing the inputs over
             if inner:
                 records.extend(ProfileRecord(info.index, info.device, n, op, t) for n, op, t in inner)
             else:
                 records.append(ProfileRecord(info.index, info.device, f"{info.device} execute",
                                              "Subgraph", seconds - sum(transfer.values())))
+            records.extend(moves[1:])  # and the outputs back
         return records
 
     def profiling_info(self) -> list[ProfileRecord]:

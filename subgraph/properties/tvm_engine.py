@@ -33,6 +33,7 @@ import json
 import os
 import re
 import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -400,6 +401,8 @@ class TVMFunction:
         if len(arrays) != len(self._inputs):
             raise InputError(f"TVM function for graph {self.name!r} takes {len(self._inputs)} "
                              f"input(s) {self.input_names}, got {len(arrays)}")
+        clock = time.perf_counter
+        start = clock()
         tensors = []
         for (name, shape, dtype), array in zip(self._inputs, arrays):
             array = np.asarray(array)
@@ -407,8 +410,16 @@ class TVMFunction:
                 raise InputError(f"TVM function for graph {self.name!r}: input {name!r} expects "
                                  f"{dtype.name}{list(shape)}, got {array.dtype.name}{list(array.shape)}")
             tensors.append(as_tvm_tensor(array, self.device))
+        ran = clock()
         outs = self.run_tensors(*tensors)
-        return [_to_numpy(t, copy=i in self.constant_outputs) for i, t in enumerate(outs)]
+        back = clock()
+        result = [_to_numpy(t, copy=i in self.constant_outputs) for i, t in enumerate(outs)]
+        self._local.transfers = {"input transfer": ran - start, "output transfer": clock() - back}
+        return result
+
+    def transfer_times(self) -> dict[str, float]:
+        """Seconds this thread's last call spent handing inputs to TVM and outputs back."""
+        return dict(getattr(self._local, "transfers", {}))
 
     def __repr__(self) -> str:
         return f"<TVMFunction {self.name} ({self.source}) {self.key[:12]}>"
