@@ -130,10 +130,9 @@ class Executor:
         clock = time.perf_counter
         for i, node in enumerate(graph.nodes):
             args = [None if v is None else env[v.name] for v in node.inputs]
-            kernel = self._kernel(i)
             start = clock() if self.profile else 0.0
             try:
-                result = kernel(node, *args)
+                result = self._kernel(i)(node, *args)
             except SubgraphError as exc:
                 if isinstance(exc, ExecutionError):
                     raise
