@@ -14,7 +14,10 @@ loaded machine.
 by node (median of ``--repeat`` passes), to see which kernels dominate.
 
 Run: ``python benchmarks/run_models.py [--models resnet18 bert_encoder] [--repeat 20]
-[--warmup 3] [--profile]``.
+[--warmup 3] [--profile]``. On a shared or loaded machine multi-threaded BLAS and
+onnxruntime pools stall on preempted threads and times vary several-fold between runs;
+``OPENBLAS_NUM_THREADS=1 python benchmarks/run_models.py --threads 1`` compares one
+thread against one thread and is far steadier.
 """
 
 from __future__ import annotations
