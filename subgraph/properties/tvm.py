@@ -26,6 +26,9 @@ class TVMProperty(SubgraphProperty):
         TVM target, default ``"llvm"`` (``"cuda"`` where a GPU is present).
     cache_dir : str | None
         Where compiled libraries are kept (default: the user cache folder).
+    schedule : str
+        ``"cpu"`` (default), ``"dlight"`` or ``"none"``: how CPU builds are scheduled
+        (:mod:`~subgraph.properties.tvm_schedule`).
     ops, exclude_ops : list[str] | None
         Restrict the ops TVM takes (e.g. ``exclude_ops=["Softmax"]``).
 
@@ -50,4 +53,5 @@ class TVMProperty(SubgraphProperty):
     def compile(self, subgraph: Graph):
         return compile_graph(subgraph, target=self.options.get("target", "llvm"),
                              cache_dir=self.options.get("cache_dir"),
-                             use_cache=self.options.get("use_cache", True))
+                             use_cache=self.options.get("use_cache", True),
+                             schedule=self.options.get("schedule", "cpu"))

@@ -2,9 +2,11 @@
 
 :func:`compile_graph` writes the graph as ONNX (:func:`subgraph.to_onnx`), imports it with
 TVM's Relax ONNX frontend using the graph's static input shapes and dtypes (constants stay
-constants, bound into the module), builds it with ``tvm.compile`` and returns a
+constants, bound into the module), builds it with ``tvm.compile`` (on CPU targets through
+the scheduling pipeline of :mod:`~subgraph.properties.tvm_schedule`, for the host's
+``mcpu``: TVM's default pipeline leaves loops scalar and single-threaded) and returns a
 :class:`TVMFunction`, callable from several threads (one VM per thread). Builds are cached
-in memory and on disk, keyed by a sha256 over the ONNX bytes, the target and
+in memory and on disk, keyed by a sha256 over the ONNX bytes, the target, the schedule and
 ``tvm.__version__``: ``<key>.so`` (``export_library``) plus ``<key>.json`` (metadata and the
 library's checksum), each written to a temporary file and renamed, so concurrent processes
 never read half a file; a damaged entry is recompiled with a warning.
@@ -45,10 +47,11 @@ from ..fileio import atomic_path, write_atomic
 from ..graph import Graph, Node
 
 __all__ = ["tvm_supports", "unsupported_reason", "SUPPORTED_OPS", "EXCLUDED_OPS", "compile_graph", "TVMFunction",
-           "cache_key", "default_cache_dir", "clear_memory_cache", "as_tvm_tensor", "aligned_empty"]
+           "cache_key", "default_cache_dir", "clear_memory_cache", "as_tvm_tensor", "aligned_empty",
+           "host_target"]
 
 #: Bump when the way a build is made or stored changes, so old disk entries are not reused.
-_FORMAT = "subgraph-tvm-1"
+_FORMAT = "subgraph-tvm-2"  # 2: CPU builds are scheduled (tvm_schedule), host mcpu
 _ALIGNMENT = 64  # TVM's compiled code assumes buffers aligned to this many bytes
 _DL_CPU = 1  # DLPack device type of the host
 
@@ -440,28 +443,67 @@ def _summary(exc: BaseException, lines: int = 3) -> str:
     return f"{type(exc).__name__}: {text[:500]}"
 
 
+def host_target() -> Any:
+    """The ``llvm`` target for this machine's CPU (``mcpu`` as LLVM names it, e.g. ``znver4``).
+
+    Deterministic on a given machine, so cache keys stay stable; a different CPU gets its
+    own cache entries.
+
+    Examples
+    --------
+    >>> host_target().kind.name, bool(host_target().attrs["mcpu"])
+    ('llvm', True)
+    """
+    import tvm
+    from tvm.target.codegen import llvm_get_system_cpu
+
+    return tvm.target.Target({"kind": "llvm", "mcpu": str(llvm_get_system_cpu())})
+
+
+def _use_all_cpus() -> None:
+    """Let TVM's thread pool use every CPU this process may run on, unless TVM_NUM_THREADS says.
+
+    TVM sizes its pool once, at the first parallel loop, from ``TVM_NUM_THREADS`` or else
+    half the hardware threads on x86 (it assumes hyper-threading): one thread on a 2-vCPU VM.
+    """
+    if "TVM_NUM_THREADS" not in os.environ:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        os.environ["TVM_NUM_THREADS"] = str(cpus)
+
+
 def _as_target(target: Any) -> Any:
+    """``target`` as a ``tvm.target.Target``; an ``llvm`` target without ``mcpu`` gets the host's."""
     import tvm
 
     try:
-        return target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
+        tgt = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
     except Exception as exc:
         raise PropertyError(f"invalid TVM target {target!r} (use a kind such as 'llvm' or a dict "
                             f"like {{'kind': 'llvm', 'mcpu': 'skylake'}}): {_summary(exc, 1)}") from None
+    from tvm.target.codegen import llvm_get_system_triple
+
+    host = str(llvm_get_system_triple())
+    if tgt.kind.name == "llvm" and not tgt.attrs.get("mcpu") and str(tgt.attrs.get("mtriple", host)) == host:
+        config = dict(tgt.export())
+        config["mcpu"] = host_target().attrs["mcpu"]
+        tgt = tvm.target.Target(config)
+    return tgt
 
 
-def cache_key(model_bytes: bytes, target: str) -> str:
-    """sha256 over the ONNX bytes, the canonical target, ``tvm.__version__`` and the format.
+def cache_key(model_bytes: bytes, target: str, schedule: str = "cpu") -> str:
+    """sha256 over the ONNX bytes, the canonical target, the schedule, ``tvm.__version__`` and the format.
 
     Examples
     --------
     >>> len(cache_key(b"model", '{"kind":"llvm"}'))
     64
+    >>> cache_key(b"model", '{"kind":"llvm"}') != cache_key(b"model", '{"kind":"llvm"}', "none")
+    True
     """
     import tvm
 
     digest = hashlib.sha256()
-    for part in (_FORMAT.encode(), tvm.__version__.encode(), target.encode(), model_bytes):
+    for part in (_FORMAT.encode(), tvm.__version__.encode(), target.encode(), schedule.encode(), model_bytes):
         digest.update(len(part).to_bytes(8, "little"))
         digest.update(part)
     return digest.hexdigest()
@@ -536,8 +578,11 @@ def _check_outputs(graph: Graph, func: Any) -> list[int]:
     return [i for i, expr in enumerate(fields) if isinstance(resolve(expr), tvm.ir.expr.Constant)]
 
 
-def _build(graph: Graph, model: Any, target: Any) -> tuple[Any, list[int]]:
+def _build(graph: Graph, model: Any, target: Any, schedule: str) -> tuple[Any, list[int]]:
+    """Import, then ``tvm.compile`` with the :mod:`.tvm_schedule` pipeline on CPU targets."""
     import tvm
+
+    from .tvm_schedule import relax_pipeline
 
     for value in graph.inputs:
         if value.shape is None or value.dtype is None:
@@ -550,7 +595,8 @@ def _build(graph: Graph, model: Any, target: Any) -> tuple[Any, list[int]]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            executable = tvm.compile(mod, target=target)
+            pipeline = relax_pipeline(target, schedule) if target.kind.name == "llvm" else "default"
+            executable = tvm.compile(mod, target=target, relax_pipeline=pipeline)
     except Exception as exc:
         raise PropertyError(f"TVM could not compile graph {graph.name!r} for target "
                             f"{target.kind.name}: {_summary(exc)}") from None
@@ -610,7 +656,7 @@ def _store_entry(directory: Path, key: str, executable: Any, meta: dict) -> None
 
 
 def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: str | os.PathLike | None = None,
-                  use_cache: bool = True) -> TVMFunction:
+                  use_cache: bool = True, schedule: str = "cpu") -> TVMFunction:
     """Compile ``graph`` with TVM for ``target``; cached in memory and on disk.
 
     Parameters
@@ -619,15 +665,26 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
         A graph with static shapes and dtypes on its inputs and outputs.
     target : str, dict or tvm.target.Target
         ``"llvm"`` (default), ``"cuda"``, or a dict such as ``{"kind": "llvm", "mcpu": ...}``;
-        the device (``tvm.cpu()``, ``tvm.cuda()``...) follows the target's kind.
+        the device (``tvm.cpu()``, ``tvm.cuda()``...) follows the target's kind. An ``llvm``
+        target for this machine without ``mcpu`` gets the host CPU's (:func:`host_target`).
     cache_dir : path, optional
         Where compiled libraries live; default :func:`default_cache_dir`.
     use_cache : bool
         False compiles afresh and stores nothing.
+    schedule : str
+        How CPU loops are scheduled (:data:`~subgraph.properties.tvm_schedule.SCHEDULES`):
+        ``"cpu"`` (default; vectorised, register-blocked, multi-threaded), ``"dlight"`` (TVM's
+        dlight CPU rules only) or ``"none"`` (TVM's naive loops). Ignored for GPU targets.
 
     Returns
     -------
     TVMFunction
+
+    Notes
+    -----
+    Compiled CPU code runs its parallel loops on TVM's thread pool; unless ``TVM_NUM_THREADS``
+    is set, the first call of this function sets it to the CPUs this process may use (TVM
+    would otherwise take half the hardware threads on x86). The pool is sized once per process.
 
     Raises
     ------
@@ -649,13 +706,19 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
 
     from ..frontends.onnx import to_onnx
 
+    from .tvm_schedule import SCHEDULES
+
+    if schedule not in SCHEDULES:
+        raise PropertyError(f"unknown TVM schedule {schedule!r} for graph {graph.name!r}; "
+                            f"expected one of {list(SCHEDULES)}")
+    _use_all_cpus()
     tgt = _as_target(target)
     device = tvm.device(tgt.get_target_device_type(), 0)
     try:
         model = to_onnx(graph)
     except SubgraphError as exc:
         raise PropertyError(f"graph {graph.name!r} cannot be written as ONNX for TVM: {exc}") from exc
-    key = cache_key(model.SerializeToString(deterministic=True), str(tgt))
+    key = cache_key(model.SerializeToString(deterministic=True), str(tgt), schedule)
     if use_cache and key in _MEMORY:
         return _MEMORY[key]
     with _BUILD_LOCK:
@@ -667,11 +730,11 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
             module, meta = entry
             constant_outputs, source = list(meta.get("constant_outputs", [])), "disk"
         else:
-            module, constant_outputs = _build(graph, model, tgt)
+            module, constant_outputs = _build(graph, model, tgt, schedule)
             source = "compiled"
             if use_cache:
                 _store_entry(directory, key, module, {
-                    "graph": graph.name, "target": str(tgt), "tvm": tvm.__version__,
+                    "graph": graph.name, "target": str(tgt), "schedule": schedule, "tvm": tvm.__version__,
                     "constant_outputs": constant_outputs})
         fn = TVMFunction(module, device, name=graph.name, key=key, target=str(tgt),
                          inputs=[(v.name, v.shape, v.dtype) for v in graph.inputs],

@@ -1,0 +1,170 @@
+"""Tests of :mod:`subgraph.properties.tvm_schedule`: scheduled CPU builds give the same numbers."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from subgraph.errors import PropertyError
+from subgraph.graph import Graph
+from subgraph.properties import tvm_engine as te
+from subgraph.properties import tvm_schedule as ts
+
+pytestmark = [pytest.mark.tvm,
+              pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="needs apache-tvm")]
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    directory = tmp_path / "cache"
+    monkeypatch.setenv("SUBGRAPH_CACHE_DIR", str(directory))
+    te.clear_memory_cache()
+    yield directory
+    te.clear_memory_cache()
+
+
+def _rand(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def linear_graph() -> Graph:
+    """MatMul + bias + Relu: one contraction with an epilogue (rows 96 = 8 x 12, columns 48)."""
+    rng = np.random.default_rng(3)
+    g = Graph("linear")
+    x = g.add_input("x", (96, 64), "float32")
+    y = g.add_node("MatMul", [x, g.add_constant("w", _rand(rng, (64, 48)))], name="mm").outputs[0]
+    y = g.add_node("Add", [y, g.add_constant("b", _rand(rng, (48,)))], name="add").outputs[0]
+    g.set_outputs([g.add_node("Relu", [y], name="relu").outputs[0]])
+    g.infer_shapes()
+    return g
+
+
+def conv_graph() -> Graph:
+    """Strided, padded, grouped and residual convolutions, as in ResNet and MobileNet."""
+    rng = np.random.default_rng(4)
+    g = Graph("convs")
+    x = g.add_input("x", (1, 8, 14, 14), "float32")
+    y = g.add_node("Conv", [x, g.add_constant("w1", _rand(rng, (32, 8, 3, 3))),
+                            g.add_constant("b1", _rand(rng, (32,)))],
+                   name="conv1", attrs={"pads": [1, 1, 1, 1], "strides": [2, 2]}).outputs[0]
+    y = g.add_node("Relu", [y], name="relu1").outputs[0]
+    d = g.add_node("Conv", [y, g.add_constant("w2", _rand(rng, (32, 1, 3, 3)))],
+                   name="depthwise", attrs={"pads": [1, 1, 1, 1], "group": 32}).outputs[0]
+    p = g.add_node("Conv", [d, g.add_constant("w3", _rand(rng, (32, 32, 1, 1)))], name="pointwise").outputs[0]
+    g.set_outputs([g.add_node("Add", [p, y], name="residual").outputs[0]])
+    g.infer_shapes()
+    return g
+
+
+def attention_graph() -> Graph:
+    """Batched Q K^T, softmax, times V: batch matmuls and a row reduction."""
+    rng = np.random.default_rng(5)
+    g = Graph("attention")
+    q = g.add_input("q", (2, 32, 16), "float32")
+    k = g.add_constant("k", _rand(rng, (2, 16, 32)))
+    v = g.add_constant("v", _rand(rng, (2, 32, 16)))
+    s = g.add_node("MatMul", [q, k], name="qk").outputs[0]
+    s = g.add_node("Softmax", [s], name="softmax", attrs={"axis": -1}).outputs[0]
+    g.set_outputs([g.add_node("MatMul", [s, v], name="sv").outputs[0]])
+    g.infer_shapes()
+    return g
+
+
+def onnxruntime_outputs(graph: Graph, *arrays: np.ndarray) -> list[np.ndarray]:
+    ort = pytest.importorskip("onnxruntime")
+    from subgraph import to_onnx
+
+    session = ort.InferenceSession(to_onnx(graph).SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {v.name: a for v, a in zip(graph.inputs, arrays)})
+
+
+@pytest.mark.parametrize("schedule", ts.SCHEDULES)
+@pytest.mark.parametrize("build", [linear_graph, conv_graph, attention_graph])
+def test_every_schedule_matches_onnxruntime(build, schedule):
+    graph = build()
+    rng = np.random.default_rng(0)
+    arrays = [_rand(rng, v.shape) for v in graph.inputs]
+    got = te.compile_graph(graph, schedule=schedule)(*arrays)
+    for g, w in zip(got, onnxruntime_outputs(graph, *arrays)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5 * float(np.abs(w).max()))
+
+
+def _lowered_scripts(graph: Graph, schedule: str) -> dict[str, str]:
+    """The TIR of every function after the pipeline, by function name."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+
+    from subgraph import to_onnx
+
+    target = te.host_target()
+    mod = from_onnx(to_onnx(graph), shape_dict={v.name: list(v.shape) for v in graph.inputs},
+                    dtype_dict={v.name: v.dtype.name for v in graph.inputs})
+    mod = ts.relax_pipeline(target, schedule)(relax.transform.FoldConstant()(mod))
+    return {gv.name_hint: f.script() for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+
+
+def test_cpu_schedule_vectorises_and_parallelises_the_contraction():
+    scripts = _lowered_scripts(linear_graph(), "cpu")
+    (matmul,) = [s for name, s in scripts.items() if "matmul" in name]
+    assert "T.parallel" in matmul and "T.vectorized" in matmul and "T.unroll(T.int64(8))" in matmul
+    assert "T.max(matmul_intermediate" in matmul  # bias and Relu run in the same function's tiles
+    plain = _lowered_scripts(linear_graph(), "dlight")
+    assert not any("T.vectorized" in s for name, s in plain.items() if "matmul" in name)
+
+
+def test_cpu_schedule_rewrites_convolutions_to_nhwc():
+    scripts = _lowered_scripts(conv_graph(), "cpu")
+    convs = [s for name, s in scripts.items() if "conv2d" in name]
+    assert len(convs) == 3 and all("T.vectorized" in s for s in convs)
+
+
+def test_unknown_schedule_is_refused():
+    with pytest.raises(PropertyError, match=r"unknown TVM schedule 'fast' for graph 'linear'; expected one of "
+                                            r"\['cpu', 'dlight', 'none'\]"):
+        te.compile_graph(linear_graph(), schedule="fast")
+
+
+def test_schedule_is_part_of_the_cache_key():
+    graph = linear_graph()
+    assert te.compile_graph(graph, schedule="cpu").key != te.compile_graph(graph, schedule="none").key
+
+
+def test_host_mcpu_is_added_to_llvm_targets_only_when_missing():
+    from tvm.target.codegen import llvm_get_system_cpu
+
+    assert f'"mcpu":"{llvm_get_system_cpu()}"' in te.compile_graph(linear_graph()).target
+    assert '"mcpu":"haswell"' in te.compile_graph(linear_graph(), {"kind": "llvm", "mcpu": "haswell"}).target
+
+
+def test_tvm_property_passes_the_schedule_option():
+    from subgraph.properties.tvm import TVMProperty
+
+    graph = linear_graph()
+    assert TVMProperty(schedule="none").compile(graph).key == te.compile_graph(graph, schedule="none").key
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_parallel_loops_use_every_cpu_by_default(tmp_path):
+    """TVM alone would start one thread on a 2-vCPU x86 machine (it halves for hyper-threading)."""
+    script = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+        import numpy as np
+        from test_tvm_schedule import linear_graph
+        from subgraph.properties import tvm_engine as te
+        fn = te.compile_graph(linear_graph(), cache_dir={str(tmp_path)!r})
+        before = len(os.listdir("/proc/self/task"))
+        fn(np.ones((96, 64), np.float32))
+        print(os.environ["TVM_NUM_THREADS"], len(os.listdir("/proc/self/task")) - before)
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    cpus = len(os.sched_getaffinity(0))
+    assert out.stdout.split() == [str(cpus), str(cpus - 1)]  # the caller plus cpus - 1 workers
