@@ -184,9 +184,11 @@ def test_run_on_tvm_and_numpy_checks_benches_and_profiles(cli_env):
     assert "compiled 6 subgraph(s) (TVM 3, NUMPY 3)" in out
     assert "check    ok: every output matches the unpartitioned all-numpy run" in out
     assert "latency: median " in out and " over 3 run(s)" in out
-    profile = [line.split()[:2] for line in out.splitlines() if line.startswith("subgraph")]
-    assert profile == [["subgraph0:", "TVM"], ["subgraph1:", "pool1"], ["subgraph2:", "TVM"],
-                       ["subgraph3:", "pool2"], ["subgraph4:", "TVM"], ["subgraph5:", "softmax"]]
+    profile = [line.split()[:3] for line in out.splitlines() if line.startswith("subgraph")]
+    tvm = [["input", "transfer"], ["TVM", "execute"], ["output", "transfer"]]
+    assert profile == ([["subgraph0:", *r] for r in tvm] + [["subgraph1:", "pool1", "layerType:"]]
+                       + [["subgraph2:", *r] for r in tvm] + [["subgraph3:", "pool2", "layerType:"]]
+                       + [["subgraph4:", *r] for r in tvm] + [["subgraph5:", "softmax", "layerType:"]])
     # a zero tolerance shows the check failing: TVM does not compute bit for bit like numpy
     strict = cli(cli_env, "run", *EXCLUDE, "--check", "--rtol", "0", "--atol", "0")
     assert strict.returncode == 1

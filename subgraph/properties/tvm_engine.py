@@ -592,15 +592,26 @@ def _build(graph: Graph, model: Any, target: Any, schedule: str) -> tuple[Any, l
     dtypes = {v.name: v.dtype.name for v in graph.inputs}
     mod = _import(graph, model, shapes, dtypes)
     constant_outputs = _check_outputs(graph, mod["main"])
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            pipeline = relax_pipeline(target, schedule) if target.kind.name == "llvm" else "default"
-            executable = tvm.compile(mod, target=target, relax_pipeline=pipeline)
-    except Exception as exc:
-        raise PropertyError(f"TVM could not compile graph {graph.name!r} for target "
-                            f"{target.kind.name}: {_summary(exc)}") from None
-    return executable, constant_outputs
+    cpu = target.kind.name == "llvm"
+    # the scheduled pipeline rewrites layouts; where TVM's passes trip over a graph, TVM's
+    # own pipeline still builds it (slower code is better than leaving the device)
+    attempts = [schedule, "none"] if cpu and schedule != "none" else [schedule if cpu else "default"]
+    failures = []
+    for attempt in attempts:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                pipeline = relax_pipeline(target, attempt) if cpu else "default"
+                executable = tvm.compile(mod, target=target, relax_pipeline=pipeline)
+        except Exception as exc:
+            failures.append(_summary(exc))
+            continue
+        if failures:
+            warnings.warn(f"TVM's {schedule!r} schedule failed for graph {graph.name!r} ({failures[0]}); "
+                          "it was compiled with TVM's default pipeline instead", RuntimeWarning, stacklevel=4)
+        return executable, constant_outputs
+    raise PropertyError(f"TVM could not compile graph {graph.name!r} for target "
+                        f"{target.kind.name}: {failures[-1]}")
 
 
 # ----------------------------------------------------------------------------- cache
