@@ -22,16 +22,6 @@ pytestmark = [pytest.mark.tvm,
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path, monkeypatch):
-    """Every test gets an empty disk cache of its own and an empty memory cache."""
-    directory = tmp_path / "cache"
-    monkeypatch.setenv("SUBGRAPH_CACHE_DIR", str(directory))
-    te.clear_memory_cache()
-    yield directory
-    te.clear_memory_cache()
-
-
 # ------------------------------------------------------------------ graph builders
 def conv_relu_graph() -> Graph:
     rng = np.random.default_rng(1)

@@ -20,15 +20,6 @@ pytestmark = [pytest.mark.tvm,
               pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="needs apache-tvm")]
 
 
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path, monkeypatch):
-    directory = tmp_path / "cache"
-    monkeypatch.setenv("SUBGRAPH_CACHE_DIR", str(directory))
-    te.clear_memory_cache()
-    yield directory
-    te.clear_memory_cache()
-
-
 def _rand(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     return rng.standard_normal(shape).astype(np.float32)
 
