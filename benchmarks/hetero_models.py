@@ -6,7 +6,8 @@ For each model, in one run and on the same feeds, median latency of:
   (Softmax and MaxPool by default), so the model is split across both devices;
 - ``all-tvm``: this project, ``HETERO:TVM,NUMPY`` with TVM taking every op it supports;
 - ``plain-tvm``: TVM alone: ``relax.frontend.onnx.from_onnx`` on the whole model, the
-  same ``tvm.compile(..., "llvm")`` pipeline, inputs already TVM tensors (its best case);
+  same pipeline the tvm property uses (its CPU schedule, TVM's default where that fails),
+  inputs already TVM tensors (its best case);
 - ``numpy``: this project's numpy kernels (``subgraph.run``);
 - ``onnxruntime``: CPU provider, intra-op threads = CPU count.
 
@@ -39,15 +40,23 @@ def _median_ms(fn, repeat: int, warmup: int) -> float:
 
 
 def plain_tvm(model, feeds):
-    """Compile the whole model with TVM's own importer; returns (compile s, run callable)."""
+    """Compile the whole model with TVM's own importer and the same pipeline the tvm
+    property uses (scheduled, TVM's default where that fails); returns (compile s, run)."""
     import tvm
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
 
+    from subgraph.properties.tvm_engine import _as_target
+    from subgraph.properties.tvm_schedule import relax_pipeline
+
     start = time.perf_counter()
     mod = from_onnx(model, shape_dict={k: list(v.shape) for k, v in feeds.items()},
                     dtype_dict={k: str(v.dtype) for k, v in feeds.items()}, keep_params_in_input=False)
-    executable = tvm.compile(mod, target="llvm")
+    target = _as_target("llvm")
+    try:
+        executable = tvm.compile(mod, target=target, relax_pipeline=relax_pipeline(target, "cpu"))
+    except Exception:  # noqa: BLE001 - the property falls back the same way
+        executable = tvm.compile(mod, target=target)
     vm = relax.VirtualMachine(executable, tvm.cpu())
     seconds = time.perf_counter() - start
     names = [i.name for i in model.graph.input if i.name in feeds]
