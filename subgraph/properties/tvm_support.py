@@ -1,0 +1,242 @@
+"""Which ops TVM 0.27 compiles correctly: a measured table and a per-node check.
+
+:func:`tvm_supports` and :func:`unsupported_reason` answer from a table, not by asking
+TVM: it was made by converting, compiling and running every single-node case of
+``onnx.backend.test.case.node.collect_testcases()`` (onnx 1.23) with apache-tvm 0.27 on
+CPU and comparing with the expected outputs. Ops that failed or gave wrong numbers in
+some cases are either left out or admitted only under conditions a per-node check can
+decide (constant inputs, attributes, dtypes). Nothing here imports tvm.
+
+Examples
+--------
+>>> tvm_supports("Conv"), tvm_supports("LSTM"), tvm_supports("Relu", domain="com.example")
+(True, False, False)
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from ..graph import Node
+
+__all__ = ["tvm_supports", "unsupported_reason", "SUPPORTED_OPS", "EXCLUDED_OPS"]
+
+#: Default-domain ops whose single-node ONNX backend cases TVM converted, compiled and ran to
+#: the expected numbers (GlobalLpPool and MaxRoiPool, which have no such cases, were checked
+#: against onnxruntime instead); some only under the conditions of :func:`unsupported_reason`.
+SUPPORTED_OPS: frozenset[str] = frozenset("""
+Abs Acos Acosh Add AffineGrid And ArgMax ArgMin Asin Asinh Atan Atanh AveragePool
+BatchNormalization BitShift BitwiseAnd BitwiseNot BitwiseOr BitwiseXor Cast CastLike Ceil Clip
+Concat Constant Conv ConvTranspose Cos Cosh CumSum DepthToSpace DequantizeLinear Div Dropout
+DynamicQuantizeLinear Einsum Elu Equal Erf Exp Expand EyeLike Flatten Floor Gather GatherElements
+GatherND Gelu Gemm GlobalAveragePool GlobalLpPool GlobalMaxPool Greater GreaterOrEqual GridSample
+GroupNormalization HardSigmoid HardSwish Hardmax Identity InstanceNormalization IsInf IsNaN LRN
+LayerNormalization LeakyRelu Less LessOrEqual Log LogSoftmax LpPool MatMul MatMulInteger Max
+MaxPool MaxRoiPool MaxUnpool Mean MeanVarianceNormalization Min Mish Mod Mul Neg Not Or PRelu Pad
+Pow QuantizeLinear RMSNormalization Range Reciprocal ReduceL1 ReduceL2 ReduceLogSum
+ReduceLogSumExp ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum ReduceSumSquare Relu Reshape
+Resize RoiAlign Round Scatter ScatterElements ScatterND Selu Shape Shrink Sigmoid Sign Sin Sinh
+Size Slice Softmax Softplus Softsign SpaceToDepth Split Sqrt Squeeze Sub Sum Tan Tanh
+ThresholdedRelu Tile TopK Transpose Trilu Unsqueeze Where Xor
+""".split())
+
+#: Ops the importer maps but that are left out, and why.
+EXCLUDED_OPS: dict[str, str] = {
+    "Attention": "the importer reads com.microsoft attributes (num_heads); all 93 ONNX cases failed",
+    "ConstantOfShape": "every case failed to compile",
+    "OneHot": "every case failed to import, or gave the wrong dtype",
+    "Upsample": "the importer fails on it",
+    **dict.fromkeys(["Compress", "NonMaxSuppression", "NonZero", "Unique"],
+                    "its output shape depends on input values (and NonMaxSuppression gave wrong boxes)"),
+    **dict.fromkeys(["Optional", "OptionalGetElement", "OptionalHasElement", "SequenceAt",
+                     "SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert",
+                     "SequenceLength", "ConcatFromSequence", "SplitToSequence", "If"],
+                    "sequences, optionals and control flow are not supported"),
+}
+
+#: Inputs (by position) that must be graph constants: the importer needs their values.
+_CONSTANT_INPUTS: dict[str, tuple[int, ...]] = {
+    "Reshape": (1,), "Expand": (1,), "CumSum": (1,), "TopK": (1,), "Split": (1,), "AffineGrid": (1,),
+    "BitShift": (1,), "Pad": (1, 2, 3), "Resize": (1, 2, 3), "Range": (0, 1, 2),
+    **dict.fromkeys(["ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean",
+                     "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare"], (1,)),
+}
+
+_INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+#: Dtypes of the first input that fail for an op (compile errors or wrong results).
+_REFUSED_DTYPES: dict[str, tuple[str, ...]] = {
+    "TopK": ("uint64",), "ReduceMax": ("bool",), "ReduceMin": ("bool",), "Equal": ("bool",),
+    "Sign": ("uint8", "uint16", "uint32", "uint64"), "Pow": _INTS,
+    **dict.fromkeys(["ReduceMean", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp"], _INTS),
+}
+_DTYPES = frozenset(np.dtype(name) for name in ("bool", "float16", "float32", "float64") + _INTS)
+
+#: Only the first output is right (extra outputs: indices, mask, mean, statistics).
+_SINGLE_OUTPUT = ("BatchNormalization", "Dropout", "LayerNormalization", "MaxPool")
+
+#: attribute -> (default, values that gave wrong results or failed)
+_REFUSED_ATTRS: dict[str, dict[str, tuple[Any, tuple[Any, ...]]]] = {
+    "BatchNormalization": {"training_mode": (0, (1,))},
+    "IsInf": {"detect_negative": (1, (0,)), "detect_positive": (1, (0,))},
+    "SpaceToDepth": {"mode": ("DCR", ("CRD",))},
+    "RoiAlign": {"mode": ("avg", ("max",))},
+    "Resize": {"antialias": (0, (1,)), "coordinate_transformation_mode": ("", ("half_pixel_symmetric",)),
+               "keep_aspect_ratio_policy": ("stretch", ("not_larger", "not_smaller"))},
+}
+
+
+@functools.cache
+def _tvm_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("tvm") is not None
+
+
+@functools.cache
+def _onnx_defines(op: str, opset: int) -> bool:
+    try:
+        import onnx.defs
+    except ImportError:
+        return True
+    try:
+        onnx.defs.get_schema(op, opset, "")
+    except Exception:  # SchemaError: no version of the op at or below this opset
+        return False
+    return True
+
+
+def tvm_supports(op: str, domain: str = "", opset: int = 17) -> bool:
+    """True if TVM's Relax ONNX importer handles ``op`` of ``domain`` at ``opset`` correctly.
+
+    Some supported ops are refused per node; see :func:`unsupported_reason`.
+
+    Examples
+    --------
+    >>> tvm_supports("Reshape"), tvm_supports("NonZero"), tvm_supports("Gelu", opset=17)
+    (True, False, False)
+    """
+    return (domain in ("", "ai.onnx") and op in SUPPORTED_OPS and _tvm_installed()
+            and _onnx_defines(op, opset))
+
+
+def _check_value(value: Any, role: str) -> str | None:
+    if value.shape is None or value.dtype is None:
+        return f"{role} %{value.name} has no inferred shape and dtype ({value.type_str()})"
+    if value.dtype not in _DTYPES:  # (a set of dtypes: dtype.name is slow)
+        return f"{role} %{value.name} has dtype {value.dtype.name}, which TVM does not handle here"
+    if 0 in value.shape and not value.is_constant:  # empty constants (Resize roi) are fine
+        return f"{role} %{value.name} is empty ({value.type_str()}); TVM mishandles zero-size tensors"
+    return None
+
+
+def _constant_data(value: Any) -> np.ndarray | None:
+    """The data of a graph constant or of a ``Constant`` node's output (TVM imports both as
+    constants); None for anything computed."""
+    if value.is_constant:
+        return value.data
+    if value.producer is not None and value.producer.op == "Constant":
+        attrs = value.producer.attrs
+        for key in ("value", "value_float", "value_floats", "value_int", "value_ints"):
+            if key in attrs:
+                return np.asarray(attrs[key])
+    return None
+
+
+def _op_specific(node: Node) -> str | None:
+    op, attrs, inputs = node.op, node.attrs, node.inputs
+    for slot in _CONSTANT_INPUTS.get(op, ()):
+        if slot < len(inputs) and inputs[slot] is not None and _constant_data(inputs[slot]) is None:
+            return f"input {slot} (%{inputs[slot].name}) must be a constant: the importer needs its value"
+    first = inputs[0] if inputs and inputs[0] is not None else None
+    if op in _REFUSED_DTYPES and first is not None and first.dtype.name in _REFUSED_DTYPES[op]:
+        return f"{op} on {first.dtype.name} fails or gives wrong results in TVM"
+    graph_outputs = node.graph.outputs if node.graph is not None else []
+    read = [v.name for v in node.outputs[1:] if v.users or any(v is o for o in graph_outputs)]
+    if op in _SINGLE_OUTPUT and read:
+        return f"only the first output of {op} is right in TVM, but %{read[0]} is read"
+    for name, (default, refused) in _REFUSED_ATTRS.get(op, {}).items():
+        if attrs.get(name, default) in refused:
+            return f"{name}={attrs[name]!r} gives wrong results or fails in TVM"
+    if op == "Dropout" and len(inputs) > 2 and inputs[2] is not None and not (
+            _constant_data(inputs[2]) is not None and not np.any(_constant_data(inputs[2]))):
+        return "training_mode must be absent or a constant false"
+    if op == "Mod" and attrs.get("fmod", 0) == 1 and first.dtype.kind == "f":
+        return "fmod=1 on floats gives wrong results for inf/zero operands in TVM"
+    if op == "BitShift":
+        shift = _constant_data(inputs[1])
+        if np.any(shift < 0) or np.any(shift >= 8 * first.dtype.itemsize):
+            return "shift amounts must lie in [0, bit width)"
+    if op == "Pow" and inputs[1].dtype != first.dtype:
+        return f"Pow needs equal dtypes in TVM, got {first.dtype.name} and {inputs[1].dtype.name}"
+    if op == "EyeLike" and node.outputs[0].dtype != first.dtype:
+        return "the dtype attribute must equal the input's dtype"
+    if op == "ConvTranspose" and "output_shape" in attrs:
+        return "the output_shape attribute gives wrong shapes in TVM"
+    if op == "MaxUnpool" and len(inputs) > 2 and inputs[2] is not None:
+        return "the output_shape input is not handled"
+    if op in ("QuantizeLinear", "DequantizeLinear") and attrs.get("block_size", 0):
+        return "blocked quantization is not supported"
+    if op == "RMSNormalization" and attrs.get("axis", -1) % len(first.shape) == 0:
+        return "normalising over every axis (axis 0) fails to compile"
+    if op == "Resize":
+        return _resize_reason(node)
+    return None
+
+
+def _resize_reason(node: Node) -> str | None:
+    if "axes" in node.attrs:
+        return "the axes attribute is not handled"
+    scales = node.inputs[2] if len(node.inputs) > 2 else None
+    data = None if scales is None else np.asarray(_constant_data(scales), dtype=np.float64)
+    if data is not None and data.size:
+        sizes = np.asarray(node.inputs[0].shape) * data
+        if np.any(np.abs(sizes - np.round(sizes)) > 1e-6):
+            return "scales that do not give whole output sizes give wrong results"
+    return None
+
+
+def unsupported_reason(node: Node) -> str | None:
+    """Why TVM cannot run ``node``, or None when it can.
+
+    Checks :func:`tvm_supports` for the node's op, domain and graph opset, that every input and
+    output has a static shape and a dtype TVM handles (and is not empty), then the op's own
+    conditions found by the survey (constant inputs, attributes, dtypes, extra outputs).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from subgraph.graph import Graph
+    >>> g = Graph("g")
+    >>> x = g.add_input("x", (2, 6), "float32")
+    >>> s = g.add_input("s", (2,), "int64")
+    >>> n = g.add_node("Reshape", [x, s], name="reshape")
+    >>> n.outputs[0].shape, n.outputs[0].dtype = (3, 4), np.dtype("float32")
+    >>> unsupported_reason(n)
+    "node 'reshape' (Reshape): input 1 (%s) must be a constant: the importer needs its value"
+    >>> unsupported_reason(g.add_node("Relu", [x], name="relu"))
+    "node 'relu' (Relu): output %relu has no inferred shape and dtype (?[?])"
+    """
+    where = f"node {node.name!r} ({node.op})"
+    opset = node.graph.opset.get("", 17) if node.graph is not None else 17
+    if not tvm_supports(node.op, node.domain, opset):
+        if not _tvm_installed():
+            why = "apache-tvm is not installed"
+        elif node.domain not in ("", "ai.onnx"):
+            why = f"domain {node.domain!r} is not supported, only the default ONNX domain"
+        elif node.op in EXCLUDED_OPS:
+            why = f"excluded: {EXCLUDED_OPS[node.op]}"
+        elif node.op in SUPPORTED_OPS:
+            why = f"ONNX opset {opset} has no {node.op}"
+        else:
+            why = "TVM's Relax ONNX importer has no converter for it"
+        return f"{where}: {why}"
+    for role, values in (("input", node.inputs), ("output", node.outputs)):
+        for value in values:
+            problem = value is not None and _check_value(value, role)
+            if problem:
+                return f"{where}: {problem}"
+    problem = _op_specific(node)
+    return f"{where}: {problem}" if problem else None
