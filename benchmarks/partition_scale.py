@@ -153,7 +153,7 @@ def main() -> None:
     print(header)
     for kind in args.kinds:
         fx_alive = have_fx
-        previous = None
+        previous: tuple[float, int] | None = None  # (seconds, nodes) of the last size
         for n in args.sizes:
             ours = run_child("ours", kind, n, args.repeat, args.strategy, args.timeout)
             fx = None
@@ -171,9 +171,9 @@ def main() -> None:
                 ratio = fx["seconds"] / ours["seconds"] if ours else float("nan")
                 line += f" {fx['seconds']:>9.3f} {fx['peak_mib']:>8.1f} {ratio:>7.0f}x"
             if ours and previous:
-                line += f"   growth x{ours['seconds'] / previous:.1f} for x{n // prev_n}"
+                line += f"   growth x{ours['seconds'] / previous[0]:.1f} for x{n // previous[1]}"
             print(line, flush=True)
-            previous, prev_n = (ours["seconds"], n) if ours else (None, n)
+            previous = (ours["seconds"], n) if ours else None
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ leaves a member set and comes back only visits positions inside the set's span.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
 
 from ..graph import Graph

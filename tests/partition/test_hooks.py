@@ -7,7 +7,6 @@ from subgraph import run
 from subgraph.errors import PropertyError, SelectorError
 from subgraph.graph import Graph
 from subgraph.partition import partition_graph
-from subgraph.properties import SubgraphProperty
 from subgraph.properties.numpy import NumpyProperty
 from subgraph.selectors import SubgraphSelector
 from subgraph.synthetic import seed_example
