@@ -6,7 +6,9 @@ affinities in ``node.rt_info["affinity"]`` when the graph has any (manual mode: 
 node must have one), else the query; then it partitions the graph once per device, in
 priority order, and compiles every fused subgraph on its device. Device names map to
 registered properties by their ``device`` attribute (``TVM`` -> ``tvm``, ``NUMPY`` ->
-``numpy``), so a new accelerator joins by registering a property.
+``numpy``), so a new accelerator joins by registering a property. With
+``choose="measured"``, a compiled subgraph NUMPY runs faster moves to NUMPY
+(:mod:`~subgraph.measured`).
 
 Examples
 --------
@@ -35,11 +37,13 @@ from .properties.registry import PROPERTIES, _BUILTIN, _load_builtin
 
 __all__ = ["parse_devices", "registered_devices", "query_model", "partition_model", "compile_model",
            "CompiledModel",
-           "SubgraphInfo", "ProfileRecord", "FALLBACK_DEVICE"]
+           "SubgraphInfo", "ProfileRecord", "FALLBACK_DEVICE", "CHOICES"]
 
 #: the device a subgraph falls back to when its own compile fails
 FALLBACK_DEVICE = "NUMPY"
 _BUILTIN_DEVICES = {"TVM": "tvm", "NUMPY": "numpy"}
+#: how compile_model picks a subgraph's device: "priority" (OpenVINO's), "measured" (timed)
+CHOICES = ("priority", "measured")
 
 
 def registered_devices() -> dict[str, str]:
@@ -159,6 +163,10 @@ class SubgraphInfo:
     ops: tuple[str, ...]
     boundary_bytes: int
     fallback: bool = False
+    #: ``(device, seconds)`` measured with ``choose="measured"`` (None: unknown); else empty
+    costs: tuple[tuple[str, float | None], ...] = ()
+    #: True when ``choose="measured"`` moved it from its device to NUMPY
+    moved: bool = False
 
 
 @dataclass(frozen=True)
@@ -244,12 +252,19 @@ class CompiledModel:
         return "\n".join(lines + [f"Total time: {total * 1e6:.1f} microseconds"])
 
     def summary(self) -> str:
-        """A table of subgraphs: index, device, op count, ops, bytes crossing the boundary."""
-        rows = [f"{'id':>3} {'device':<7} {'ops':>4} {'boundary':>10}  op types"]
-        for s in self.subgraphs:
+        """A table of subgraphs: index, device, op count, ops, bytes crossing the boundary;
+        with ``choose="measured"`` also the measured costs, and ``(moved)`` on moved ones."""
+        costs = [", ".join(f"{d} {'?' if t is None else f'{t * 1e3:.3g} ms'}" for d, t in s.costs)
+                 for s in self.subgraphs]
+        devices = [s.device + (" (fallback)" if s.fallback else " (moved)" if s.moved else "")
+                   for s in self.subgraphs]
+        wide, width = max([7, *map(len, devices)]), max(map(len, costs), default=0)
+        head = f"{'costs':<{width}}  " if width else ""
+        rows = [f"{'id':>3} {'device':<{wide}} {'ops':>4} {'boundary':>10}  {head}op types"]
+        for s, device, cost in zip(self.subgraphs, devices, costs):
             ops = ", ".join(f"{op}x{c}" if c > 1 else op for op, c in _counts(s.ops).items())
-            flag = " (fallback)" if s.fallback else ""
-            rows.append(f"{s.index:>3} {s.device + flag:<7} {len(s.ops):>4} {s.boundary_bytes:>10}  {ops}")
+            cost = f"{cost:<{width}}  " if width else ""
+            rows.append(f"{s.index:>3} {device:<{wide}} {len(s.ops):>4} {s.boundary_bytes:>10}  {cost}{ops}")
         return "\n".join(rows)
 
 
@@ -275,7 +290,7 @@ def compile_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
                   device_properties: Mapping[str, Mapping[str, Any]] | None = None, *,
                   fallback: bool = True, profile: bool = False,
                   progress: Callable[[int, int, SubgraphInfo], None] | None = None,
-                  **partition_options: Any) -> CompiledModel:
+                  choose: str = "priority", **partition_options: Any) -> CompiledModel:
     """Partition ``graph`` over the devices of ``device`` and compile every subgraph.
 
     Parameters
@@ -293,6 +308,15 @@ def compile_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
         Collect per-subgraph and per-op times on every run (:meth:`CompiledModel.profiling_info`).
     progress : callable(done, total, info) | None
         Called after each subgraph compiles.
+    choose : {"priority", "measured"}
+        ``"priority"`` (default): each subgraph runs on the device the priority order gave
+        it, as in OpenVINO; deterministic. ``"measured"``: every compiled subgraph not on
+        NUMPY whose ops NUMPY all supports is also compiled for NUMPY, both are timed on
+        seeded random inputs, and the subgraph moves to NUMPY when ``numpy_cost * 1.2 <
+        device_cost`` (:data:`subgraph.measured.MARGIN`; manual affinities included). The choice then
+        depends on timings, so it can differ between machines and runs; a cost that cannot
+        be measured keeps the subgraph on its device. ``SubgraphInfo.costs`` and
+        :meth:`CompiledModel.summary` show the costs, ``SubgraphInfo.moved`` the moves.
     **partition_options
         Passed to :func:`~subgraph.partition_graph` (``min_subgraph_size`` ...).
 
@@ -306,12 +330,15 @@ def compile_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
     >>> model({"x": np.ones(4, np.float32)})["7"].shape
     (4,)
     """
+    if choose not in CHOICES:
+        raise DeviceError(f"compile_model: choose={choose!r} is not one of {', '.join(map(repr, CHOICES))}")
     return _partition_model(graph, device, device_properties, profile, progress, fallback,
-                            partition_options, compile_now=True)
+                            partition_options, compile_now=True, choose=choose)
 
 
 def _partition_model(graph: Graph, device: str, device_properties, profile: bool, progress, fallback: bool,
-                     partition_options: dict[str, Any], compile_now: bool = False) -> CompiledModel:
+                     partition_options: dict[str, Any], compile_now: bool = False,
+                     choose: str = "priority") -> CompiledModel:
     from .partition import partition_graph
 
     devices = parse_devices(device)
@@ -328,7 +355,7 @@ def _partition_model(graph: Graph, device: str, device_properties, profile: bool
     leftover = [n for n in work.nodes if n.subgraph is None]
     if leftover:  # e.g. dropped by min_subgraph_size: they still run, on the fallback device
         work = partition_graph(work, _Leftover(props[FALLBACK_DEVICE], {n.name for n in leftover}))
-    subgraphs = _finish(work, props, fallback, progress, compile_now)
+    subgraphs = _finish(work, props, fallback, progress, compile_now, choose)
     model = CompiledModel(work, affinity, subgraphs, profile)
     from .visualize import visualize_from_env  # SUBGRAPH_VISUALIZE=1: GraphViz files, as OpenVINO dumps
 
@@ -355,8 +382,10 @@ class _Leftover(SubgraphProperty):
 
 
 def _finish(graph: Graph, props: dict[str, SubgraphProperty], fallback: bool,
-            progress: Callable[[int, int, SubgraphInfo], None] | None, compile_now: bool) -> list[SubgraphInfo]:
-    """Number subgraphs in topological order, name them, and compile each one (when asked)."""
+            progress: Callable[[int, int, SubgraphInfo], None] | None, compile_now: bool,
+            choose: str = "priority") -> list[SubgraphInfo]:
+    """Number subgraphs in topological order, name them, compile each one (when asked) and,
+    with ``choose="measured"``, move it to NUMPY when that is faster."""
     fused = [n for n in graph.nodes if n.subgraph is not None]
     for index, node in enumerate(fused):  # two passes so new names never collide with old ones
         graph.rename_node(node, f"__subgraph_tmp{index}")
@@ -369,9 +398,19 @@ def _finish(graph: Graph, props: dict[str, SubgraphProperty], fallback: bool,
         if failed:
             node.attrs["device"] = FALLBACK_DEVICE
             node.attrs["property"] = props[FALLBACK_DEVICE].name
+        costs, moved = (), False
+        if choose == "measured" and compile_now and node.attrs["device"] != FALLBACK_DEVICE:
+            from .measured import measure_node
+
+            costs, numpy_kernel = measure_node(node, props[node.attrs["device"]], props[FALLBACK_DEVICE])
+            moved = numpy_kernel is not None
+            if moved:
+                node.kernel = numpy_kernel
+                node.attrs["device"] = FALLBACK_DEVICE
+                node.attrs["property"] = props[FALLBACK_DEVICE].name
         crossing = sum(v.nbytes or 0 for v in (*node.inputs, *node.outputs) if v is not None)
         info = SubgraphInfo(index, node.attrs["device"], node.name, tuple(n.name for n in node.subgraph.nodes),
-                            tuple(n.op for n in node.subgraph.nodes), crossing, failed)
+                            tuple(n.op for n in node.subgraph.nodes), crossing, failed, costs, moved)
         infos.append(info)
         if progress is not None:
             progress(index + 1, len(fused), info)

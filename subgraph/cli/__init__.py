@@ -5,7 +5,7 @@ Subcommands::
 
     subgraph partition [MODEL.onnx] [--explain] [--dot DIR] [-o OUT.onnx]   # the subgraph table
     subgraph query     [MODEL.onnx] [-o MAP.json]                           # {node: device} as JSON
-    subgraph run       [MODEL.onnx] [--inputs X.npz] [--check] [--bench N] [--profile]
+    subgraph run       [MODEL.onnx] [--inputs X.npz] [--check] [--bench N] [--profile] [--choose measured]
 
 Every subcommand takes ``--devices HETERO:TVM,NUMPY`` (priority order), ``--device-option
 DEV.KEY=VALUE`` (``TVM.exclude_ops=Softmax,MaxPool``, ``TVM.target=llvm``, ``NUMPY.ops=...``),
@@ -139,6 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--bench", type=_positive, metavar="N",
                    help="time N runs (after one warm-up), print the median")
     r.add_argument("--profile", action="store_true", help="print per-subgraph and per-op times of a run")
+    r.add_argument("--choose", choices=("priority", "measured"), default="priority",
+                   help="priority (default): each subgraph on the device the priority order gives it; "
+                        "measured: time each compiled subgraph on its device and on NUMPY and move it to "
+                        "NUMPY when that is 1.2x faster (depends on timings)")
     r.set_defaults(func=_run)
     return parser
 
@@ -260,7 +264,7 @@ def _compile(graph: Any, args: argparse.Namespace, options: dict[str, dict[str, 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model = compile_model(graph, args.devices, options, profile=args.profile, progress=Progress(),
-                              min_subgraph_size=args.min_size)
+                              choose=getattr(args, "choose", "priority"), min_subgraph_size=args.min_size)
     for warning in caught:
         print(f"subgraph: warning: {warning.message}", file=sys.stderr)
     counts: dict[str, int] = {}
@@ -268,6 +272,8 @@ def _compile(graph: Any, args: argparse.Namespace, options: dict[str, dict[str, 
         counts[s.device] = counts.get(s.device, 0) + 1
     print(f"compiled {len(model.subgraphs)} subgraph(s) ({', '.join(f'{d} {n}' for d, n in counts.items())}) "
           f"in {time.perf_counter() - start:.2f} s")
+    if any(s.costs for s in model.subgraphs):
+        print(model.summary())
     return model
 
 

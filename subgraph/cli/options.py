@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..graph import Graph
+from ..inputs import random_inputs
 
 __all__ = [
     "EXAMPLE_MODEL",
@@ -34,10 +35,6 @@ EXAMPLE_MODEL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__f
 #: options of the built-in devices; devices registered by users accept any key
 KNOWN_OPTIONS = {"TVM": ("target", "cache_dir", "ops", "exclude_ops", "use_cache"), "NUMPY": ("ops",)}
 _LIST_OPTIONS = ("ops", "exclude_ops")
-
-#: random integer inputs lie in [0, INT_HIGH) (lower where they index a smaller table)
-INT_HIGH = 10
-
 
 class UsageError(Exception):
     """Bad input on the command line or in a file it names; the command exits with 2."""
@@ -183,44 +180,3 @@ def read_inputs(path: str, graph: Graph) -> dict[str, np.ndarray]:
     with data:
         feeds = {name: data[name] for name in data.files}
     return check_feeds(graph, feeds)
-
-
-def _gather_bounds(graph: Graph) -> dict[str, int]:
-    """Input name -> size of the constant table it indexes through Gather."""
-    bounds: dict[str, int] = {}
-    for node in graph.nodes:
-        if node.op == "Gather" and node.inputs[0].is_constant and node.inputs[1].is_input:
-            axis = node.attrs.get("axis", 0)
-            size = node.inputs[0].shape[axis]
-            bounds[node.inputs[1].name] = min(size, bounds.get(node.inputs[1].name, size))
-    return bounds
-
-
-def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
-    """Seeded inputs: floats from N(0, 1), integers in ``[0, INT_HIGH)`` (below the size
-    of a table they index with Gather), booleans at random.
-
-    Examples
-    --------
-    >>> g = Graph("g")
-    >>> _ = g.add_input("ids", (2, 3), "int64")
-    >>> feeds = random_inputs(g)
-    >>> feeds["ids"].dtype.name, int(feeds["ids"].min()) >= 0, int(feeds["ids"].max()) < INT_HIGH
-    ('int64', True, True)
-    """
-    rng = np.random.default_rng(seed)
-    bounds = _gather_bounds(graph)
-    feeds = {}
-    for value in graph.inputs:
-        shape, dtype = value.shape, value.dtype
-        if dtype.kind == "f":
-            feeds[value.name] = rng.standard_normal(shape).astype(dtype)
-        elif dtype.kind in "iu":
-            high = max(1, min(INT_HIGH, bounds.get(value.name, INT_HIGH)))
-            feeds[value.name] = rng.integers(0, high, shape).astype(dtype)
-        elif dtype.kind == "b":
-            feeds[value.name] = rng.random(shape) < 0.5
-        else:
-            raise UsageError(f"input {value.name!r} has dtype {dtype.name}, which cannot be drawn at random; "
-                             "give the inputs with --inputs FILE.npz")
-    return feeds

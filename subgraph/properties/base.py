@@ -4,12 +4,16 @@ MXNet's SubgraphProperty: :meth:`SubgraphProperty.create_subgraph_selector` says
 nodes the device takes, :meth:`SubgraphProperty.create_subgraph_node` turns one selected
 subgraph into the fused call node that replaces it (or returns ``None`` to leave the
 nodes as they were), and :meth:`SubgraphProperty.compile` makes the function that runs
-the fused subgraph.
+the fused subgraph. :meth:`SubgraphProperty.measure_cost` may say what running a compiled
+subgraph costs (:func:`time_kernel` times it), so HETERO can prefer the faster device.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,13 +22,51 @@ import numpy as np
 from ..graph import Graph, Node
 from ..selectors import ContainOpSelector, SubgraphSelector
 
-__all__ = ["SubgraphProperty", "FusedKernel", "FUSED_OP", "FUSED_DOMAIN"]
+__all__ = ["SubgraphProperty", "FusedKernel", "FUSED_OP", "FUSED_DOMAIN", "time_kernel"]
 
 #: op type and domain of the fused call nodes the pass creates
 FUSED_OP = "Subgraph"
 FUSED_DOMAIN = "subgraph"
 
 Kernel = Callable[..., Sequence[np.ndarray]]
+
+
+def time_kernel(kernel: Callable[..., Any], inputs: Sequence[np.ndarray], *, repeat: int = 15,
+                min_runs: int = 3, budget: float = 0.05) -> float:
+    """Median seconds of ``kernel(*inputs)``, timed after one warm-up call.
+
+    The warm-up's time sets how many timed calls follow: enough to fill ``budget``
+    seconds, at least ``min_runs`` and at most ``repeat``. A kernel of microseconds is
+    called ``repeat`` times (a millisecond in all); one of a second, ``min_runs`` times.
+
+    Parameters
+    ----------
+    kernel : callable
+        Called as ``kernel(*inputs)``; its result is ignored.
+    inputs : sequence of arrays
+        The same arrays on every call.
+    repeat, min_runs : int
+        Bounds on the number of timed calls.
+    budget : float
+        Seconds the timed calls should take in all, within those bounds.
+
+    Examples
+    --------
+    >>> seconds = time_kernel(np.add, [np.ones(4), np.ones(4)])
+    >>> 0.0 <= seconds < 1.0
+    True
+    """
+    clock = time.perf_counter
+    start = clock()
+    kernel(*inputs)  # warm-up: first-call costs (loading, thread pools, allocations) stay out
+    warm = clock() - start
+    runs = min(repeat, max(min_runs, math.ceil(budget / max(warm, 1e-9))))
+    times = []
+    for _ in range(runs):
+        start = clock()
+        kernel(*inputs)
+        times.append(clock() - start)
+    return statistics.median(times)
 
 
 class FusedKernel:
@@ -125,6 +167,18 @@ class SubgraphProperty:
     def compile(self, subgraph: Graph) -> Kernel:
         """A function running ``subgraph``: ``fn(*input_arrays) -> output arrays``."""
         raise NotImplementedError(f"property {self.name!r} does not say how to run a subgraph")
+
+    def measure_cost(self, subgraph: Graph, kernel: Callable[..., Any],
+                     inputs: list[np.ndarray]) -> float | None:
+        """Seconds one call of the compiled ``subgraph`` takes, or ``None`` when unknown.
+
+        ``kernel`` runs ``subgraph`` on this device (a :class:`FusedKernel` from
+        :meth:`compile`) and ``inputs`` are arrays for its inputs. HETERO's
+        ``compile_model(..., choose="measured")`` compares this cost with NUMPY's; an
+        exception counts as "no cost known". The default knows no cost; a property
+        overrides it, typically with ``time_kernel(kernel, inputs)``.
+        """
+        return None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} device={self.device!r}>"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..executor import Executor
 from ..graph import Graph, Node
 from ..ops import op_path
-from .base import SubgraphProperty
+from .base import SubgraphProperty, time_kernel
 from .registry import register_property
 
 __all__ = ["NumpyProperty"]
@@ -34,6 +36,10 @@ class NumpyProperty(SubgraphProperty):
 
     def compile(self, subgraph: Graph):
         return _SubgraphRunner(subgraph, bool(self.options.get("profile", False)))
+
+    def measure_cost(self, subgraph: Graph, kernel, inputs: list[np.ndarray]) -> float | None:
+        """Median seconds of ``kernel(*inputs)`` (:func:`~subgraph.properties.base.time_kernel`)."""
+        return time_kernel(kernel, inputs)
 
 
 class _SubgraphRunner:

@@ -1,0 +1,81 @@
+"""Seeded random inputs for a graph, drawn from its input shapes and dtypes.
+
+Floats come from N(0, 1), integers from ``[0, INT_HIGH)`` (below the size of a constant
+table they index through ``Gather``), booleans at random. ``subgraph run`` feeds models
+with them, and ``compile_model(..., choose="measured")`` times subgraphs on them.
+
+Examples
+--------
+>>> from subgraph.synthetic import seed_example
+>>> feeds = random_inputs(seed_example())
+>>> {name: (a.dtype.name, a.shape) for name, a in feeds.items()}
+{'x': ('float32', (4,))}
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import InputError
+from .graph import Graph
+
+__all__ = ["INT_HIGH", "random_inputs"]
+
+#: random integer inputs lie in [0, INT_HIGH) (lower where they index a smaller table)
+INT_HIGH = 10
+
+
+def _gather_bounds(graph: Graph) -> dict[str, int]:
+    """Input name -> size of the constant table it indexes through Gather."""
+    bounds: dict[str, int] = {}
+    for node in graph.nodes:
+        if node.op == "Gather" and node.inputs[0].is_constant and node.inputs[1].is_input:
+            axis = node.attrs.get("axis", 0)
+            size = node.inputs[0].shape[axis]
+            bounds[node.inputs[1].name] = min(size, bounds.get(node.inputs[1].name, size))
+    return bounds
+
+
+def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded inputs: floats from N(0, 1), integers in ``[0, INT_HIGH)`` (below the size
+    of a table they index with Gather), booleans at random.
+
+    Parameters
+    ----------
+    graph : Graph
+        Its inputs need static shapes and dtypes.
+    seed : int
+        Seed of the one generator drawing every input, in input order.
+
+    Raises
+    ------
+    InputError
+        An input has no static shape or dtype, or a dtype that cannot be drawn (strings...).
+
+    Examples
+    --------
+    >>> g = Graph("g")
+    >>> _ = g.add_input("ids", (2, 3), "int64")
+    >>> feeds = random_inputs(g)
+    >>> feeds["ids"].dtype.name, int(feeds["ids"].min()) >= 0, int(feeds["ids"].max()) < INT_HIGH
+    ('int64', True, True)
+    """
+    rng = np.random.default_rng(seed)
+    bounds = _gather_bounds(graph)
+    feeds = {}
+    for value in graph.inputs:
+        shape, dtype = value.shape, value.dtype
+        if shape is None or dtype is None:
+            raise InputError(f"input {value.name!r} of graph {graph.name!r} is {value.type_str()}: "
+                             "random inputs need a static shape and a dtype")
+        if dtype.kind == "f":
+            feeds[value.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind in "iu":
+            high = max(1, min(INT_HIGH, bounds.get(value.name, INT_HIGH)))
+            feeds[value.name] = rng.integers(0, high, shape).astype(dtype)
+        elif dtype.kind == "b":
+            feeds[value.name] = rng.random(shape) < 0.5
+        else:
+            raise InputError(f"input {value.name!r} has dtype {dtype.name}, which cannot be drawn at random; "
+                             "give the arrays yourself (subgraph run: --inputs FILE.npz)")
+    return feeds
