@@ -29,6 +29,9 @@ class TVMProperty(SubgraphProperty):
     schedule : str
         ``"cpu"`` (default), ``"dlight"`` or ``"none"``: how CPU builds are scheduled
         (:mod:`~subgraph.properties.tvm_schedule`).
+    tuning : bool or path
+        Tuning records (``subgraph tune``, :mod:`~subgraph.properties.tvm_tune`): ``True``
+        (default) those in the cache folder, a path that database, ``False`` none.
     ops, exclude_ops : list[str] | None
         Restrict the ops TVM takes (e.g. ``exclude_ops=["Softmax"]``).
 
@@ -54,7 +57,8 @@ class TVMProperty(SubgraphProperty):
         return compile_graph(subgraph, target=self.options.get("target", "llvm"),
                              cache_dir=self.options.get("cache_dir"),
                              use_cache=self.options.get("use_cache", True),
-                             schedule=self.options.get("schedule", "cpu"))
+                             schedule=self.options.get("schedule", "cpu"),
+                             tuning=self.options.get("tuning", True))
 
     #: cache key of a compiled function -> its measured seconds, shared by every instance
     _costs: dict[str, float] = {}  # noqa: RUF012 - shared on purpose: one timing per build

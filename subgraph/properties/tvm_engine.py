@@ -1,12 +1,14 @@
 """Compile a (sub)graph with Apache TVM, cache the result, and say which ops TVM handles.
 
-:func:`compile_graph` writes the graph as ONNX (:func:`subgraph.to_onnx`), imports it with
-TVM's Relax ONNX frontend using the graph's static input shapes and dtypes (constants stay
-constants, bound into the module), builds it with ``tvm.compile`` (on CPU targets through
-the scheduling pipeline of :mod:`~subgraph.properties.tvm_schedule`, for the host's
-``mcpu``: TVM's default pipeline leaves loops scalar and single-threaded) and returns a
-:class:`TVMFunction`, callable from several threads (one VM per thread). Builds are cached
-in memory and on disk, keyed by a sha256 over the ONNX bytes, the target, the schedule and
+:func:`compile_graph` folds BatchNormalization into convolutions, writes the graph as
+ONNX (:func:`subgraph.to_onnx`), imports it with TVM's Relax ONNX frontend using the
+graph's static input shapes and dtypes (constants stay constants, bound into the module),
+builds it with ``tvm.compile`` (on CPU targets through the scheduling pipeline of
+:mod:`~subgraph.properties.tvm_schedule`, for the host's ``mcpu``, with tuned tiles from
+:mod:`~subgraph.properties.tvm_tune` where there are any: TVM's default pipeline leaves
+loops scalar and single-threaded) and returns a :class:`TVMFunction`, callable from
+several threads (one VM per thread). Builds are cached in memory and on disk, keyed by a
+sha256 over the ONNX bytes, the target, the schedule, the tuning records and
 ``tvm.__version__``: ``<key>.so`` (``export_library``) plus ``<key>.json`` (metadata and the
 library's checksum), each written to a temporary file and renamed, so concurrent processes
 never read half a file; a damaged entry is recompiled with a warning.
@@ -46,7 +48,7 @@ __all__ = ["tvm_supports", "unsupported_reason", "SUPPORTED_OPS", "EXCLUDED_OPS"
            "host_target"]
 
 #: Bump when the way a build is made or stored changes, so old disk entries are not reused.
-_FORMAT = "subgraph-tvm-2"  # 2: CPU builds are scheduled (tvm_schedule), host mcpu
+_FORMAT = "subgraph-tvm-3"  # 2: CPU builds are scheduled (tvm_schedule), host mcpu; 3: BN folded, tuning
 _ALIGNMENT = 64  # TVM's compiled code assumes buffers aligned to this many bytes
 _DL_CPU = 1  # DLPack device type of the host
 
@@ -134,11 +136,15 @@ class TVMFunction:
     constant_outputs : list[int]
         Outputs TVM returns as its own constants; ``fn(...)`` copies them so callers cannot
         change the compiled function (tensors from :meth:`run_tensors` must not be written).
+    tuned : list[str]
+        The tuning records (their names, ``graph/function`` as tuned) whose tiles this
+        build used; empty for an untuned build.
     """
 
     def __init__(self, module: Any, device: Any, *, name: str, key: str, target: str,
                  inputs: list[tuple[str, tuple[int, ...], np.dtype]], output_names: list[str],
-                 constant_outputs: list[int], source: str) -> None:
+                 constant_outputs: list[int], source: str, tuned: list[str] | None = None) -> None:
+        self.tuned = list(tuned or [])
         self._module = module
         self.device = device
         self.name = name
@@ -357,21 +363,48 @@ def _check_outputs(graph: Graph, func: Any) -> list[int]:
     return [i for i, expr in enumerate(fields) if isinstance(resolve(expr), tvm.ir.expr.Constant)]
 
 
-def _build(graph: Graph, model: Any, target: Any, schedule: str) -> tuple[Any, list[int]]:
-    """Import, then ``tvm.compile`` with the :mod:`.tvm_schedule` pipeline on CPU targets."""
-    import tvm
+def onnx_for_tvm(graph: Graph) -> tuple[Graph, Any]:
+    """The graph TVM compiles (BatchNormalization folded into convolutions) and its ONNX model.
 
-    from .tvm_schedule import relax_pipeline
+    TVM's fuser does not fuse ``conv2d`` with ``batch_norm``, so each BN would be one more
+    pass over memory; :func:`~subgraph.fold.fold_batchnorm` removes it beforehand.
+    """
+    from ..fold import fold_batchnorm
+    from ..frontends.onnx import to_onnx
 
     for value in graph.inputs:
         if value.shape is None or value.dtype is None:
             raise PropertyError(f"graph {graph.name!r}: input %{value.name} needs a static shape and "
                                 f"dtype to compile with TVM, got {value.type_str()}")
+    graph = fold_batchnorm(graph)
+    try:
+        return graph, to_onnx(graph)
+    except SubgraphError as exc:
+        raise PropertyError(f"graph {graph.name!r} cannot be written as ONNX for TVM: {exc}") from exc
+
+
+def relax_module(graph: Graph, model: Any) -> Any:
+    """The Relax module of ``model`` (from :func:`onnx_for_tvm`), with the graph's static input types."""
     shapes = {v.name: list(v.shape) for v in graph.inputs}
     dtypes = {v.name: v.dtype.name for v in graph.inputs}
-    mod = _import(graph, model, shapes, dtypes)
+    return _import(graph, model, shapes, dtypes)
+
+
+def _build(graph: Graph, model: Any, target: Any, schedule: str,
+           tiles: dict | None = None) -> tuple[Any, list[int], list[str]]:
+    """Import, then ``tvm.compile`` with the :mod:`.tvm_schedule` pipeline on CPU targets.
+
+    Returns the executable, the outputs TVM returns as constants and the function keys of
+    the functions scheduled with tuned tiles.
+    """
+    import tvm
+
+    from .tvm_schedule import relax_pipeline
+
+    mod = relax_module(graph, model)
     constant_outputs = _check_outputs(graph, mod["main"])
     cpu = target.kind.name == "llvm"
+    tuned: list[str] = []
     # the scheduled pipeline rewrites layouts; where TVM's passes trip over a graph, TVM's
     # own pipeline still builds it (slower code is better than leaving the device)
     attempts = [schedule, "none"] if cpu and schedule != "none" else [schedule if cpu else "default"]
@@ -380,7 +413,8 @@ def _build(graph: Graph, model: Any, target: Any, schedule: str) -> tuple[Any, l
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                pipeline = relax_pipeline(target, attempt) if cpu else "default"
+                tuned.clear()
+                pipeline = relax_pipeline(target, attempt, tiles, applied=tuned) if cpu else "default"
                 executable = tvm.compile(mod, target=target, relax_pipeline=pipeline)
         except Exception as exc:
             failures.append(_summary(exc))
@@ -388,7 +422,7 @@ def _build(graph: Graph, model: Any, target: Any, schedule: str) -> tuple[Any, l
         if failures:
             warnings.warn(f"TVM's {schedule!r} schedule failed for graph {graph.name!r} ({failures[0]}); "
                           "it was compiled with TVM's default pipeline instead", RuntimeWarning, stacklevel=4)
-        return executable, constant_outputs
+        return executable, constant_outputs, sorted(tuned)
     raise PropertyError(f"TVM could not compile graph {graph.name!r} for target "
                         f"{target.kind.name}: {failures[-1]}")
 
@@ -446,7 +480,8 @@ def _store_entry(directory: Path, key: str, executable: Any, meta: dict) -> None
 
 
 def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: str | os.PathLike | None = None,
-                  use_cache: bool = True, schedule: str = "cpu") -> TVMFunction:
+                  use_cache: bool = True, schedule: str = "cpu", tuning: bool | str | os.PathLike = True
+                  ) -> TVMFunction:
     """Compile ``graph`` with TVM for ``target``; cached in memory and on disk.
 
     Parameters
@@ -465,6 +500,11 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
         How CPU loops are scheduled (:data:`~subgraph.properties.tvm_schedule.SCHEDULES`):
         ``"cpu"`` (default; vectorised, register-blocked, multi-threaded), ``"dlight"`` (TVM's
         dlight CPU rules only) or ``"none"`` (TVM's naive loops). Ignored for GPU targets.
+    tuning : bool or path
+        Tuning records to use (:mod:`~subgraph.properties.tvm_tune`, written by ``subgraph
+        tune``): ``True`` (default) the database in ``cache_dir``, a path that file,
+        ``False`` none. A change of the records changes the cache key, so libraries built
+        before tuning are rebuilt with the tuned tiles.
 
     Returns
     -------
@@ -494,8 +534,8 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
     """
     import tvm
 
-    from ..frontends.onnx import to_onnx
     from .tvm_schedule import SCHEDULES
+    from .tvm_tune import TuningDatabase, default_database_path
 
     if schedule not in SCHEDULES:
         raise PropertyError(f"unknown TVM schedule {schedule!r} for graph {graph.name!r}; "
@@ -503,32 +543,35 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
     _use_all_cpus()
     tgt = _as_target(target)
     device = tvm.device(tgt.get_target_device_type(), 0)
-    try:
-        model = to_onnx(graph)
-    except SubgraphError as exc:
-        raise PropertyError(f"graph {graph.name!r} cannot be written as ONNX for TVM: {exc}") from exc
-    key = cache_key(model.SerializeToString(deterministic=True), str(tgt), schedule)
+    graph, model = onnx_for_tvm(graph)
+    directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    database = None
+    if tuning is not False and tgt.kind.name == "llvm" and schedule == "cpu":
+        database = TuningDatabase(default_database_path(directory) if tuning is True else tuning)
+    tiles = database.tiles() if database else None
+    key = cache_key(model.SerializeToString(deterministic=True), str(tgt),
+                    schedule + (f"|tuned:{database.digest()}" if database else ""))
     if use_cache and key in _MEMORY:
         return _MEMORY[key]
     with _BUILD_LOCK:
         if use_cache and key in _MEMORY:
             return _MEMORY[key]
-        directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         entry = _load_entry(directory, key, device) if use_cache else None
         if entry is not None:
             module, meta = entry
-            constant_outputs, source = list(meta.get("constant_outputs", [])), "disk"
+            constant_outputs, tuned, source = list(meta.get("constant_outputs", [])), meta.get("tuned", []), "disk"
         else:
-            module, constant_outputs = _build(graph, model, tgt, schedule)
+            module, constant_outputs, keys = _build(graph, model, tgt, schedule, tiles)
+            tuned = sorted(database.records[k].name for k in keys) if database else []
             source = "compiled"
             if use_cache:
                 _store_entry(directory, key, module, {
                     "graph": graph.name, "target": str(tgt), "schedule": schedule, "tvm": tvm.__version__,
-                    "constant_outputs": constant_outputs})
+                    "constant_outputs": constant_outputs, "tuned": tuned})
         fn = TVMFunction(module, device, name=graph.name, key=key, target=str(tgt),
                          inputs=[(v.name, v.shape, v.dtype) for v in graph.inputs],
                          output_names=[v.name for v in graph.outputs],
-                         constant_outputs=constant_outputs, source=source)
+                         constant_outputs=constant_outputs, source=source, tuned=tuned)
         if use_cache:
             _MEMORY[key] = fn
         return fn

@@ -3,16 +3,18 @@
 TVM 0.27's default ``llvm`` pipeline lowers every operator to naive loop nests. This module
 supplies the Relax pipeline :func:`relax_pipeline` that the engine passes to
 ``tvm.compile``: the CPU backend's legalize-and-fuse passes, then one schedule per fused
-function, then the usual lowering. Scheduling is deterministic (no search, no measuring),
-so an untuned build stays a matter of seconds:
+function, then the usual lowering. Scheduling is deterministic (no search, no measuring:
+:mod:`~subgraph.properties.tvm_tune` measures tiles ahead of time and stores the winners),
+so a build stays a matter of seconds:
 
 - ``"cpu"`` (default): convolutions are first rewritten to NHWC activations and HWIO
   weights (``relax.transform.ConvertLayout``; the weight transposes fold into constants), so
-  that the output channel is contiguous in both the output and the weights. Then every
-  fused function gets, in order of preference, the :class:`ContractionRule` below
-  (matmul, batch matmul, convolution: a register-blocked micro-kernel, vector lanes over
-  the innermost output axis, rows over a second axis, parallel outer loops, epilogue fused
-  in the tile), TVM's own ``s_tir.dlight.cpu`` rules (GEMV; softmax and layer-norm style
+  that the output channel is contiguous in both the output and the weights (where TVM's
+  ConvertLayout fails, the graph stays NCHW). Then every fused function gets, in order of
+  preference, the contraction rule (:func:`schedule_contraction`: matmul, batch matmul,
+  convolution as a register-blocked micro-kernel, vector lanes over the innermost output
+  axis, rows over a second axis, parallel outer loops, epilogue fused in the tile; the
+  tile is a :class:`Tile`, tuned per function when a tuning record exists), TVM's own ``s_tir.dlight.cpu`` rules (GEMV; softmax and layer-norm style
   row reductions) and :class:`ElementwiseRule` (fused, parallel, vectorised loops).
 - ``"dlight"``: only TVM's ``dlight.cpu`` rules (GEMV, row reductions).
 - ``"none"``: TVM's default pipeline, unscheduled.
@@ -29,9 +31,13 @@ Examples
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SCHEDULES", "relax_pipeline", "vector_lanes"]
+__all__ = ["SCHEDULES", "Tile", "candidate_tiles", "contraction_flops", "function_key", "prepare_passes", "relax_pipeline",
+           "schedule_contraction", "vector_lanes"]
 
 #: The schedule names :func:`relax_pipeline` accepts; the first is the default.
 SCHEDULES: tuple[str, ...] = ("cpu", "dlight", "none")
@@ -93,80 +99,189 @@ def _vectorize_spatial(sch: Any, block: Any, lanes: int) -> None:
         sch.parallel(outer)
 
 
-def _make_rules(lanes: int) -> tuple[Any, Any]:
+@dataclass(frozen=True)
+class Tile:
+    """The register tile of a contraction (matmul, convolution) in :class:`ContractionRule`.
+
+    ``rows`` accumulator rows (``None``: the first of 8, 7, 6, 4, 3, 2 that divides the rows
+    axis) times ``vectors`` vector registers along the innermost output axis; ``rows_axis``
+    picks the spatial axis the rows run over (``None``: one the vector operand does not
+    depend on). The default tile is what an untuned build uses; tuning
+    (:mod:`~subgraph.properties.tvm_tune`) measures others and stores the fastest.
+
+    Examples
+    --------
+    >>> Tile(), Tile.from_json({"rows": 4, "vectors": 2, "rows_axis": 1})
+    (Tile(rows=None, vectors=1, rows_axis=None), Tile(rows=4, vectors=2, rows_axis=1))
+    """
+
+    rows: int | None = None
+    vectors: int = 1
+    rows_axis: int | None = None
+
+    def to_json(self) -> dict[str, int | None]:
+        return {"rows": self.rows, "vectors": self.vectors, "rows_axis": self.rows_axis}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Tile:
+        return cls(rows=data.get("rows"), vectors=int(data.get("vectors", 1)), rows_axis=data.get("rows_axis"))
+
+
+def function_key(func: Any, target: Any) -> str:
+    """A stable key of an unscheduled TIR function on ``target``: what tuning records are filed under.
+
+    The structural hash ignores names (a function keeps its key wherever it appears) and
+    is the same in every process; the target and TVM's version are part of the key.
+
+    Examples
+    --------
+    >>> import tvm
+    >>> from tvm import te
+    >>> a = te.placeholder((4,), name="a")
+    >>> f = te.create_prim_func([a, te.compute((4,), lambda i: a[i] * 2.0, name="b")])
+    >>> key = function_key(f, tvm.target.Target("llvm"))
+    >>> len(key), key == function_key(f.with_attr("global_symbol", "other"), tvm.target.Target("llvm"))
+    (32, True)
+    """
+    import tvm
+    import tvm_ffi
+
+    if func.attrs is not None and "global_symbol" in func.attrs:
+        func = func.without_attr("global_symbol")
+    text = f"{tvm.__version__}|{target}|{tvm_ffi.structural_hash(func)}"
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class _Contraction:
+    """What :class:`ContractionRule` found in a function: the reduction block and its axes."""
+
+    main: Any  # the reduction block's info
+    rest: list  # blocks left after inlining (one epilogue at most)
+    n_spatial: int
+    extents: list[int]
+    rows_axes: list[int]  # candidate axes for the tile rows, the default first
+
+
+def _analyse(sch: Any, lanes: int) -> _Contraction | None:
+    from tvm.s_tir.dlight.analysis import normalize_prim_func
+    from tvm.s_tir.dlight.base import try_inline
+
+    infos = normalize_prim_func(sch)
+    if infos is None:
+        return None
+    reductions = [b for b in infos if not b.is_injective()]
+    if len(reductions) != 1 or reductions[0].dom_kind()[-1:] != "R":
+        return None
+    main = reductions[0]
+    kinds = main.dom_kind()
+    if "R" in kinds.rstrip("R") or kinds.count("S") < 2:
+        return None  # spatial axes must come first, and there must be two of them
+    rest = try_inline(sch, [b for b in infos if b is not main])
+    if len(rest) > 1:  # one epilogue at most (producers that stay make the rule give up)
+        return None
+    n_spatial = kinds.count("S")
+    extents = [_extent(sch, loop) for loop in sch.get_loops(main.block_rv)]
+    if None in extents or extents[n_spatial - 1] % lanes:
+        return None
+    # rows of the tile: a spatial axis that the reads feeding the vector lanes do not use
+    # (matmul: the rows of A; NHWC convolution: output width), so each vector load serves
+    # `rows` accumulators; else (depthwise convolution) any other axis: independent
+    # accumulators still hide latency
+    stmt = sch.get(main.block_rv)
+    names = [iv.var.name for iv in stmt.iter_vars]
+    used = _iter_vars_of([r for r in stmt.reads if names[n_spatial - 1] in _iter_vars_of([r])])
+    candidates = [i for i in reversed(range(n_spatial - 1)) if extents[i] > 1]
+    free = [i for i in candidates if names[i] not in used]
+    rows_axes = free + [i for i in candidates if i not in free]
+    return _Contraction(main, rest, n_spatial, extents, rows_axes)
+
+
+def contraction_flops(func: Any) -> int:
+    """Floating-point operations of ``func``'s contraction: 2 x the product of its loop extents (0 if none).
+
+    Examples
+    --------
+    >>> from tvm import te
+    >>> a, b = te.placeholder((64, 32), name="a"), te.placeholder((32, 48), name="b")
+    >>> k = te.reduce_axis((0, 32), "k")
+    >>> c = te.compute((64, 48), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="c")
+    >>> contraction_flops(te.create_prim_func([a, b, c]))
+    196608
+    """
+    from tvm import s_tir
+
+    try:
+        sch = s_tir.Schedule(func)
+        found = _analyse(sch, 1)
+    except Exception:  # noqa: BLE001
+        return 0
+    if found is None:
+        return 0
+    product = 1
+    for extent in (_extent(sch, loop) for loop in sch.get_loops(found.main.block_rv)):
+        product *= extent or 0
+    return 2 * product
+
+
+def candidate_tiles(func: Any, lanes: int, limit: int = 12) -> list[Tile]:
+    """Tiles worth measuring for ``func`` (the default first); empty if it is no contraction.
+
+    Rows 1-16 that divide the rows axis, one or two vectors wide, over the two best rows
+    axes, at most 24 accumulators (the register file of AVX-512 is 32 vectors).
+
+    Examples
+    --------
+    >>> from tvm import te
+    >>> a, b = te.placeholder((64, 32), name="a"), te.placeholder((32, 48), name="b")
+    >>> k = te.reduce_axis((0, 32), "k")
+    >>> c = te.compute((64, 48), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="c")
+    >>> tiles = candidate_tiles(te.create_prim_func([a, b, c]), lanes=16)
+    >>> tiles[0], len(tiles) > 1
+    (Tile(rows=None, vectors=1, rows_axis=None), True)
+    """
+    from tvm import s_tir
+
+    try:
+        found = _analyse(s_tir.Schedule(func), lanes)
+    except Exception:  # noqa: BLE001 - not a function this rule can read
+        return []
+    if found is None:
+        return []
+    tiles = []
+    for rank, axis in enumerate(found.rows_axes[:2]):
+        for vectors in (1, 2):
+            if found.extents[found.n_spatial - 1] % (lanes * vectors):
+                continue
+            for rows in (1, 2, 3, 4, 6, 7, 8, 12, 14, 16):
+                if found.extents[axis] % rows == 0 and 4 <= rows * vectors <= 24:
+                    tiles.append((abs(rows * vectors - 12), rank, rows, Tile(rows, vectors, axis)))
+    # tiles of about 12 accumulators first (enough to hide FMA latency, few spills)
+    return [Tile(), *[t for *_, t in sorted(tiles, key=lambda item: item[:3])]][:limit]
+
+
+def _make_rules(lanes: int, tiles: Mapping[str, Tile], applied: list[str] | None) -> tuple[Any, Any]:
     from tvm import s_tir
     from tvm.s_tir.dlight.analysis import normalize_prim_func
     from tvm.s_tir.dlight.base import try_inline
     from tvm.s_tir.dlight.cpu.base import CPUScheduleRule
 
     class ContractionRule(CPUScheduleRule):
-        """One reduction block (matmul, convolution) plus injective producers and epilogue."""
+        """One reduction block (matmul, convolution) plus injective producers and epilogue.
+
+        The tile comes from ``tiles`` (tuning records, by :func:`function_key`), else the
+        default :class:`Tile`; the keys of functions given a tuned tile go to ``applied``.
+        """
 
         def apply(self, func: Any, target: Any, _tunable: bool) -> Any:
             try:
-                return self._apply(func)
+                key = function_key(func, target) if tiles else None
+                tile = tiles.get(key) if tiles else None
+                sch = schedule_contraction(func, lanes, tile or Tile())
             except Exception:  # the function keeps its naive loops
                 return None
-
-        def _apply(self, func: Any) -> Any:
-            sch = s_tir.Schedule(func)
-            infos = normalize_prim_func(sch)
-            if infos is None:
-                return None
-            reductions = [b for b in infos if not b.is_injective()]
-            if len(reductions) != 1 or reductions[0].dom_kind()[-1:] != "R":
-                return None
-            main = reductions[0]
-            kinds = main.dom_kind()
-            if "R" in kinds.rstrip("R") or kinds.count("S") < 2:
-                return None  # spatial axes must come first, and there must be two of them
-            rest = try_inline(sch, [b for b in infos if b is not main])
-            if len(rest) > 1:  # one epilogue at most (producers that stay make the rule give up)
-                return None
-            block = main.block_rv
-            stmt = sch.get(block)
-            loops = sch.get_loops(block)
-            n_spatial = kinds.count("S")
-            spatial, reduce = loops[:n_spatial], loops[n_spatial:]
-            extents = [_extent(sch, loop) for loop in loops]
-            if None in extents or extents[n_spatial - 1] % lanes:
-                return None
-            # rows of the tile: a spatial axis that the reads feeding the vector lanes do not use
-            # (matmul: the rows of A; NHWC convolution: output width), so each vector load
-            # serves `rows` accumulators
-            names = [iv.var.name for iv in stmt.iter_vars]
-            vec_name = names[n_spatial - 1]
-            vec_reads = [r for r in stmt.reads if vec_name in _iter_vars_of([r])]
-            used = _iter_vars_of(vec_reads)
-            candidates = [i for i in reversed(range(n_spatial - 1)) if extents[i] > 1]
-            # else (depthwise convolution) any other axis: independent accumulators still hide latency
-            rows_axis = next((i for i in candidates if names[i] not in used), candidates[0] if candidates else None)
-            rows = next((r for r in _ROW_BLOCKS if rows_axis is not None and extents[rows_axis] % r == 0), 1)
-            vec_o, vec_i = sch.split(spatial[-1], factors=[None, lanes])
-            outer = [loop for i, loop in enumerate(spatial[:-1]) if i != rows_axis]
-            if rows_axis is not None:
-                row_o, row_i = sch.split(spatial[rows_axis], factors=[None, rows])
-                outer = outer[:rows_axis] + [row_o] + outer[rows_axis:]
-                tile = [row_i, vec_i]
-            else:
-                tile = [vec_i]
-            sch.reorder(*outer, vec_o, *reduce, *tile)
-            if len(tile) == 2:
-                sch.unroll(tile[0])
-            sch.vectorize(tile[-1])
-            head = sch.fuse(*outer, vec_o) if outer else vec_o
-            total = 1
-            for e in extents[:n_spatial]:
-                total *= e
-            if total >= _MIN_PARALLEL:
-                sch.parallel(head)
-            init = sch.decompose_reduction(block, reduce[0])
-            sch.vectorize(sch.get_loops(init)[-1])
-            if rest:
-                sch.reverse_compute_at(rest[0].block_rv, head, preserve_unit_loops=True)
-                inner = sch.get_loops(rest[0].block_rv)[-1]
-                if _extent(sch, inner) == lanes:
-                    sch.vectorize(inner)
+            if sch is not None and tile is not None and applied is not None:
+                applied.append(key)
             return sch
 
     class ElementwiseRule(CPUScheduleRule):
@@ -187,16 +302,105 @@ def _make_rules(lanes: int) -> tuple[Any, Any]:
     return ContractionRule(), ElementwiseRule()
 
 
-def _rules(schedule: str, lanes: int) -> list[Any]:
+def schedule_contraction(func: Any, lanes: int, tile: Tile = Tile()) -> Any:
+    """``func`` scheduled with a register tile of ``tile``; ``None`` if it is no contraction.
+
+    Vector lanes over the innermost output axis, ``rows`` accumulators over a second axis,
+    the reduction loops between the parallel outer loops and the tile, the epilogue
+    computed inside the tile's outer loop. Raises if ``tile`` does not fit ``func``.
+    """
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(func)
+    found = _analyse(sch, lanes)
+    if found is None:
+        return None
+    n_spatial, extents = found.n_spatial, found.extents
+    width = lanes * tile.vectors
+    if extents[n_spatial - 1] % width:
+        raise ValueError(f"vector tile {width} does not divide the innermost axis {extents[n_spatial - 1]}")
+    rows_axis = tile.rows_axis if tile.rows_axis is not None else (found.rows_axes or [None])[0]
+    if rows_axis is not None and rows_axis not in found.rows_axes:
+        raise ValueError(f"axis {rows_axis} cannot carry the tile rows")
+    rows = tile.rows if tile.rows is not None else \
+        next((r for r in _ROW_BLOCKS if rows_axis is not None and extents[rows_axis] % r == 0), 1)
+    block = found.main.block_rv
+    loops = sch.get_loops(block)
+    spatial, reduce = loops[:n_spatial], loops[n_spatial:]
+    vec_o, vec_i = sch.split(spatial[-1], factors=[None, width])
+    outer = [loop for i, loop in enumerate(spatial[:-1]) if i != rows_axis]
+    if rows_axis is not None:
+        row_o, row_i = sch.split(spatial[rows_axis], factors=[None, rows])
+        outer = outer[:rows_axis] + [row_o] + outer[rows_axis:]
+        tile_loops = [row_i, vec_i]
+    else:
+        tile_loops = [vec_i]
+    if tile.vectors > 1:  # several registers wide: unroll over them, vectorise each
+        vec_r, vec_l = sch.split(tile_loops[-1], factors=[None, lanes])
+        tile_loops = [*tile_loops[:-1], vec_r, vec_l]
+    sch.reorder(*outer, vec_o, *reduce, *tile_loops)
+    for loop in tile_loops[:-1]:
+        sch.unroll(loop)
+    sch.vectorize(tile_loops[-1])
+    head = sch.fuse(*outer, vec_o) if outer else vec_o
+    total = 1
+    for e in extents[:n_spatial]:
+        total *= e
+    if total >= _MIN_PARALLEL:
+        sch.parallel(head)
+    init = sch.decompose_reduction(block, reduce[0])
+    sch.vectorize(sch.get_loops(init)[-1])
+    if found.rest:
+        epilogue = found.rest[0].block_rv
+        sch.reverse_compute_at(epilogue, head, preserve_unit_loops=True)
+        inner = sch.get_loops(epilogue)[-1]
+        if _extent(sch, inner) == width:
+            if tile.vectors > 1:
+                inner = sch.split(inner, factors=[None, lanes])[-1]
+            sch.vectorize(inner)
+    return sch
+
+
+def _rules(schedule: str, lanes: int, tiles: Mapping[str, Tile] | None = None,
+           applied: list[str] | None = None) -> list[Any]:
     from tvm.s_tir import dlight as dl
 
     if schedule == "dlight":
         return [dl.cpu.GEMV(), dl.cpu.Reduction()]
-    contraction, elementwise = _make_rules(lanes)
+    contraction, elementwise = _make_rules(lanes, tiles or {}, applied)
     return [contraction, dl.cpu.GEMV(), dl.cpu.Reduction(), elementwise]
 
 
-def relax_pipeline(target: Any, schedule: str = "cpu") -> Any:
+def prepare_passes(target: Any, schedule: str = "cpu") -> list[Any]:
+    """The passes before scheduling: layout (``"cpu"``), library dispatch, legalize and fuse.
+
+    Their output's TIR functions are what the schedule rules see and what tuning measures.
+    """
+    from tvm.relax.backend.cpu_generic import pipeline as cpu
+
+    layout = [_ConvertLayoutIfPossible()] if schedule == "cpu" else []
+    return layout + cpu.library_dispatch_passes(target) + cpu.legalize_passes(target)
+
+
+def _ConvertLayoutIfPossible() -> Any:  # noqa: N802 - a pass, named like TVM's
+    """NHWC activations and HWIO weights for ``conv2d``; the module unchanged where TVM's
+    ConvertLayout fails (it does on some Concat and channel-shuffle graphs)."""
+    import tvm
+    from tvm import relax
+
+    @tvm.transform.module_pass(opt_level=0, name="SubgraphConvertLayout")
+    def _convert(mod: Any, _ctx: Any) -> Any:
+        try:
+            converted = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]})(mod)
+        except Exception:  # noqa: BLE001 - keep NCHW; the rules still schedule it
+            return mod
+        return relax.transform.FoldConstant()(converted)
+
+    return _convert
+
+
+def relax_pipeline(target: Any, schedule: str = "cpu", tiles: Mapping[str, Tile] | None = None,
+                   applied: list[str] | None = None) -> Any:
     """The Relax pipeline for ``tvm.compile(mod, target, relax_pipeline=...)`` on a CPU target.
 
     Parameters
@@ -205,6 +409,11 @@ def relax_pipeline(target: Any, schedule: str = "cpu") -> Any:
         An ``llvm`` target; its vector width decides the vector lanes.
     schedule : str
         One of :data:`SCHEDULES`; ``"none"`` returns ``"default"`` (TVM's own pipeline).
+    tiles : mapping, optional
+        Tuned tiles by :func:`function_key` (from :mod:`~subgraph.properties.tvm_tune`);
+        functions not in it get the default :class:`Tile`.
+    applied : list, optional
+        Receives the :func:`function_key` of every function that got a tile from ``tiles``.
 
     Returns
     -------
@@ -221,20 +430,16 @@ def relax_pipeline(target: Any, schedule: str = "cpu") -> Any:
     if schedule == "none":
         return "default"
     import tvm
-    from tvm import relax
     from tvm.relax.backend.cpu_generic import pipeline as cpu
     from tvm.s_tir import dlight as dl
 
-    rules = _rules(schedule, vector_lanes(target))
-    layout = [relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]}),
-              relax.transform.FoldConstant()] if schedule == "cpu" else []
+    rules = _rules(schedule, vector_lanes(target), tiles, applied)
 
     @tvm.transform.module_pass(opt_level=0, name="SubgraphCPUPipeline")
     def _pipeline(mod: Any, _ctx: Any) -> Any:
         with target:
             mod = tvm.transform.Sequential(
-                layout + cpu.library_dispatch_passes(target) + cpu.legalize_passes(target)
-                + [dl.ApplyDefaultSchedule(*rules)]
+                prepare_passes(target, schedule) + [dl.ApplyDefaultSchedule(*rules)]
                 + cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target))(mod)
         return mod
 
