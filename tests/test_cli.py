@@ -66,12 +66,13 @@ def test_example_model_is_small_and_regenerates_byte_for_byte(tmp_path):
 def test_help_describes_every_subcommand(cli_env):
     top = cli(cli_env, "--help")
     assert top.returncode == 0
-    for command in ("partition", "query", "run"):
+    for command in ("partition", "query", "run", "tune"):
         assert command in top.stdout
     expected = {"partition": ["--devices", "--affinity", "--min-size", "--explain", "--dot", "--output",
                               "--input-shape", "--exclude", "--device-option"],
                 "query": ["--devices", "--output", "--exclude"],
-                "run": ["--inputs", "--check", "--bench", "--profile", "--seed", "--rtol", "--affinity"]}
+                "run": ["--inputs", "--check", "--bench", "--profile", "--seed", "--rtol", "--affinity"],
+                "tune": ["--budget", "--retune", "--devices", "--exclude", "--device-option"]}
     for command, options in expected.items():
         result = cli(cli_env, command, "--help")
         assert result.returncode == 0
@@ -198,6 +199,43 @@ def test_run_on_tvm_and_numpy_checks_benches_and_profiles(cli_env):
 
 
 @needs_tvm
+def test_tune_stores_records_that_run_then_uses(cli_env, tmp_path):
+    env = {**cli_env, "SUBGRAPH_CACHE_DIR": str(tmp_path / "cache")}  # tuning changes every TVM build's key
+    result = cli(env, "tune", "--budget", "60")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "model    built-in example (example_cnn): 1 TVM subgraph(s), budget 60 s"
+    assert lines[1].split() == ["function", "default", "ms", "tuned", "ms", "GFLOP/s", "speedup", "tile", "(tried)"]
+    rows = lines[2:-1]
+    assert len(rows) >= 2 and all(row.startswith("example_cnn_tvm_0/") for row in rows)
+    records = json.loads((tmp_path / "cache" / "tuning.json").read_text())["records"]
+    assert lines[-1].startswith(f"tuned {len(rows)} function(s) in ")
+    assert lines[-1].endswith(f"; {len(records)} record(s) in {tmp_path / 'cache' / 'tuning.json'} "
+                              "(later compiles use them)")
+    assert result.stderr.count("tuned ") == len(rows)  # one progress line per function (not a terminal)
+    run = cli(env, "run", "--check")
+    assert run.returncode == 0, run.stderr
+    assert f"; {len(rows)} TVM function(s) with tuned tiles" in run.stdout
+    assert "check    ok" in run.stdout
+    ignored = cli(env, "run", "--device-option", "TVM.tuning=false")
+    assert ignored.returncode == 0 and "tuned tiles" not in ignored.stdout
+    again = cli(env, "tune", "--budget", "60")
+    assert again.returncode == 0 and again.stdout.splitlines()[-1].startswith("tuned 0 function(s) in ")
+
+
+@needs_tvm
+@pytest.mark.parametrize(("args", "message"), [
+    (["--devices", "NUMPY"], "subgraph: error: tune measures TVM builds, and TVM is not among the devices 'NUMPY'"),
+    (["--budget", "0"], "argument --budget: '0' must be a positive number of seconds"),
+    (["--budget", "soon"], "argument --budget: 'soon' is not a number"),
+])
+def test_tune_refuses_bad_arguments(cli_env, args, message):
+    result = cli(cli_env, "tune", *args)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].endswith(message)
+
+
+@needs_tvm
 @pytest.mark.slow
 def test_run_check_passes_on_resnet18(cli_env, tmp_path):
     from subgraph.zoo import resnet18
@@ -264,7 +302,7 @@ def _error_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "bad device option": (
             ["partition", "--device-option", "TVM.colour=red"],
             ("--device-option 'TVM.colour=red': TVM has no option 'colour'; its options are target, "
-             "cache_dir, ops, exclude_ops, use_cache")),
+             "cache_dir, ops, exclude_ops, use_cache, schedule, tuning")),
         "option for another device": (
             ["partition", "--devices", "NUMPY", "--exclude", "TVM:Relu"],
             "--exclude 'TVM:Relu' names device 'TVM', which is not among the devices NUMPY"),

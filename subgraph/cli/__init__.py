@@ -5,7 +5,8 @@ Subcommands::
 
     subgraph partition [MODEL.onnx] [--explain] [--dot DIR] [-o OUT.onnx]   # the subgraph table
     subgraph query     [MODEL.onnx] [-o MAP.json]                           # {node: device} as JSON
-    subgraph run       [MODEL.onnx] [--inputs X.npz] [--check] [--bench N] [--profile] [--choose measured]
+    subgraph run       [MODEL.onnx] [--inputs X.npz] [--check] [--bench N] [--profile]
+    subgraph tune      [MODEL.onnx] [--budget SECONDS]                      # TVM tiles for this CPU [--choose measured]
 
 Every subcommand takes ``--devices HETERO:TVM,NUMPY`` (priority order), ``--device-option
 DEV.KEY=VALUE`` (``TVM.exclude_ops=Softmax,MaxPool``, ``TVM.target=llvm``, ``NUMPY.ops=...``),
@@ -72,6 +73,16 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
     return value
 
 
@@ -144,6 +155,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "measured: time each compiled subgraph on its device and on NUMPY and move it to "
                         "NUMPY when that is 1.2x faster (depends on timings)")
     r.set_defaults(func=_run)
+    t = sub.add_parser("tune", parents=[_common(True)], help="tune TVM's schedules for this CPU",
+                       formatter_class=_formatter,
+                       description="Partition the model as `run` would and, for every distinct convolution and "
+                                   "matmul of the TVM subgraphs, build and time candidate register tiles on this "
+                                   "CPU (largest first) until the budget is spent. The fastest tiles are stored "
+                                   "in tuning.json in the TVM cache folder; later `run`s and compile_model use "
+                                   "them (TVM.tuning=false ignores them).")
+    t.add_argument("--budget", type=_positive_float, default=60.0, metavar="SECONDS",
+                   help="time to spend measuring (default 60)")
+    t.add_argument("--retune", action="store_true", help="measure functions that already have a record again")
+    t.set_defaults(func=_tune)
     return parser
 
 
@@ -270,8 +292,11 @@ def _compile(graph: Any, args: argparse.Namespace, options: dict[str, dict[str, 
     counts: dict[str, int] = {}
     for s in model.subgraphs:
         counts[s.device] = counts.get(s.device, 0) + 1
+    tuned = sum(len(getattr(node.kernel.compile(), "tuned", ())) for node in model.graph.nodes
+                if node.subgraph is not None and hasattr(node.kernel, "compile"))
+    note = f"; {tuned} TVM function(s) with tuned tiles" if tuned else ""
     print(f"compiled {len(model.subgraphs)} subgraph(s) ({', '.join(f'{d} {n}' for d, n in counts.items())}) "
-          f"in {time.perf_counter() - start:.2f} s")
+          f"in {time.perf_counter() - start:.2f} s{note}")
     if any(s.costs for s in model.subgraphs):
         print(model.summary())
     return model
@@ -307,4 +332,34 @@ def _run(args: argparse.Namespace) -> int:
         if failures:
             raise _CheckFailed("; ".join(failures) + " (compared with the unpartitioned all-numpy run)")
         print("check    ok: every output matches the unpartitioned all-numpy run")
+    return 0
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from ..hetero import partition_model
+    from ..properties.tvm_tune import TuningDatabase, default_database_path, tune_graphs
+    from .report import TuneProgress, format_tuning
+
+    graph, label, devices, options, _ = _setup(args)
+    if "TVM" not in devices:
+        raise UsageError(f"tune measures TVM builds, and TVM is not among the devices {args.devices!r}")
+    tvm_options = options.get("TVM", {})
+    model = partition_model(graph, args.devices, options, min_subgraph_size=args.min_size)
+    subgraphs = [model.graph.node(s.fused_node).subgraph for s in model.subgraphs if s.device == "TVM"]
+    tuning = tvm_options.get("tuning", True)
+    if tuning is False:
+        raise UsageError("TVM.tuning=false: there is no database to tune into")
+    path = default_database_path(tvm_options.get("cache_dir")) if tuning is True else tuning
+    database = TuningDatabase(path)
+    print(f"model    {label} ({graph.name}): {len(subgraphs)} TVM subgraph(s), budget {args.budget:g} s")
+    start = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        records = tune_graphs(subgraphs, args.budget, target=tvm_options.get("target", "llvm"), database=database,
+                              retune=args.retune, progress=TuneProgress(args.budget))
+    for warning in caught:
+        print(f"subgraph: warning: {warning.message}", file=sys.stderr)
+    print(format_tuning(records))
+    print(f"tuned {len(records)} function(s) in {time.perf_counter() - start:.1f} s; {len(database)} record(s) "
+          f"in {path} (later compiles use them)")
     return 0

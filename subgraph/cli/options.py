@@ -33,7 +33,8 @@ EXAMPLE_MODEL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__f
                              "example.onnx")
 
 #: options of the built-in devices; devices registered by users accept any key
-KNOWN_OPTIONS = {"TVM": ("target", "cache_dir", "ops", "exclude_ops", "use_cache"), "NUMPY": ("ops",)}
+KNOWN_OPTIONS = {"TVM": ("target", "cache_dir", "ops", "exclude_ops", "use_cache", "schedule", "tuning"),
+                 "NUMPY": ("ops",)}
 _LIST_OPTIONS = ("ops", "exclude_ops")
 
 class UsageError(Exception):

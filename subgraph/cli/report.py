@@ -5,6 +5,7 @@ output digests, the comparison with the all-numpy run, and the compile progress 
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
@@ -216,3 +217,39 @@ class Progress:
         else:
             self.stream.write(f"compiled {done}/{total}: {what}\n")
         self.stream.flush()
+
+
+class TuneProgress:
+    """The ``progress`` callback of :func:`~subgraph.properties.tvm_tune.tune_graphs`: tasks done and
+    seconds spent of the budget, a bar on a terminal, else one line per task."""
+
+    def __init__(self, budget: float, stream: IO[str] | None = None, width: int = 28) -> None:
+        self.budget, self.width = budget, width
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.start = time.perf_counter()
+
+    def __call__(self, done: int, total: int, task: Any, record: Any) -> None:
+        spent = time.perf_counter() - self.start
+        what = task.name if record is not None else f"{task.name} (budget spent: default tile)"
+        if self.tty:
+            filled = min(self.width, int(self.width * spent / self.budget))
+            bar = "#" * filled + "." * (self.width - filled)
+            self.stream.write(f"\rtuning [{bar}] {spent:5.0f}/{self.budget:g} s  {done}/{total} {what[:48]:<48}")
+            if done == total:
+                self.stream.write("\n")
+        else:
+            self.stream.write(f"tuned {done}/{total} ({spent:.0f}/{self.budget:g} s): {what}\n")
+        self.stream.flush()
+
+
+def format_tuning(records: Sequence[Any]) -> str:
+    """One row per tuning record: calls, work, default and tuned time, GFLOP/s, tile."""
+    rows = [f"{'function':<44} {'default ms':>10} {'tuned ms':>9} {'GFLOP/s':>8} {'speedup':>7}  tile (tried)"]
+    for r in records:
+        gflops = r.flops / r.seconds / 1e9 if r.flops and r.seconds > 0 else float("nan")
+        tile = "default" if r.tile == type(r.tile)() else \
+            f"rows {r.tile.rows} x {r.tile.vectors} vector(s), axis {r.tile.rows_axis}"
+        rows.append(f"{r.name[:44]:<44} {r.default_seconds * 1e3:>10.3f} {r.seconds * 1e3:>9.3f} {gflops:>8.1f} "
+                    f"{r.speedup:>6.2f}x  {tile} ({r.candidates})")
+    return "\n".join(rows)
