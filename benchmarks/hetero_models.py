@@ -1,20 +1,28 @@
-"""Heterogeneous execution against plain TVM and onnxruntime, model by model.
+"""TVM untuned and tuned, numpy, plain TVM and onnxruntime, model by model, in one run.
 
-For each model, in one run and on the same feeds, median latency of:
+For each model, on the same feeds, with the same number of threads everywhere
+(``--threads``, default all CPUs: TVM's pool, OpenBLAS under numpy, onnxruntime's intra-op
+threads), median latency in ms of:
 
-- ``hetero``: this project, ``HETERO:TVM,NUMPY`` with TVM lacking ``--exclude`` ops
-  (Softmax and MaxPool by default), so the model is split across both devices;
-- ``all-tvm``: this project, ``HETERO:TVM,NUMPY`` with TVM taking every op it supports;
-- ``plain-tvm``: TVM alone: ``relax.frontend.onnx.from_onnx`` on the whole model, the
-  same pipeline the tvm property uses (its CPU schedule, TVM's default where that fails),
-  inputs already TVM tensors (its best case);
+- ``tvm``: this project, ``HETERO:TVM,NUMPY`` with TVM taking every op it supports,
+  untuned (default tiles; a fresh cache folder, so the first compile is timed cold);
+- ``tuned``: the same after ``subgraph tune``'s search (:func:`tune_graphs`) with
+  ``--budget`` seconds per model, recompiled with the tuning records;
+- ``measured``: ``HETERO:TVM,NUMPY``, tuned, with ``choose="measured"``: every TVM
+  subgraph that NUMPY runs 1.2x faster moves to NUMPY (the per-subgraph choice);
 - ``numpy``: this project's numpy kernels (``subgraph.run``);
-- ``onnxruntime``: CPU provider, intra-op threads = CPU count.
+- ``plain-tvm``: TVM alone: its ONNX importer on the whole model and the tvm property's
+  CPU pipeline (without BN folding or tuning), inputs already TVM tensors;
+- ``ort``: onnxruntime, CPU provider.
 
-The ``all-tvm / plain`` column is the cost of partitioning at run time (target <= 1.1).
-Compile times (first, cold cache) are printed too.
+It also prints tuned / ort and tvm / ort (targets: tuned within 1.5x on ResNet-18 and
+the BERT encoder, untuned within 5x) and the GFLOP/s of the tuned convolutions and
+matmuls, against this CPU's base-clock peak (threads x 32 FP32 FLOP/cycle x the clock
+/proc/cpuinfo reports; cores that boost go above it).
+Every path's outputs are compared with onnxruntime's (rtol 1e-4, atol 1e-5 * max|ref|).
 
-    python benchmarks/hetero_models.py --models resnet18 bert_encoder --repeat 10
+    python benchmarks/hetero_models.py                                # five models, 60 s tuning each
+    python benchmarks/hetero_models.py --models resnet18 --budget 120 --threads 1
 """
 
 from __future__ import annotations
@@ -22,10 +30,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
 
-import numpy as np
+MODELS = ["resnet18", "mobilenet_v2", "bert_encoder", "squeezenet", "shufflenet"]
 
 
 def _median_ms(fn, repeat: int, warmup: int) -> float:
@@ -39,9 +48,18 @@ def _median_ms(fn, repeat: int, warmup: int) -> float:
     return statistics.median(times) * 1e3
 
 
+def _nominal_peak_gflops(threads: int) -> float | None:
+    """threads x 32 FP32 FLOP/cycle (two 256-bit FMA pipes) x the clock /proc/cpuinfo reports."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            mhz = next(float(line.split(":")[1]) for line in f if line.startswith("cpu MHz"))
+    except (OSError, StopIteration, ValueError):
+        return None
+    return threads * 32 * mhz / 1e3
+
+
 def plain_tvm(model, feeds):
-    """Compile the whole model with TVM's own importer and the same pipeline the tvm
-    property uses (scheduled, TVM's default where that fails); returns (compile s, run)."""
+    """TVM's importer on the whole model, the tvm property's CPU pipeline; (compile s, run)."""
     import tvm
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
@@ -64,56 +82,82 @@ def plain_tvm(model, feeds):
     return seconds, lambda: vm["main"](*tensors)
 
 
-def main() -> None:
-    from subgraph import compile_model, from_onnx, run, zoo
+def _check(name: str, label: str, got, expected, np) -> None:
+    for a, b in zip(got, expected):
+        if not np.allclose(a, b, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(b).max()))):
+            print(f"  WARNING: {name} {label} differs from onnxruntime by {np.abs(a - b).max():.3g}", flush=True)
 
+
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["resnet18", "mobilenet_v2", "bert_encoder",
-                                                         "squeezenet", "shufflenet"])
-    parser.add_argument("--repeat", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--exclude", nargs="*", default=["Softmax", "MaxPool"],
-                        help="ops TVM is told it lacks in the hetero column")
-    parser.add_argument("--cache-dir", default=None, help="TVM cache (default: a fresh temp dir)")
+    parser.add_argument("--models", nargs="+", default=MODELS)
+    parser.add_argument("--budget", type=float, default=60.0, help="tuning seconds per model (default 60)")
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
     args = parser.parse_args()
-    os.environ.setdefault("SUBGRAPH_CACHE_DIR", args.cache_dir or tempfile.mkdtemp(prefix="subgraph-bench-"))
+    threads = str(args.threads)
+    for var in ("TVM_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = threads  # before numpy, TVM and onnxruntime start their pools
+    os.environ["SUBGRAPH_CACHE_DIR"] = tempfile.mkdtemp(prefix="subgraph-bench-")
+
+    import numpy as np
     import onnxruntime as ort
 
-    print(f"median of {args.repeat} runs, ms; hetero = HETERO:TVM,NUMPY with TVM lacking {args.exclude}")
-    head = (f"{'model':<14} {'hetero':>9} {'all-tvm':>9} {'plain-tvm':>9} {'numpy':>9} {'ort':>8} "
-            f"{'all-tvm/plain':>13} {'compile s (hetero/all/plain)':>30}")
-    print(head)
+    from subgraph import compile_model, from_onnx, run, zoo
+    from subgraph.properties.tvm_tune import TuningDatabase, default_database_path, tune_graphs
+
+    peak = _nominal_peak_gflops(args.threads)
+    print(f"{args.threads} thread(s) everywhere; median of {args.repeat} runs, ms; tuning budget "
+          f"{args.budget:g} s per model; base-clock peak {peak:.0f} GFLOP/s" if peak else "", flush=True)
+    print(f"{'model':<14} {'tvm':>8} {'tuned':>8} {'measured':>8} {'numpy':>8} {'plain-tvm':>9} {'ort':>8} "
+          f"{'tvm/ort':>8} {'tuned/ort':>9}  compile s (tvm / tune / tuned), conv+matmul GFLOP/s (tuned)",
+          flush=True)
+    database = TuningDatabase(default_database_path())
     for name in args.models:
         model = zoo.get_model(name)
         feeds = zoo.example_inputs(model)
         graph = from_onnx(model)
-        start = time.perf_counter()
-        hetero = compile_model(graph, "HETERO:TVM,NUMPY", {"TVM": {"exclude_ops": args.exclude}})
-        t_hetero = time.perf_counter() - start
-        start = time.perf_counter()
-        all_tvm = compile_model(graph, "HETERO:TVM,NUMPY")
-        t_all = time.perf_counter() - start
-        t_plain, plain = plain_tvm(model, feeds)
         options = ort.SessionOptions()
-        options.intra_op_num_threads = os.cpu_count() or 1
+        options.intra_op_num_threads = args.threads
+        options.inter_op_num_threads = 1
         session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         expected = session.run(None, feeds)
-        for label, model_run in (("hetero", hetero), ("all-tvm", all_tvm)):
-            got = list(model_run(feeds).values())
-            for a, b in zip(got, expected):
-                if not np.allclose(a, b, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(b).max()))):
-                    print(f"  warning: {name} {label} differs from onnxruntime by {np.abs(a - b).max():.3g}")
+
+        start = time.perf_counter()
+        untuned = compile_model(graph, "HETERO:TVM,NUMPY")
+        t_untuned = time.perf_counter() - start
+        subgraphs = [untuned.graph.node(s.fused_node).subgraph for s in untuned.subgraphs if s.device == "TVM"]
+        start = time.perf_counter()
+        records = tune_graphs(subgraphs, args.budget, database=database)
+        t_tune = time.perf_counter() - start
+        start = time.perf_counter()
+        tuned = compile_model(graph, "HETERO:TVM,NUMPY")
+        t_tuned = time.perf_counter() - start
+        measured = compile_model(graph, "HETERO:TVM,NUMPY", choose="measured")
+        moved = sum(s.moved for s in measured.subgraphs)
+        _, plain = plain_tvm(model, feeds)
+        for label, compiled in (("tvm", untuned), ("tuned", tuned), ("measured", measured)):
+            _check(name, label, list(compiled(feeds).values()), expected, np)
+        _check(name, "numpy", list(run(graph, feeds).values()), expected, np)
+
         ms = {
-            "hetero": _median_ms(lambda: hetero(feeds), args.repeat, args.warmup),
-            "all": _median_ms(lambda: all_tvm(feeds), args.repeat, args.warmup),
-            "plain": _median_ms(plain, args.repeat, args.warmup),
+            "tvm": _median_ms(lambda: untuned(feeds), args.repeat, args.warmup),
+            "tuned": _median_ms(lambda: tuned(feeds), args.repeat, args.warmup),
+            "measured": _median_ms(lambda: measured(feeds), args.repeat, args.warmup),
             "numpy": _median_ms(lambda: run(graph, feeds), args.repeat, args.warmup),
+            "plain": _median_ms(plain, args.repeat, args.warmup),
             "ort": _median_ms(lambda: session.run(None, feeds), args.repeat, args.warmup),
         }
-        print(f"{name:<14} {ms['hetero']:>9.1f} {ms['all']:>9.1f} {ms['plain']:>9.1f} {ms['numpy']:>9.1f} "
-              f"{ms['ort']:>8.1f} {ms['all'] / ms['plain']:>13.2f} "
-              f"{t_hetero:>12.1f} / {t_all:.1f} / {t_plain:.1f}"
-              f"   ({len(hetero.subgraphs)} vs {len(all_tvm.subgraphs)} subgraphs)", flush=True)
+        flops = sum(r.flops for r in records)
+        seconds = sum(r.seconds for r in records)
+        rate = f"{flops / seconds / 1e9:.0f}" if seconds else "-"
+        print(f"{name:<14} {ms['tvm']:>8.2f} {ms['tuned']:>8.2f} {ms['measured']:>8.2f} {ms['numpy']:>8.2f} "
+              f"{ms['plain']:>9.2f} {ms['ort']:>8.2f} {ms['tvm'] / ms['ort']:>8.2f} {ms['tuned'] / ms['ort']:>9.2f}  "
+              f"{t_untuned:.1f} / {t_tune:.0f} / {t_tuned:.1f}, {rate} over {len(records)} function(s); "
+              f"measured moved {moved} of {len(measured.subgraphs)} subgraph(s) to NUMPY",
+              flush=True)
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":
