@@ -196,6 +196,20 @@ def compare_outputs(got: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray]
     return lines, failures
 
 
+def _bar(fraction: float, width: int) -> str:
+    filled = max(0, min(width, int(width * fraction)))
+    return "#" * filled + "." * (width - filled)
+
+
+def _emit(stream: IO[str], tty: bool, redrawn: str, line: str, last: bool) -> None:
+    """On a terminal redraw ``redrawn`` in place (a newline after the last); else print ``line``."""
+    if tty:
+        stream.write(f"\r{redrawn}" + ("\n" if last else ""))
+    else:
+        stream.write(f"{line}\n")
+    stream.flush()
+
+
 class Progress:
     """The ``progress`` callback of :func:`~subgraph.compile_model`: a bar redrawn in place
     on a terminal, else one line per compiled subgraph."""
@@ -208,15 +222,8 @@ class Progress:
     def __call__(self, done: int, total: int, info: Any) -> None:
         count = len(info.nodes)
         what = f"subgraph {info.index} on {info.device} ({count} node{'s' if count != 1 else ''})"
-        if self.tty:
-            filled = self.width * done // max(total, 1)
-            bar = "#" * filled + "." * (self.width - filled)
-            self.stream.write(f"\rcompiling [{bar}] {done}/{total} {what:<40}")
-            if done == total:
-                self.stream.write("\n")
-        else:
-            self.stream.write(f"compiled {done}/{total}: {what}\n")
-        self.stream.flush()
+        _emit(self.stream, self.tty, f"compiling [{_bar(done / max(total, 1), self.width)}] {done}/{total} {what:<40}",
+              f"compiled {done}/{total}: {what}", done == total)
 
 
 class TuneProgress:
@@ -232,15 +239,9 @@ class TuneProgress:
     def __call__(self, done: int, total: int, task: Any, record: Any) -> None:
         spent = time.perf_counter() - self.start
         what = task.name if record is not None else f"{task.name} (budget spent: default tile)"
-        if self.tty:
-            filled = min(self.width, int(self.width * spent / self.budget))
-            bar = "#" * filled + "." * (self.width - filled)
-            self.stream.write(f"\rtuning [{bar}] {spent:5.0f}/{self.budget:g} s  {done}/{total} {what[:48]:<48}")
-            if done == total:
-                self.stream.write("\n")
-        else:
-            self.stream.write(f"tuned {done}/{total} ({spent:.0f}/{self.budget:g} s): {what}\n")
-        self.stream.flush()
+        _emit(self.stream, self.tty,
+              f"tuning [{_bar(spent / self.budget, self.width)}] {spent:5.0f}/{self.budget:g} s  {done}/{total} "
+              f"{what[:48]:<48}", f"tuned {done}/{total} ({spent:.0f}/{self.budget:g} s): {what}", done == total)
 
 
 def format_tuning(records: Sequence[Any]) -> str:

@@ -197,6 +197,17 @@ def _analyse(sch: Any, lanes: int) -> _Contraction | None:
     return _Contraction(main, rest, n_spatial, extents, rows_axes)
 
 
+def _try_analyse(func: Any, lanes: int) -> tuple[Any, _Contraction | None]:
+    """A schedule of ``func`` and what :func:`_analyse` finds in it (``None``: not a contraction)."""
+    from tvm import s_tir
+
+    try:
+        sch = s_tir.Schedule(func)
+        return sch, _analyse(sch, lanes)
+    except Exception:  # noqa: BLE001 - not a function the rule can read
+        return None, None
+
+
 def contraction_flops(func: Any) -> int:
     """Floating-point operations of ``func``'s contraction: 2 x the product of its loop extents (0 if none).
 
@@ -209,13 +220,7 @@ def contraction_flops(func: Any) -> int:
     >>> contraction_flops(te.create_prim_func([a, b, c]))
     196608
     """
-    from tvm import s_tir
-
-    try:
-        sch = s_tir.Schedule(func)
-        found = _analyse(sch, 1)
-    except Exception:  # noqa: BLE001
-        return 0
+    sch, found = _try_analyse(func, 1)
     if found is None:
         return 0
     product = 1
@@ -240,12 +245,7 @@ def candidate_tiles(func: Any, lanes: int, limit: int = 12) -> list[Tile]:
     >>> tiles[0], len(tiles) > 1
     (Tile(rows=None, vectors=1, rows_axis=None), True)
     """
-    from tvm import s_tir
-
-    try:
-        found = _analyse(s_tir.Schedule(func), lanes)
-    except Exception:  # noqa: BLE001 - not a function this rule can read
-        return []
+    _, found = _try_analyse(func, lanes)
     if found is None:
         return []
     tiles = []
