@@ -36,6 +36,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 __all__ = ["SCHEDULES", "Tile", "candidate_tiles", "contraction_flops", "function_key", "prepare_passes", "relax_pipeline",
            "schedule_contraction", "vector_lanes"]
 
@@ -43,7 +45,8 @@ __all__ = ["SCHEDULES", "Tile", "candidate_tiles", "contraction_flops", "functio
 SCHEDULES: tuple[str, ...] = ("cpu", "dlight", "none")
 
 _ROW_BLOCKS = (8, 7, 6, 4, 3, 2)  # rows of the register tile, the first that divides the axis wins
-_MIN_PARALLEL = 4096  # fewer output elements than this run on one thread
+_MIN_PARALLEL = 4096  # fewer output elements than this run on one thread...
+_MIN_PARALLEL_WORK = 1 << 20  # ...unless they take this many multiply-adds (a large matrix-vector product)
 
 
 def vector_lanes(target: Any, bits: int = 32) -> int:
@@ -161,6 +164,7 @@ class _Contraction:
     n_spatial: int
     extents: list[int]
     rows_axes: list[int]  # candidate axes for the tile rows, the default first
+    lanes: int  # vector lanes: the register's, or a half or quarter of it that divides the axis
 
 
 def _analyse(sch: Any, lanes: int) -> _Contraction | None:
@@ -175,14 +179,19 @@ def _analyse(sch: Any, lanes: int) -> _Contraction | None:
         return None
     main = reductions[0]
     kinds = main.dom_kind()
-    if "R" in kinds.rstrip("R") or kinds.count("S") < 2:
-        return None  # spatial axes must come first, and there must be two of them
+    if "R" in kinds.rstrip("R") or "S" not in kinds:
+        return None  # spatial axes must come first
     rest = try_inline(sch, [b for b in infos if b is not main])
     if len(rest) > 1:  # one epilogue at most (producers that stay make the rule give up)
         return None
     n_spatial = kinds.count("S")
     extents = [_extent(sch, loop) for loop in sch.get_loops(main.block_rv)]
-    if None in extents or extents[n_spatial - 1] % lanes:
+    if None in extents:
+        return None
+    # 24 or 1000 output channels: vectors of 8 (or 4) lanes rather than naive loops
+    lanes = next((n for n in (lanes, lanes // 2, lanes // 4)
+                  if n >= min(4, lanes) and extents[n_spatial - 1] % n == 0), 0)
+    if not lanes:
         return None
     # rows of the tile: a spatial axis that the reads feeding the vector lanes do not use
     # (matmul: the rows of A; NHWC convolution: output width), so each vector load serves
@@ -194,7 +203,7 @@ def _analyse(sch: Any, lanes: int) -> _Contraction | None:
     candidates = [i for i in reversed(range(n_spatial - 1)) if extents[i] > 1]
     free = [i for i in candidates if names[i] not in used]
     rows_axes = free + [i for i in candidates if i not in free]
-    return _Contraction(main, rest, n_spatial, extents, rows_axes)
+    return _Contraction(main, rest, n_spatial, extents, rows_axes, lanes)
 
 
 def _try_analyse(func: Any, lanes: int) -> tuple[Any, _Contraction | None]:
@@ -251,7 +260,7 @@ def candidate_tiles(func: Any, lanes: int, limit: int = 12) -> list[Tile]:
     tiles = []
     for rank, axis in enumerate(found.rows_axes[:2]):
         for vectors in (1, 2):
-            if found.extents[found.n_spatial - 1] % (lanes * vectors):
+            if found.extents[found.n_spatial - 1] % (found.lanes * vectors):
                 continue
             for rows in (1, 2, 3, 4, 6, 7, 8, 12, 14, 16):
                 if found.extents[axis] % rows == 0 and 4 <= rows * vectors <= 24:
@@ -315,11 +324,14 @@ def schedule_contraction(func: Any, lanes: int, tile: Tile = Tile()) -> Any:
     found = _analyse(sch, lanes)
     if found is None:
         return None
-    n_spatial, extents = found.n_spatial, found.extents
-    width = lanes * tile.vectors
+    n_spatial, extents, lanes = found.n_spatial, found.extents, found.lanes
+    rows_axis = tile.rows_axis if tile.rows_axis is not None else (found.rows_axes or [None])[0]
+    vectors = tile.vectors
+    if tile == Tile() and rows_axis is None and extents[n_spatial - 1] % (2 * lanes) == 0:
+        vectors = 2  # one row (a matrix-vector product): a whole cache line of weights per step
+    width = lanes * vectors
     if extents[n_spatial - 1] % width:
         raise ValueError(f"vector tile {width} does not divide the innermost axis {extents[n_spatial - 1]}")
-    rows_axis = tile.rows_axis if tile.rows_axis is not None else (found.rows_axes or [None])[0]
     if rows_axis is not None and rows_axis not in found.rows_axes:
         raise ValueError(f"axis {rows_axis} cannot carry the tile rows")
     rows = tile.rows if tile.rows is not None else \
@@ -335,7 +347,7 @@ def schedule_contraction(func: Any, lanes: int, tile: Tile = Tile()) -> Any:
         tile_loops = [row_i, vec_i]
     else:
         tile_loops = [vec_i]
-    if tile.vectors > 1:  # several registers wide: unroll over them, vectorise each
+    if vectors > 1:  # several registers wide: unroll over them, vectorise each
         vec_r, vec_l = sch.split(tile_loops[-1], factors=[None, lanes])
         tile_loops = [*tile_loops[:-1], vec_r, vec_l]
     sch.reorder(*outer, vec_o, *reduce, *tile_loops)
@@ -343,10 +355,9 @@ def schedule_contraction(func: Any, lanes: int, tile: Tile = Tile()) -> Any:
         sch.unroll(loop)
     sch.vectorize(tile_loops[-1])
     head = sch.fuse(*outer, vec_o) if outer else vec_o
-    total = 1
-    for e in extents[:n_spatial]:
-        total *= e
-    if total >= _MIN_PARALLEL:
+    total = int(np.prod(extents[:n_spatial]))
+    work = total * int(np.prod(extents[n_spatial:]))
+    if total >= _MIN_PARALLEL or (work >= _MIN_PARALLEL_WORK and (_extent(sch, head) or 0) > 1):
         sch.parallel(head)
     init = sch.decompose_reduction(block, reduce[0])
     sch.vectorize(sch.get_loops(init)[-1])
@@ -355,7 +366,7 @@ def schedule_contraction(func: Any, lanes: int, tile: Tile = Tile()) -> Any:
         sch.reverse_compute_at(epilogue, head, preserve_unit_loops=True)
         inner = sch.get_loops(epilogue)[-1]
         if _extent(sch, inner) == width:
-            if tile.vectors > 1:
+            if vectors > 1:
                 inner = sch.split(inner, factors=[None, lanes])[-1]
             sch.vectorize(inner)
     return sch
@@ -378,8 +389,89 @@ def prepare_passes(target: Any, schedule: str = "cpu") -> list[Any]:
     """
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
-    layout = [_ConvertLayoutIfPossible()] if schedule == "cpu" else []
-    return layout + cpu.library_dispatch_passes(target) + cpu.legalize_passes(target)
+    if schedule != "cpu":
+        return cpu.library_dispatch_passes(target) + cpu.legalize_passes(target)
+    import tvm
+    from tvm import relax
+
+    legalize = [relax.transform.LegalizeOps(customize_legalize_map={"relax.erf": _fast_erf,
+                                                                    "relax.nn.softmax": _fast_softmax})]
+    rest = [p for p in cpu.legalize_passes(target) if p.info.name != "LegalizeOps"]
+    assert len(rest) == len(cpu.legalize_passes(target)) - 1, "TVM's CPU legalize passes changed"
+    return [_ClampsAsRelaxOps(), _ConvertLayoutIfPossible(), *cpu.library_dispatch_passes(target), *legalize, *rest]
+
+
+def _ClampsAsRelaxOps() -> Any:  # noqa: N802 - a pass, named like TVM's
+    """``call_tir(maximum|minimum, (x, scalar))`` as ``R.maximum`` / ``R.minimum``.
+
+    TVM's ONNX importer emits ``Clip`` as calls of ready-made TIR functions, which
+    ConvertLayout cannot see through: in an NHWC build every ReLU6 of MobileNetV2 was
+    wrapped in two transposes. The Relax ops compute the same (a scalar broadcasts) and
+    follow their input's layout.
+    """
+    import re
+
+    import tvm
+    from tvm import relax
+
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    ops = {"maximum": relax.op.maximum, "minimum": relax.op.minimum}
+
+    @relax.expr_functor.mutator
+    class _Rewrite(relax.PyExprMutator):
+        def visit_call_(self, call: Any) -> Any:
+            call = super().visit_call_(call)
+            if call.op != call_tir or not isinstance(call.args[0], relax.GlobalVar):
+                return call
+            match = re.fullmatch(r"(maximum|minimum)\d*", call.args[0].name_hint)
+            args = call.args[1]
+            if match is None or not isinstance(args, relax.Tuple) or len(args.fields) != 2:
+                return call
+            x, bound = args.fields
+            if isinstance(bound, relax.Var):  # a constant bound to a variable first
+                bound = self.lookup_binding(bound)
+            if not isinstance(bound, tvm.ir.GenericConst) or len(bound.value.shape) != 0:
+                return call
+            return ops[match.group(1)](x, bound)
+
+    @tvm.transform.module_pass(opt_level=0, name="SubgraphClampsAsRelaxOps")
+    def _rewrite(mod: Any, _ctx: Any) -> Any:
+        for gvar, func in list(mod.functions.items()):
+            if isinstance(func, relax.Function):
+                mod[gvar] = _Rewrite().visit_expr(func)
+        return relax.transform.DeadCodeElimination()(mod)
+
+    return _rewrite
+
+
+def _fast_softmax(bb: Any, call: Any) -> Any:
+    """``softmax`` on float32 with ``topi.fast_exp`` (vectorisable) instead of libm's ``expf``."""
+    import tvm
+    from tvm import topi
+
+    x = call.args[0]
+    if str(getattr(x.ty, "dtype", "")) != "float32":
+        return tvm.ir.Op.get("relax.nn.softmax").get_attr("FLegalize")(bb, call)
+    axis = int(call.attrs.axis)
+
+    def softmax(data: Any) -> Any:
+        shifted = topi.subtract(data, topi.max(data, axis=axis, keepdims=True))
+        exp = topi.fast_exp(shifted)
+        return topi.divide(exp, topi.sum(exp, axis=axis, keepdims=True))
+
+    return bb.call_te(softmax, x, primfunc_name_hint="softmax")
+
+
+def _fast_erf(bb: Any, call: Any) -> Any:
+    """``erf`` on float32 as TVM's rational approximation (``topi.fast_erf``, max error ~1e-7):
+    it vectorises, where the libm call of the default legalization runs one element at a time
+    (GELU's erf took half of a BERT encoder's time)."""
+    import tvm
+    from tvm import topi
+
+    if str(getattr(call.args[0].ty, "dtype", "")) == "float32":
+        return bb.call_te(topi.fast_erf, call.args[0])
+    return tvm.ir.Op.get("relax.erf").get_attr("FLegalize")(bb, call)
 
 
 def _ConvertLayoutIfPossible() -> Any:  # noqa: N802 - a pass, named like TVM's

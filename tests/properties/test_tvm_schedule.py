@@ -159,3 +159,54 @@ def test_parallel_loops_use_every_cpu_by_default(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
     cpus = len(os.sched_getaffinity(0))
     assert out.stdout.split() == [str(cpus), str(cpus - 1)]  # the caller plus cpus - 1 workers
+
+
+def clip_graph() -> Graph:
+    """Conv -> Clip(0, 6) -> Conv with 24 channels (MobileNetV2's ReLU6 and narrow layers)."""
+    rng = np.random.default_rng(6)
+    g = Graph("relu6")
+    x = g.add_input("x", (1, 8, 14, 14), "float32")
+    y = g.add_node("Conv", [x, g.add_constant("w1", _rand(rng, (24, 8, 1, 1)))], name="conv1").outputs[0]
+    y = g.add_node("Clip", [y, g.add_constant("lo", np.float32(0)), g.add_constant("hi", np.float32(6))],
+                   name="relu6").outputs[0]
+    g.set_outputs([g.add_node("Conv", [y, g.add_constant("w2", _rand(rng, (24, 24, 1, 1)))], name="conv2").outputs[0]])
+    g.infer_shapes()
+    return g
+
+
+def gelu_classifier_graph() -> Graph:
+    """GELU (Erf) over a wide range, a softmax, and a one-row matmul with 1000 columns."""
+    rng = np.random.default_rng(7)
+    g = Graph("gelu")
+    x = g.add_input("x", (1, 64), "float32")
+    e = g.add_node("Erf", [g.add_node("Mul", [x, g.add_constant("s", np.float32(3.0))], name="scale").outputs[0]],
+                   name="erf").outputs[0]
+    y = g.add_node("MatMul", [e, g.add_constant("w", _rand(rng, (64, 1000)))], name="fc").outputs[0]
+    g.set_outputs([g.add_node("Softmax", [y], name="softmax", attrs={"axis": -1}).outputs[0]])
+    g.infer_shapes()
+    return g
+
+
+@pytest.mark.parametrize("build", [clip_graph, gelu_classifier_graph])
+def test_rewritten_ops_match_onnxruntime(build):
+    graph = build()
+    arrays = [_rand(np.random.default_rng(1), v.shape) for v in graph.inputs]
+    got = te.compile_graph(graph)(*arrays)
+    for g, w in zip(got, onnxruntime_outputs(graph, *arrays)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5 * float(np.abs(w).max()))
+
+
+def test_relu6_stays_in_nhwc_and_narrow_convolutions_are_vectorised():
+    scripts = _lowered_scripts(clip_graph(), "cpu")
+    clamps = [name for name in scripts if "maximum" in name or "minimum" in name]
+    assert clamps and not any("transpose" in name for name in clamps)  # no layout round trip around ReLU6
+    convs = [s for name, s in scripts.items() if "conv2d" in name]
+    assert len(convs) == 2 and all("T.vectorized(T.int64(8))" in s for s in convs)  # 24 = 3 x 8 lanes
+
+
+def test_erf_and_softmax_use_the_vectorisable_forms():
+    scripts = _lowered_scripts(gelu_classifier_graph(), "cpu")
+    assert not any("T.erf(" in s for s in scripts.values()) and any("fast_erf" in n for n in scripts)
+    assert not any("T.exp(" in s for s in scripts.values())
+    (matmul,) = [s for name, s in scripts.items() if "matmul" in name]
+    assert "T.vectorized(T.int64(8))" in matmul  # one row, 1000 columns (8 lanes divide it): still tiled
