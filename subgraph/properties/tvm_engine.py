@@ -364,19 +364,22 @@ def _check_outputs(graph: Graph, func: Any) -> list[int]:
 
 
 def onnx_for_tvm(graph: Graph) -> tuple[Graph, Any]:
-    """The graph TVM compiles (BatchNormalization folded into convolutions) and its ONNX model.
+    """The graph TVM compiles (BatchNormalization folded into convolutions, Sum as Adds)
+    and its ONNX model.
 
     TVM's fuser does not fuse ``conv2d`` with ``batch_norm``, so each BN would be one more
     pass over memory; :func:`~subgraph.fold.fold_batchnorm` removes it beforehand.
+    :func:`~subgraph.properties.tvm_rewrite.sum_as_adds` avoids the importer's stack.
     """
     from ..fold import fold_batchnorm
     from ..frontends.onnx import to_onnx
+    from .tvm_rewrite import sum_as_adds
 
     for value in graph.inputs:
         if value.shape is None or value.dtype is None:
             raise PropertyError(f"graph {graph.name!r}: input %{value.name} needs a static shape and "
                                 f"dtype to compile with TVM, got {value.type_str()}")
-    graph = fold_batchnorm(graph)
+    graph = sum_as_adds(fold_batchnorm(graph))
     try:
         return graph, to_onnx(graph)
     except SubgraphError as exc:

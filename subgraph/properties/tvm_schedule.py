@@ -402,12 +402,15 @@ def prepare_passes(target: Any, schedule: str = "cpu") -> list[Any]:
 
 
 def _ClampsAsRelaxOps() -> Any:  # noqa: N802 - a pass, named like TVM's
-    """``call_tir(maximum|minimum, (x, scalar))`` as ``R.maximum`` / ``R.minimum``.
+    """``call_tir(maximum|minimum, (x, scalar))`` as ``R.maximum`` / ``R.minimum``; Dropout's
+    output as its input.
 
     TVM's ONNX importer emits ``Clip`` as calls of ready-made TIR functions, which
     ConvertLayout cannot see through: in an NHWC build every ReLU6 of MobileNetV2 was
     wrapped in two transposes. The Relax ops compute the same (a scalar broadcasts) and
-    follow their input's layout.
+    follow their input's layout. ``R.nn.dropout`` returns a tuple, on which TVM 0.27's
+    layout inference aborts ("Expected nested to match tuple", SqueezeNet); at inference
+    its first output is its input.
     """
     import re
 
@@ -417,8 +420,17 @@ def _ClampsAsRelaxOps() -> Any:  # noqa: N802 - a pass, named like TVM's
     call_tir = tvm.ir.Op.get("relax.call_tir")
     ops = {"maximum": relax.op.maximum, "minimum": relax.op.minimum}
 
+    dropout = tvm.ir.Op.get("relax.nn.dropout")
+
     @relax.expr_functor.mutator
     class _Rewrite(relax.PyExprMutator):
+        def visit_tuple_getitem_(self, op: Any) -> Any:
+            op = super().visit_tuple_getitem_(op)
+            source = self.lookup_binding(op.tuple_value) if isinstance(op.tuple_value, relax.Var) else None
+            if op.index == 0 and isinstance(source, relax.Call) and source.op == dropout:
+                return source.args[0]  # inference: Dropout is the identity
+            return op
+
         def visit_call_(self, call: Any) -> Any:
             call = super().visit_call_(call)
             if call.op != call_tir or not isinstance(call.args[0], relax.GlobalVar):
@@ -480,15 +492,57 @@ def _ConvertLayoutIfPossible() -> Any:  # noqa: N802 - a pass, named like TVM's
     import tvm
     from tvm import relax
 
+    convert = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]})
+
     @tvm.transform.module_pass(opt_level=0, name="SubgraphConvertLayout")
     def _convert(mod: Any, _ctx: Any) -> Any:
-        try:
-            converted = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]})(mod)
-        except Exception:  # noqa: BLE001 - keep NCHW; the rules still schedule it
-            return mod
-        return relax.transform.FoldConstant()(converted)
+        for attempt in (lambda m: m, _opaque_concat_reshape):
+            try:
+                return relax.transform.FoldConstant()(convert(attempt(mod)))
+            except Exception:  # noqa: BLE001 - TVM's layout rules trip over concat and 5-D reshapes
+                continue
+        return mod  # keep NCHW; the rules still schedule it
 
     return _convert
+
+
+def _opaque_concat_reshape(mod: Any) -> Any:
+    """``R.concat``, ``R.reshape`` and ``R.permute_dims`` as calls of TIR functions, which
+    ConvertLayout leaves alone.
+
+    TVM 0.27's layout inference aborts on 5-D reshapes and transposes (ShuffleNet's channel
+    shuffle: "Invalid SLayout"); as opaque calls they get NCHW inputs (a transpose each)
+    and every convolution still becomes NHWC. Only used when ConvertLayout fails as is.
+    """
+    import tvm
+    from tvm import relax, topi
+
+    concat, reshape = tvm.ir.Op.get("relax.concat"), tvm.ir.Op.get("relax.reshape")
+    permute = tvm.ir.Op.get("relax.permute_dims")
+
+    @relax.expr_functor.mutator
+    class _Rewrite(relax.PyExprMutator):
+        def visit_call_(self, call: Any) -> Any:
+            call = super().visit_call_(call)
+            shape = getattr(call.ty, "shape", None)
+            if call.op == concat and isinstance(call.args[0], relax.Tuple):
+                return self.builder_.call_te(topi.concatenate, list(call.args[0].fields), int(call.attrs.axis),
+                                             primfunc_name_hint="concat")
+            if call.op == reshape and shape is not None:
+                return self.builder_.call_te(topi.reshape, call.args[0], [int(d) for d in shape.values],
+                                             primfunc_name_hint="reshape")
+            if call.op == permute and call.attrs.axes is not None:
+                return self.builder_.call_te(topi.transpose, call.args[0], [int(a) for a in call.attrs.axes],
+                                             primfunc_name_hint="transpose")
+            return call
+
+    for gvar, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function):
+            rewriter = _Rewrite(mod)
+            new_func = rewriter.visit_expr(func)
+            mod = rewriter.builder_.finalize()
+            mod[gvar] = new_func
+    return mod
 
 
 def relax_pipeline(target: Any, schedule: str = "cpu", tiles: Mapping[str, Tile] | None = None,

@@ -210,3 +210,42 @@ def test_erf_and_softmax_use_the_vectorisable_forms():
     assert not any("T.exp(" in s for s in scripts.values())
     (matmul,) = [s for name, s in scripts.items() if "matmul" in name]
     assert "T.vectorized(T.int64(8))" in matmul  # one row, 1000 columns (8 lanes divide it): still tiled
+
+
+def shuffle_graph() -> Graph:
+    """Dropout, Concat, a ShuffleNet channel shuffle (5-D reshape and transpose) and a Sum:
+    each made TVM 0.27's ConvertLayout abort, leaving every convolution NCHW."""
+    rng = np.random.default_rng(8)
+    g = Graph("shuffle")
+    x = g.add_input("x", (1, 8, 6, 6), "float32")
+    y = g.add_node("Conv", [x, g.add_constant("w0", _rand(rng, (16, 8, 1, 1)))], name="conv0").outputs[0]
+    y = g.add_node("Dropout", [y], name="drop").outputs[0]
+    a = g.add_node("Conv", [y, g.add_constant("wa", _rand(rng, (16, 16, 1, 1)))], name="conva").outputs[0]
+    b = g.add_node("Conv", [y, g.add_constant("wb", _rand(rng, (16, 16, 3, 3)))], name="convb",
+                   attrs={"pads": [1, 1, 1, 1]}).outputs[0]
+    c = g.add_node("Concat", [a, b], name="cat", attrs={"axis": 1}).outputs[0]
+    s = g.add_node("Reshape", [c, g.add_constant("s5", np.array([1, 2, 16, 6, 6], np.int64))], name="split").outputs[0]
+    s = g.add_node("Transpose", [s], name="shuffle", attrs={"perm": [0, 2, 1, 3, 4]}).outputs[0]
+    s = g.add_node("Reshape", [s, g.add_constant("s4", np.array([1, 32, 6, 6], np.int64))], name="merge").outputs[0]
+    z = g.add_node("Conv", [s, g.add_constant("wz", _rand(rng, (16, 32, 1, 1)))], name="convz").outputs[0]
+    g.set_outputs([g.add_node("Sum", [z, a, y], name="total").outputs[0]])
+    g.infer_shapes()
+    return g
+
+
+def test_layout_survives_dropout_concat_shuffle_and_sum():
+    graph = shuffle_graph()
+    arrays = [_rand(np.random.default_rng(2), v.shape) for v in graph.inputs]
+    for g, w in zip(te.compile_graph(graph)(*arrays), onnxruntime_outputs(graph, *arrays)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5 * float(np.abs(w).max()))
+    folded, model = te.onnx_for_tvm(graph)
+    assert [n.op for n in folded.nodes].count("Add") == 2 and "Sum" not in [n.op for n in folded.nodes]
+    import tvm
+
+    from subgraph.properties.tvm_schedule import prepare_passes
+
+    target = te._as_target("llvm")
+    with target:
+        mod = tvm.transform.Sequential(prepare_passes(target))(te.relax_module(folded, model))
+    convs = [f.script() for gv, f in mod.functions_items() if "conv2d" in gv.name_hint]
+    assert len(convs) == 4 and all("conv2d_nhwc" in s for s in convs)
