@@ -32,10 +32,10 @@ Kernel = Callable[..., Sequence[np.ndarray]]
 
 
 def time_kernel(kernel: Callable[..., Any], inputs: Sequence[np.ndarray], *, repeat: int = 15,
-                min_runs: int = 3, budget: float = 0.05) -> float:
-    """Median seconds of ``kernel(*inputs)``, timed after one warm-up call.
+                min_runs: int = 5, budget: float = 0.1, warmup: int = 2) -> float:
+    """Median seconds of ``kernel(*inputs)``, timed after ``warmup`` calls (at least one).
 
-    The warm-up's time sets how many timed calls follow: enough to fill ``budget``
+    The last warm-up's time sets how many timed calls follow: enough to fill ``budget``
     seconds, at least ``min_runs`` and at most ``repeat``. A kernel of microseconds is
     called ``repeat`` times (a millisecond in all); one of a second, ``min_runs`` times.
 
@@ -47,6 +47,8 @@ def time_kernel(kernel: Callable[..., Any], inputs: Sequence[np.ndarray], *, rep
         The same arrays on every call.
     repeat, min_runs : int
         Bounds on the number of timed calls.
+    warmup : int
+        Untimed calls first (a TVM build's first calls fault in its weights).
     budget : float
         Seconds the timed calls should take in all, within those bounds.
 
@@ -57,9 +59,10 @@ def time_kernel(kernel: Callable[..., Any], inputs: Sequence[np.ndarray], *, rep
     True
     """
     clock = time.perf_counter
-    start = clock()
-    kernel(*inputs)  # warm-up: first-call costs (loading, thread pools, allocations) stay out
-    warm = clock() - start
+    for _ in range(max(warmup, 1)):  # first-call costs (loading, page faults, thread pools) stay out
+        start = clock()
+        kernel(*inputs)
+        warm = clock() - start
     runs = min(repeat, max(min_runs, math.ceil(budget / max(warm, 1e-9))))
     times = []
     for _ in range(runs):
