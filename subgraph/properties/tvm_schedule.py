@@ -84,6 +84,24 @@ def _iter_vars_of(regions: Any) -> set[str]:
             for var in collect_vars_used_in_prim_expr(rng.min)}
 
 
+def _divisors_of(regions: Any, name: str) -> set[int]:
+    """Constant divisors ``c`` of ``floordiv(..., c)`` over variable ``name`` in the regions' indices."""
+    import tvm_ffi
+    from tvm import tirx
+    from tvm.s_tir.dlight.analysis.common_analysis import collect_vars_used_in_prim_expr
+
+    found: set[int] = set()
+
+    def visit(expr: Any) -> None:
+        if isinstance(expr.b, tirx.IntImm) and any(v.name == name for v in collect_vars_used_in_prim_expr(expr.a)):
+            found.add(int(expr.b.value))
+
+    for region in regions:
+        for rng in region.region:
+            tvm_ffi.structural_walk(rng.min, (tirx.FloorDiv, visit), order="post")
+    return found
+
+
 def _vectorize_spatial(sch: Any, block: Any, lanes: int) -> None:
     """Fuse the block's loops; parallel outer part, vectorised inner part."""
     loops = sch.get_loops(block)
@@ -188,17 +206,20 @@ def _analyse(sch: Any, lanes: int) -> _Contraction | None:
     extents = [_extent(sch, loop) for loop in sch.get_loops(main.block_rv)]
     if None in extents:
         return None
-    # 24 or 1000 output channels: vectors of 8 (or 4) lanes rather than naive loops
-    lanes = next((n for n in (lanes, lanes // 2, lanes // 4)
-                  if n >= min(4, lanes) and extents[n_spatial - 1] % n == 0), 0)
+    stmt = sch.get(main.block_rv)
+    names = [iv.var.name for iv in stmt.iter_vars]
+    # 24 or 1000 output channels: vectors of 8 (or 4) lanes rather than naive loops; grouped
+    # convolutions read input channel `out // group * group + ...`: lanes that divide the
+    # group size keep each vector in one group (a broadcast rather than a gather)
+    groups = _divisors_of(stmt.reads, names[n_spatial - 1])
+    widths = [n for n in (lanes, lanes // 2, lanes // 4) if n >= min(4, lanes) and extents[n_spatial - 1] % n == 0]
+    lanes = next((n for n in widths if all(g % n == 0 for g in groups)), widths[0] if widths else 0)
     if not lanes:
         return None
     # rows of the tile: a spatial axis that the reads feeding the vector lanes do not use
     # (matmul: the rows of A; NHWC convolution: output width), so each vector load serves
     # `rows` accumulators; else (depthwise convolution) any other axis: independent
     # accumulators still hide latency
-    stmt = sch.get(main.block_rv)
-    names = [iv.var.name for iv in stmt.iter_vars]
     used = _iter_vars_of([r for r in stmt.reads if names[n_spatial - 1] in _iter_vars_of([r])])
     candidates = [i for i in reversed(range(n_spatial - 1)) if extents[i] > 1]
     free = [i for i in candidates if names[i] not in used]
@@ -457,21 +478,56 @@ def _ClampsAsRelaxOps() -> Any:  # noqa: N802 - a pass, named like TVM's
 
 
 def _fast_softmax(bb: Any, call: Any) -> Any:
-    """``softmax`` on float32 with ``topi.fast_exp`` (vectorisable) instead of libm's ``expf``."""
+    """``softmax`` over the last axis of a float32 tensor as a TIR function scheduled here.
+
+    ``topi.fast_exp`` vectorises where libm's ``expf`` does not. The function is scheduled
+    by :func:`_schedule_softmax` and marked as such: dlight's Reduction rule, given a
+    one-row softmax, put the whole computation under a parallel loop over the columns
+    (every thread recomputing, and racing on, the row's max and sum).
+    """
     import tvm
-    from tvm import topi
+    from tvm import relax
 
     x = call.args[0]
-    if str(getattr(x.ty, "dtype", "")) != "float32":
-        return tvm.ir.Op.get("relax.nn.softmax").get_attr("FLegalize")(bb, call)
+    shape = getattr(x.ty, "shape", None)
     axis = int(call.attrs.axis)
+    try:
+        dims = [int(d) for d in shape.values]
+    except (AttributeError, TypeError):
+        dims = None
+    if str(getattr(x.ty, "dtype", "")) != "float32" or not dims or axis not in (-1, len(dims) - 1):
+        return tvm.ir.Op.get("relax.nn.softmax").get_attr("FLegalize")(bb, call)
+    func = _schedule_softmax(dims, vector_lanes(tvm.target.Target.current(allow_none=True)
+                                                or tvm.target.Target("llvm")))
+    gvar = bb.add_func(func, "softmax")
+    return relax.call_tir(gvar, [x], relax.TensorType(dims, "float32"))
 
-    def softmax(data: Any) -> Any:
-        shifted = topi.subtract(data, topi.max(data, axis=axis, keepdims=True))
-        exp = topi.fast_exp(shifted)
-        return topi.divide(exp, topi.sum(exp, axis=axis, keepdims=True))
 
-    return bb.call_te(softmax, x, primfunc_name_hint="softmax")
+def _schedule_softmax(dims: list[int], lanes: int) -> Any:
+    """max, exp (fast), sum and divide per row: rows in parallel, the columns vectorised."""
+    from tvm import s_tir, te, topi
+
+    data = te.placeholder(dims, "float32", name="x")
+    shifted = topi.subtract(data, topi.max(data, axis=-1, keepdims=True))
+    exp = topi.fast_exp(shifted)
+    out = topi.divide(exp, topi.sum(exp, axis=-1, keepdims=True))
+    sch = s_tir.Schedule(te.create_prim_func([data, out]))
+    # topi's stage names: the max is named after its input, the sum after exp's output
+    red_max, sub, fexp, red_sum, div = (sch.get_sblock(name) for name in (
+        "x_red", "T_subtract", "T_fast_exp", "T_fast_exp_red", "T_divide"))
+    sch.compute_inline(sub)
+    loops = sch.get_loops(div)
+    row = sch.fuse(*loops[:-1]) if len(loops) > 1 else None
+    for block in (red_sum, fexp, red_max):
+        if row is not None:
+            sch.compute_at(block, row)
+    width = next((n for n in (lanes, lanes // 2, lanes // 4) if n > 1 and dims[-1] % n == 0), 0)
+    for block in (fexp, div):
+        if width:
+            sch.vectorize(sch.split(sch.get_loops(block)[-1], factors=[None, width])[-1])
+    if row is not None and int(np.prod(dims[:-1])) > 1:
+        sch.parallel(row)
+    return sch.mod["main"].with_attr("tirx.is_scheduled", True)
 
 
 def _fast_erf(bb: Any, call: Any) -> Any:

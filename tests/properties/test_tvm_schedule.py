@@ -210,6 +210,24 @@ def test_erf_and_softmax_use_the_vectorisable_forms():
     assert not any("T.exp(" in s for s in scripts.values())
     (matmul,) = [s for name, s in scripts.items() if "matmul" in name]
     assert "T.vectorized(T.int64(8))" in matmul  # one row, 1000 columns (8 lanes divide it): still tiled
+    (softmax,) = [s for name, s in scripts.items() if "softmax" in name]
+    assert "T.parallel" not in softmax  # one row: no threads racing on its max and sum
+    (rows,) = [s for name, s in _lowered_scripts(attention_graph(), "cpu").items() if "softmax" in name]
+    assert "T.parallel(64)" in rows and "T.vectorized(16)" in rows  # 2 x 32 rows of 32
+
+
+def test_grouped_convolution_vectors_stay_in_one_group():
+    rng = np.random.default_rng(9)
+    g = Graph("grouped")
+    x = g.add_input("x", (1, 32, 6, 6), "float32")
+    g.set_outputs([g.add_node("Conv", [x, g.add_constant("w", _rand(rng, (32, 8, 1, 1)))], name="conv",
+                              attrs={"group": 4}).outputs[0]])  # 8 output channels per group
+    g.infer_shapes()
+    arrays = [_rand(rng, (1, 32, 6, 6))]
+    for got, want in zip(te.compile_graph(g)(*arrays), onnxruntime_outputs(g, *arrays)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
+    (conv,) = [s for name, s in _lowered_scripts(g, "cpu").items() if "conv2d" in name]
+    assert "T.vectorized(T.int64(8))" in conv and "T.vectorized(T.int64(16))" not in conv
 
 
 def shuffle_graph() -> Graph:
