@@ -347,16 +347,18 @@ def schedule_contraction(func: Any, lanes: int, tile: Tile = Tile()) -> Any:
         return None
     n_spatial, extents, lanes = found.n_spatial, found.extents, found.lanes
     rows_axis = tile.rows_axis if tile.rows_axis is not None else (found.rows_axes or [None])[0]
-    vectors = tile.vectors
-    if tile == Tile() and rows_axis is None and extents[n_spatial - 1] % (2 * lanes) == 0:
-        vectors = 2  # one row (a matrix-vector product): a whole cache line of weights per step
-    width = lanes * vectors
-    if extents[n_spatial - 1] % width:
-        raise ValueError(f"vector tile {width} does not divide the innermost axis {extents[n_spatial - 1]}")
     if rows_axis is not None and rows_axis not in found.rows_axes:
         raise ValueError(f"axis {rows_axis} cannot carry the tile rows")
     rows = tile.rows if tile.rows is not None else \
         next((r for r in _ROW_BLOCKS if rows_axis is not None and extents[rows_axis] % r == 0), 1)
+    vectors = tile.vectors
+    if tile == Tile() and rows_axis is None and extents[n_spatial - 1] % (2 * lanes) == 0:
+        vectors = 2  # one row (a matrix-vector product): a whole cache line of weights per step
+    elif tile == Tile() and rows == 1:  # no row count divides (13 x 13 maps): accumulators along the vector axis
+        vectors = next((v for v in (4, 5, 3, 6, 2) if extents[n_spatial - 1] % (lanes * v) == 0), 1)
+    width = lanes * vectors
+    if extents[n_spatial - 1] % width:
+        raise ValueError(f"vector tile {width} does not divide the innermost axis {extents[n_spatial - 1]}")
     block = found.main.block_rv
     loops = sch.get_loops(block)
     spatial, reduce = loops[:n_spatial], loops[n_spatial:]
