@@ -262,8 +262,8 @@ def contraction_flops(func: Any) -> int:
 def candidate_tiles(func: Any, lanes: int, limit: int = 12) -> list[Tile]:
     """Tiles worth measuring for ``func`` (the default first); empty if it is no contraction.
 
-    Rows 1-16 that divide the rows axis, one or two vectors wide, over the two best rows
-    axes, at most 24 accumulators (the register file of AVX-512 is 32 vectors).
+    Rows 1-16 that divide the rows axis, one to four vectors wide, over the two best rows
+    axes, 4 to 24 accumulators (the register file of AVX-512 is 32 vectors), about 12 first.
 
     Examples
     --------
@@ -280,7 +280,7 @@ def candidate_tiles(func: Any, lanes: int, limit: int = 12) -> list[Tile]:
         return []
     tiles = []
     for rank, axis in enumerate(found.rows_axes[:2]):
-        for vectors in (1, 2):
+        for vectors in (1, 2, 3, 4):
             if found.extents[found.n_spatial - 1] % (found.lanes * vectors):
                 continue
             for rows in (1, 2, 3, 4, 6, 7, 8, 12, 14, 16):

@@ -267,3 +267,17 @@ def test_layout_survives_dropout_concat_shuffle_and_sum():
         mod = tvm.transform.Sequential(prepare_passes(target))(te.relax_module(folded, model))
     convs = [f.script() for gv, f in mod.functions_items() if "conv2d" in gv.name_hint]
     assert len(convs) == 4 and all("conv2d_nhwc" in s for s in convs)
+
+
+def test_prime_sized_maps_accumulate_along_the_channels():
+    rng = np.random.default_rng(10)
+    g = Graph("prime")
+    x = g.add_input("x", (1, 16, 13, 13), "float32")  # 13: no row count divides it
+    g.set_outputs([g.add_node("Conv", [x, g.add_constant("w", _rand(rng, (40, 16, 3, 3)))], name="conv",
+                              attrs={"pads": [1, 1, 1, 1]}).outputs[0]])
+    g.infer_shapes()
+    arrays = [_rand(rng, (1, 16, 13, 13))]
+    for got, want in zip(te.compile_graph(g)(*arrays), onnxruntime_outputs(g, *arrays)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
+    (conv,) = [s for name, s in _lowered_scripts(g, "cpu").items() if "conv2d" in name]
+    assert "T.unroll(T.int64(5))" in conv and "T.vectorized(T.int64(8))" in conv  # 40 channels = 5 x 8 lanes
