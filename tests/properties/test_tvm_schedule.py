@@ -75,15 +75,19 @@ def onnxruntime_outputs(graph: Graph, *arrays: np.ndarray) -> list[np.ndarray]:
     return session.run(None, {v.name: a for v, a in zip(graph.inputs, arrays)})
 
 
+def assert_matches_onnxruntime(graph: Graph, got: list[np.ndarray], *arrays: np.ndarray) -> None:
+    """``got`` (a TVM build's outputs on ``arrays``) equals onnxruntime's within 1e-4 relative."""
+    for g, w in zip(got, onnxruntime_outputs(graph, *arrays)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5 * float(np.abs(w).max()))
+
+
 @pytest.mark.parametrize("schedule", ts.SCHEDULES)
 @pytest.mark.parametrize("build", [linear_graph, conv_graph, attention_graph])
 def test_every_schedule_matches_onnxruntime(build, schedule):
     graph = build()
     rng = np.random.default_rng(0)
     arrays = [_rand(rng, v.shape) for v in graph.inputs]
-    got = te.compile_graph(graph, schedule=schedule)(*arrays)
-    for g, w in zip(got, onnxruntime_outputs(graph, *arrays)):
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5 * float(np.abs(w).max()))
+    assert_matches_onnxruntime(graph, te.compile_graph(graph, schedule=schedule)(*arrays), *arrays)
 
 
 def _lowered_scripts(graph: Graph, schedule: str) -> dict[str, str]:
@@ -191,9 +195,7 @@ def gelu_classifier_graph() -> Graph:
 def test_rewritten_ops_match_onnxruntime(build):
     graph = build()
     arrays = [_rand(np.random.default_rng(1), v.shape) for v in graph.inputs]
-    got = te.compile_graph(graph)(*arrays)
-    for g, w in zip(got, onnxruntime_outputs(graph, *arrays)):
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5 * float(np.abs(w).max()))
+    assert_matches_onnxruntime(graph, te.compile_graph(graph)(*arrays), *arrays)
 
 
 def test_relu6_stays_in_nhwc_and_narrow_convolutions_are_vectorised():
@@ -224,8 +226,7 @@ def test_grouped_convolution_vectors_stay_in_one_group():
                               attrs={"group": 4}).outputs[0]])  # 8 output channels per group
     g.infer_shapes()
     arrays = [_rand(rng, (1, 32, 6, 6))]
-    for got, want in zip(te.compile_graph(g)(*arrays), onnxruntime_outputs(g, *arrays)):
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
+    assert_matches_onnxruntime(g, te.compile_graph(g)(*arrays), *arrays)
     (conv,) = [s for name, s in _lowered_scripts(g, "cpu").items() if "conv2d" in name]
     assert "T.vectorized(T.int64(8))" in conv and "T.vectorized(T.int64(16))" not in conv
 
@@ -254,8 +255,7 @@ def shuffle_graph() -> Graph:
 def test_layout_survives_dropout_concat_shuffle_and_sum():
     graph = shuffle_graph()
     arrays = [_rand(np.random.default_rng(2), v.shape) for v in graph.inputs]
-    for g, w in zip(te.compile_graph(graph)(*arrays), onnxruntime_outputs(graph, *arrays)):
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5 * float(np.abs(w).max()))
+    assert_matches_onnxruntime(graph, te.compile_graph(graph)(*arrays), *arrays)
     folded, model = te.onnx_for_tvm(graph)
     assert [n.op for n in folded.nodes].count("Add") == 2 and "Sum" not in [n.op for n in folded.nodes]
     import tvm
@@ -277,7 +277,6 @@ def test_prime_sized_maps_accumulate_along_the_channels():
                               attrs={"pads": [1, 1, 1, 1]}).outputs[0]])
     g.infer_shapes()
     arrays = [_rand(rng, (1, 16, 13, 13))]
-    for got, want in zip(te.compile_graph(g)(*arrays), onnxruntime_outputs(g, *arrays)):
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
+    assert_matches_onnxruntime(g, te.compile_graph(g)(*arrays), *arrays)
     (conv,) = [s for name, s in _lowered_scripts(g, "cpu").items() if "conv2d" in name]
     assert "T.unroll(T.int64(5))" in conv and "T.vectorized(T.int64(8))" in conv  # 40 channels = 5 x 8 lanes

@@ -19,7 +19,7 @@ from subgraph.properties import tvm_tune as tt
 pytestmark = [pytest.mark.tvm,
               pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="needs apache-tvm")]
 
-from test_tvm_schedule import _rand, conv_graph, linear_graph, onnxruntime_outputs  # noqa: E402
+from test_tvm_schedule import _rand, assert_matches_onnxruntime, conv_graph, linear_graph  # noqa: E402
 
 
 def _inputs(graph, seed=0):
@@ -29,8 +29,7 @@ def _inputs(graph, seed=0):
 
 def _assert_matches_onnxruntime(graph, fn):
     arrays = _inputs(graph)
-    for got, want in zip(fn(*arrays), onnxruntime_outputs(graph, *arrays)):
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
+    assert_matches_onnxruntime(graph, fn(*arrays), *arrays)
 
 
 @pytest.fixture(scope="module")
