@@ -337,7 +337,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _tune(args: argparse.Namespace) -> int:
     from ..hetero import partition_model
-    from ..properties.tvm_tune import TuningDatabase, default_database_path, tune_graphs
+    from ..properties.tvm_tune import open_database, tune_graphs
     from .report import TuneProgress, format_tuning
 
     graph, label, devices, options, _ = _setup(args)
@@ -346,11 +346,9 @@ def _tune(args: argparse.Namespace) -> int:
     tvm_options = options.get("TVM", {})
     model = partition_model(graph, args.devices, options, min_subgraph_size=args.min_size)
     subgraphs = [model.graph.node(s.fused_node).subgraph for s in model.subgraphs if s.device == "TVM"]
-    tuning = tvm_options.get("tuning", True)
-    if tuning is False:
+    database = open_database(tvm_options.get("tuning", True), tvm_options.get("cache_dir"))
+    if database is None:
         raise UsageError("TVM.tuning=false: there is no database to tune into")
-    path = default_database_path(tvm_options.get("cache_dir")) if tuning is True else tuning
-    database = TuningDatabase(path)
     print(f"model    {label} ({graph.name}): {len(subgraphs)} TVM subgraph(s), budget {args.budget:g} s")
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
@@ -361,5 +359,5 @@ def _tune(args: argparse.Namespace) -> int:
         print(f"subgraph: warning: {warning.message}", file=sys.stderr)
     print(format_tuning(records))
     print(f"tuned {len(records)} function(s) in {time.perf_counter() - start:.1f} s; {len(database)} record(s) "
-          f"in {path} (later compiles use them)")
+          f"in {database.path} (later compiles use them)")
     return 0

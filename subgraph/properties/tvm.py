@@ -9,7 +9,7 @@ memory and on disk (:mod:`~subgraph.properties.tvm_engine`).
 from __future__ import annotations
 
 from ..graph import Graph, Node
-from .base import SubgraphProperty
+from .base import SubgraphProperty, time_kernel
 from .registry import register_property
 from .tvm_engine import compile_graph, unsupported_reason
 
@@ -67,8 +67,6 @@ class TVMProperty(SubgraphProperty):
         """Median seconds of ``kernel(*inputs)`` (:func:`~subgraph.properties.base.time_kernel`),
         inputs handed to TVM and outputs back included; remembered in memory per compiled
         function (its cache key), so a process times each TVM build once."""
-        from .base import time_kernel
-
         key = getattr(kernel.compile() if hasattr(kernel, "compile") else kernel, "key", None)
         if key is None:
             return time_kernel(kernel, inputs)

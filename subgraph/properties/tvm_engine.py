@@ -542,7 +542,7 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
     import tvm
 
     from .tvm_schedule import SCHEDULES
-    from .tvm_tune import TuningDatabase, default_database_path
+    from .tvm_tune import open_database
 
     if schedule not in SCHEDULES:
         raise PropertyError(f"unknown TVM schedule {schedule!r} for graph {graph.name!r}; "
@@ -552,9 +552,7 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
     device = tvm.device(tgt.get_target_device_type(), 0)
     graph, model = onnx_for_tvm(graph)
     directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    database = None
-    if tuning is not False and tgt.kind.name == "llvm" and schedule == "cpu":
-        database = TuningDatabase(default_database_path(directory) if tuning is True else tuning)
+    database = open_database(tuning, directory) if tgt.kind.name == "llvm" and schedule == "cpu" else None
     tiles = database.tiles() if database else None
     key = cache_key(model.SerializeToString(deterministic=True), str(tgt),
                     schedule + (f"|tuned:{database.digest()}" if database else ""))

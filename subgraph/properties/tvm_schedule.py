@@ -14,8 +14,8 @@ so a build stays a matter of seconds:
   preference, the contraction rule (:func:`schedule_contraction`: matmul, batch matmul,
   convolution as a register-blocked micro-kernel, vector lanes over the innermost output
   axis, rows over a second axis, parallel outer loops, epilogue fused in the tile; the
-  tile is a :class:`Tile`, tuned per function when a tuning record exists), TVM's own ``s_tir.dlight.cpu`` rules (GEMV; softmax and layer-norm style
-  row reductions) and :class:`ElementwiseRule` (fused, parallel, vectorised loops).
+  tile is a :class:`Tile`, tuned per function when a tuning record exists), TVM's own
+  ``s_tir.dlight.cpu`` rules (GEMV; softmax and layer-norm style row reductions) and :class:`ElementwiseRule` (fused, parallel, vectorised loops).
 - ``"dlight"``: only TVM's ``dlight.cpu`` rules (GEMV, row reductions).
 - ``"none"``: TVM's default pipeline, unscheduled.
 
@@ -82,6 +82,17 @@ def _iter_vars_of(regions: Any) -> set[str]:
 
     return {var.name for region in regions for rng in region.region
             for var in collect_vars_used_in_prim_expr(rng.min)}
+
+
+def _vector_widths(lanes: int, extent: int) -> list[int]:
+    """The register's lanes, or a half or quarter of them (at least 4), that divide ``extent``.
+
+    Examples
+    --------
+    >>> _vector_widths(16, 1000), _vector_widths(16, 68), _vector_widths(16, 13)
+    ([8, 4], [4], [])
+    """
+    return [n for n in (lanes, lanes // 2, lanes // 4) if n >= min(4, lanes) and extent % n == 0]
 
 
 def _divisors_of(regions: Any, name: str) -> set[int]:
@@ -212,7 +223,7 @@ def _analyse(sch: Any, lanes: int) -> _Contraction | None:
     # convolutions read input channel `out // group * group + ...`: lanes that divide the
     # group size keep each vector in one group (a broadcast rather than a gather)
     groups = _divisors_of(stmt.reads, names[n_spatial - 1])
-    widths = [n for n in (lanes, lanes // 2, lanes // 4) if n >= min(4, lanes) and extents[n_spatial - 1] % n == 0]
+    widths = _vector_widths(lanes, extents[n_spatial - 1])
     lanes = next((n for n in widths if all(g % n == 0 for g in groups)), widths[0] if widths else 0)
     if not lanes:
         return None
@@ -227,15 +238,14 @@ def _analyse(sch: Any, lanes: int) -> _Contraction | None:
     return _Contraction(main, rest, n_spatial, extents, rows_axes, lanes)
 
 
-def _try_analyse(func: Any, lanes: int) -> tuple[Any, _Contraction | None]:
-    """A schedule of ``func`` and what :func:`_analyse` finds in it (``None``: not a contraction)."""
+def _try_analyse(func: Any, lanes: int) -> _Contraction | None:
+    """What :func:`_analyse` finds in ``func`` (``None``: not a contraction)."""
     from tvm import s_tir
 
     try:
-        sch = s_tir.Schedule(func)
-        return sch, _analyse(sch, lanes)
+        return _analyse(s_tir.Schedule(func), lanes)
     except Exception:  # noqa: BLE001 - not a function the rule can read
-        return None, None
+        return None
 
 
 def contraction_flops(func: Any) -> int:
@@ -250,13 +260,8 @@ def contraction_flops(func: Any) -> int:
     >>> contraction_flops(te.create_prim_func([a, b, c]))
     196608
     """
-    sch, found = _try_analyse(func, 1)
-    if found is None:
-        return 0
-    product = 1
-    for extent in (_extent(sch, loop) for loop in sch.get_loops(found.main.block_rv)):
-        product *= extent or 0
-    return 2 * product
+    found = _try_analyse(func, 1)
+    return 0 if found is None else 2 * int(np.prod(found.extents))
 
 
 def candidate_tiles(func: Any, lanes: int, limit: int = 12) -> list[Tile]:
@@ -275,7 +280,7 @@ def candidate_tiles(func: Any, lanes: int, limit: int = 12) -> list[Tile]:
     >>> tiles[0], len(tiles) > 1
     (Tile(rows=None, vectors=1, rows_axis=None), True)
     """
-    _, found = _try_analyse(func, lanes)
+    found = _try_analyse(func, lanes)
     if found is None:
         return []
     tiles = []
@@ -306,7 +311,7 @@ def _make_rules(lanes: int, tiles: Mapping[str, Tile], applied: list[str] | None
         def apply(self, func: Any, target: Any, _tunable: bool) -> Any:
             try:
                 key = function_key(func, target) if tiles else None
-                tile = tiles.get(key) if tiles else None
+                tile = tiles.get(key)
                 sch = schedule_contraction(func, lanes, tile or Tile())
             except Exception:  # the function keeps its naive loops
                 return None
@@ -414,14 +419,13 @@ def prepare_passes(target: Any, schedule: str = "cpu") -> list[Any]:
 
     if schedule != "cpu":
         return cpu.library_dispatch_passes(target) + cpu.legalize_passes(target)
-    import tvm
     from tvm import relax
 
+    # TVM's legalize-and-fuse passes, with our erf and softmax in its LegalizeOps
     legalize = [relax.transform.LegalizeOps(customize_legalize_map={"relax.erf": _fast_erf,
-                                                                    "relax.nn.softmax": _fast_softmax})]
-    rest = [p for p in cpu.legalize_passes(target) if p.info.name != "LegalizeOps"]
-    assert len(rest) == len(cpu.legalize_passes(target)) - 1, "TVM's CPU legalize passes changed"
-    return [_ClampsAsRelaxOps(), _ConvertLayoutIfPossible(), *cpu.library_dispatch_passes(target), *legalize, *rest]
+                                                                    "relax.nn.softmax": _fast_softmax})
+                if p.info.name == "LegalizeOps" else p for p in cpu.legalize_passes(target)]
+    return [_ClampsAsRelaxOps(), _ConvertLayoutIfPossible(), *cpu.library_dispatch_passes(target), *legalize]
 
 
 def _ClampsAsRelaxOps() -> Any:  # noqa: N802 - a pass, named like TVM's
@@ -440,10 +444,8 @@ def _ClampsAsRelaxOps() -> Any:  # noqa: N802 - a pass, named like TVM's
     import tvm
     from tvm import relax
 
-    call_tir = tvm.ir.Op.get("relax.call_tir")
+    call_tir, dropout = tvm.ir.Op.get("relax.call_tir"), tvm.ir.Op.get("relax.nn.dropout")
     ops = {"maximum": relax.op.maximum, "minimum": relax.op.minimum}
-
-    dropout = tvm.ir.Op.get("relax.nn.dropout")
 
     @relax.expr_functor.mutator
     class _Rewrite(relax.PyExprMutator):
@@ -519,16 +521,15 @@ def _schedule_softmax(dims: list[int], lanes: int) -> Any:
         "x_red", "T_subtract", "T_fast_exp", "T_fast_exp_red", "T_divide"))
     sch.compute_inline(sub)
     loops = sch.get_loops(div)
-    row = sch.fuse(*loops[:-1]) if len(loops) > 1 else None
-    for block in (red_sum, fexp, red_max):
-        if row is not None:
+    if len(loops) > 1:
+        row = sch.fuse(*loops[:-1])
+        for block in (red_sum, fexp, red_max):  # consumers first
             sch.compute_at(block, row)
-    width = next((n for n in (lanes, lanes // 2, lanes // 4) if n > 1 and dims[-1] % n == 0), 0)
-    for block in (fexp, div):
-        if width:
-            sch.vectorize(sch.split(sch.get_loops(block)[-1], factors=[None, width])[-1])
-    if row is not None and int(np.prod(dims[:-1])) > 1:
-        sch.parallel(row)
+        if int(np.prod(dims[:-1])) > 1:
+            sch.parallel(row)
+    widths = _vector_widths(lanes, dims[-1])
+    for block in (fexp, div) if widths else ():
+        sch.vectorize(sch.split(sch.get_loops(block)[-1], factors=[None, widths[0]])[-1])
     return sch.mod["main"].with_attr("tirx.is_scheduled", True)
 
 

@@ -41,7 +41,7 @@ from ..graph import Graph
 from .tvm_schedule import Tile
 
 __all__ = ["TuningDatabase", "TuningRecord", "TuneTask", "TUNING_FILE", "default_database_path",
-           "extract_tasks", "tune_graphs"]
+           "extract_tasks", "open_database", "tune_graphs"]
 
 #: the database's file name inside the TVM cache folder
 TUNING_FILE = "tuning.json"
@@ -80,6 +80,13 @@ def default_database_path(cache_dir: str | Path | None = None) -> Path:
     from .tvm_engine import default_cache_dir
 
     return Path(cache_dir if cache_dir is not None else default_cache_dir()) / TUNING_FILE
+
+
+def open_database(tuning: bool | str | Path, cache_dir: str | Path | None = None) -> TuningDatabase | None:
+    """The database the ``tuning`` option names: ``True`` the cache folder's, a path that file, ``False`` none."""
+    if tuning is False:
+        return None
+    return TuningDatabase(default_database_path(cache_dir) if tuning is True else tuning)
 
 
 class TuningDatabase:

@@ -8,10 +8,10 @@ import subprocess
 import sys
 import textwrap
 
-import numpy as np
 import pytest
 
 from subgraph.errors import PropertyError
+from subgraph.inputs import random_inputs
 from subgraph.properties import tvm_engine as te
 from subgraph.properties import tvm_schedule as ts
 from subgraph.properties import tvm_tune as tt
@@ -19,16 +19,11 @@ from subgraph.properties import tvm_tune as tt
 pytestmark = [pytest.mark.tvm,
               pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="needs apache-tvm")]
 
-from test_tvm_schedule import _rand, assert_matches_onnxruntime, conv_graph, linear_graph  # noqa: E402
-
-
-def _inputs(graph, seed=0):
-    rng = np.random.default_rng(seed)
-    return [_rand(rng, v.shape) for v in graph.inputs]
+from test_tvm_schedule import assert_matches_onnxruntime, conv_graph, linear_graph  # noqa: E402
 
 
 def _assert_matches_onnxruntime(graph, fn):
-    arrays = _inputs(graph)
+    arrays = list(random_inputs(graph).values())
     assert_matches_onnxruntime(graph, fn(*arrays), *arrays)
 
 
