@@ -6,9 +6,12 @@ and run by :func:`subgraph.run` on :func:`subgraph.from_onnx` of the model and b
 onnxruntime ``InferenceSession`` (CPU) on the same feeds.
 
 Tolerance rule: each output ``actual`` must satisfy ``numpy.testing.assert_allclose(actual,
-reference, rtol=1e-4, atol=1e-5 * max(1, abs(reference).max()))`` -- a relative error of
-1e-4 per element, plus an absolute slack of 1e-5 of the output's largest magnitude, for
-elements near zero where float32 summation order alone decides the last bits.
+reference, rtol=1e-4, atol=5e-5 * max(1, abs(reference).max()))`` -- a relative error of
+1e-4 per element, plus an absolute slack of 5e-5 of the output's largest magnitude, for
+elements near zero where float32 summation order alone decides the last bits. onnxruntime
+picks its GEMM kernels by CPU, so that order differs between machines: through the ~50
+layers of ResNet-50 and Inception-v2 the slack measured up to 1.1e-5 on an AMD EPYC (and
+less on Intel); 5e-5 leaves a margin without hiding a wrong kernel, which is off by O(1).
 
 A final Softmax squashes differences (1000 probabilities of ~1e-3 each), so where a model
 ends with one, the logits feeding it are compared as well: they are added as an extra
@@ -37,7 +40,7 @@ ACTIVATION_OPS = ("Conv", "Gemm", "MatMul", "BatchNormalization", "LayerNormaliz
 def tolerance(reference: np.ndarray) -> dict[str, float]:
     """The comparison tolerance of one output (see the module notes)."""
     scale = float(np.abs(reference).max()) if reference.size else 0.0
-    return {"rtol": 1e-4, "atol": 1e-5 * max(1.0, scale)}
+    return {"rtol": 1e-4, "atol": 5e-5 * max(1.0, scale)}
 
 
 def with_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
