@@ -1,11 +1,11 @@
-"""The graph IR: :class:`Graph` owns :class:`Node` objects and the :class:`Value` edges.
+"""The graph IR: :class:`Graph` owns :class:`~subgraph.ir.Node` objects and the
+:class:`~subgraph.ir.Value` edges between them.
 
-A :class:`Value` is one tensor: a graph input, a constant (ONNX initializer) or output
-``index`` of the node that produces it (``value.producer``). A node's ``inputs`` are
-values, so every input entry is a ``(producer, output index)`` pair; a value keeps the
-list of nodes that read it (``value.users``), so edges are known both ways. Every
-mutation goes through :class:`Graph` methods, which keep both directions in sync, and
-``graph.nodes`` is always in topological order.
+Every mutation goes through :class:`Graph` methods, which keep both directions of an
+edge in sync, and ``graph.nodes`` is always in topological order. Passes copy a graph
+with :meth:`Graph.copy`, or copy nodes into a new graph with :meth:`Graph.graph_copy`
+and :meth:`Graph.node_copy` and a value map (torch.fx's ``graph_copy`` / ``node_copy``),
+never by looking values up by name.
 
 Examples
 --------
@@ -19,182 +19,26 @@ Examples
 >>> g.verify()
 >>> [n.name for n in x.users]
 ['mm']
+>>> h = g.copy()
+>>> h.equals(g), h.node("mm") is g.node("mm")
+(True, False)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import heapq
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from .errors import GraphError
+from subgraph.errors import GraphError
+from subgraph.ir.node import Node, ShapeLike, Value
 
-__all__ = ["Value", "Node", "Graph", "OnnxGraphAttr"]
+__all__ = ["Graph", "ValueMap"]
 
-ShapeLike = Sequence[int] | None
-
-
-class OnnxGraphAttr(bytes):
-    """A serialised ONNX ``GraphProto``: the body of a control-flow attribute (If, Loop, Scan)."""
-
-
-def _as_dtype(dtype: Any) -> np.dtype | None:
-    return None if dtype is None else np.dtype(dtype)
-
-
-def _as_shape(shape: ShapeLike) -> tuple[int, ...] | None:
-    return None if shape is None else tuple(int(d) for d in shape)
-
-
-class Value:
-    """One tensor in a graph: a graph input, a constant, or a node output.
-
-    Attributes
-    ----------
-    name : str
-        Unique within its graph.
-    shape : tuple[int, ...] | None
-        Static shape, ``None`` until inferred.
-    dtype : numpy.dtype | None
-        Element type, ``None`` until inferred.
-    producer : Node | None
-        The node computing it; ``None`` for graph inputs and constants.
-    index : int
-        Which output of ``producer`` it is (0 for inputs and constants).
-    users : list[Node]
-        Nodes reading it, one entry per input slot, in the order they were connected.
-    data : numpy.ndarray | None
-        The read-only contents of a constant.
-    """
-
-    __slots__ = ("name", "shape", "dtype", "producer", "index", "users", "data", "graph")
-
-    def __init__(self, name: str, shape: ShapeLike = None, dtype: Any = None,
-                 producer: Node | None = None, index: int = 0,
-                 data: np.ndarray | None = None, graph: Graph | None = None) -> None:
-        self.name = name
-        self.shape = _as_shape(shape)
-        self.dtype = _as_dtype(dtype)
-        self.producer = producer
-        self.index = index
-        self.users: list[Node] = []
-        self.data = data
-        self.graph = graph
-
-    @property
-    def is_constant(self) -> bool:
-        """True for constants (ONNX initializers)."""
-        return self.data is not None
-
-    @property
-    def is_input(self) -> bool:
-        """True for graph inputs."""
-        return self.producer is None and self.data is None
-
-    @property
-    def nbytes(self) -> int | None:
-        """Size in bytes once shape and dtype are known."""
-        if self.shape is None or self.dtype is None:
-            return None
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
-
-    def type_str(self) -> str:
-        """``float32[1,3,224,224]``, with ``?`` for what is not inferred yet."""
-        dtype = "?" if self.dtype is None else self.dtype.name
-        shape = "?" if self.shape is None else ",".join(map(str, self.shape))
-        return f"{dtype}[{shape}]"
-
-    def __repr__(self) -> str:
-        return f"%{self.name}: {self.type_str()}"
-
-
-class Node:
-    """One operator application; create it with :meth:`Graph.add_node`.
-
-    Attributes
-    ----------
-    name : str
-        Unique within its graph.
-    op : str
-        ONNX operator type (``"Conv"``), with ONNX semantics in ``domain``.
-    domain : str
-        ONNX operator domain, ``""`` for the default one.
-    attrs : dict[str, Any]
-        ONNX attributes as Python values (ints, floats, strings, lists, arrays).
-    inputs : tuple[Value | None, ...]
-        Ordered inputs; ``None`` marks an omitted optional input.
-    outputs : tuple[Value, ...]
-        One or more outputs.
-    rt_info : dict[str, Any]
-        Runtime information such as ``"affinity"``; JSON-compatible values persist.
-    subgraph : Graph | None
-        For a fused node made by the PartitionGraph pass: the original nodes.
-    kernel : callable | None
-        For a fused node: the compiled function, ``kernel(*arrays) -> list of arrays``.
-    """
-
-    __slots__ = ("name", "op", "domain", "attrs", "inputs", "outputs", "rt_info",
-                 "subgraph", "kernel", "graph")
-
-    def __init__(self, name: str, op: str, domain: str = "", attrs: dict | None = None) -> None:
-        self.name = name
-        self.op = op
-        self.domain = domain
-        self.attrs: dict[str, Any] = dict(attrs or {})
-        self.inputs: tuple[Value | None, ...] = ()
-        self.outputs: tuple[Value, ...] = ()
-        self.rt_info: dict[str, Any] = {}
-        self.subgraph: Graph | None = None
-        self.kernel: Any = None
-        self.graph: Graph | None = None
-
-    @property
-    def users(self) -> list[Node]:
-        """Distinct nodes reading any output of this node, in graph order."""
-        seen: dict[int, Node] = {}
-        for out in self.outputs:
-            for user in out.users:
-                seen.setdefault(id(user), user)
-        return list(seen.values())
-
-    @property
-    def input_nodes(self) -> list[Node]:
-        """Distinct producers of this node's inputs, in input order."""
-        seen: dict[int, Node] = {}
-        for value in self.inputs:
-            if value is not None and value.producer is not None:
-                seen.setdefault(id(value.producer), value.producer)
-        return list(seen.values())
-
-    def format(self) -> str:
-        """One line of IR text: ``%y = Relu(%x)  # relu``."""
-        outs = ", ".join(f"%{o.name}: {o.type_str()}" for o in self.outputs)
-        args = ", ".join("_" if v is None else f"%{v.name}" for v in self.inputs)
-        op = f"{self.domain}.{self.op}" if self.domain else self.op
-        text = f"{outs} = {op}({args})"
-        if self.attrs:
-            text += " {" + ", ".join(f"{k}={_format_attr(v)}" for k, v in sorted(self.attrs.items())) + "}"
-        if self.rt_info:
-            text += " rt_info" + repr({k: v for k, v in sorted(self.rt_info.items())})
-        return f"{text}  # {self.name}"
-
-    def __repr__(self) -> str:
-        return f"<Node {self.name}: {self.op}>"
-
-
-def _format_attr(value: Any) -> str:
-    if isinstance(value, np.ndarray):
-        if value.size <= 8:
-            return f"{value.dtype.name}{list(value.shape)}({value.ravel().tolist()})"
-        return f"{value.dtype.name}{list(value.shape)}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_format_attr(v) for v in value) + "]"
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, Graph):
-        return f"<graph {value.name}>"
-    return repr(value) if isinstance(value, (str, bytes)) else str(value)
+#: old value -> new value, filled by :meth:`Graph.graph_copy` as it copies
+ValueMap = dict[Value, Value]
 
 
 class Graph:
@@ -324,7 +168,7 @@ class Graph:
         """Append a copy of ``node`` (from any graph) reading ``inputs``, values of this graph.
 
         Attributes and ``rt_info`` are copied shallowly; outputs keep their shapes and
-        dtypes; ``subgraph`` and ``kernel`` are shared. Like torch.fx's ``node_copy``.
+        dtypes; ``subgraph`` is shared. :meth:`node_copy` is the value-map form.
         """
         name = node.name if name is None else name
         if name in self._nodes_by_name:
@@ -335,7 +179,7 @@ class Graph:
                                  f"does not belong to graph {self.name!r}")
         copy = Node(name, node.op, node.domain, node.attrs)
         copy.rt_info = dict(node.rt_info)
-        copy.subgraph, copy.kernel, copy.graph = node.subgraph, node.kernel, self
+        copy.subgraph, copy.meta, copy.graph = node.subgraph, dict(node.meta), self
         values = self._values
         outs = []
         for i, src in enumerate(node.outputs):
@@ -417,7 +261,6 @@ class Graph:
         missing = [0] * len(self.nodes)
         for i, n in enumerate(self.nodes):
             missing[i] = len({id(p) for p in n.input_nodes})
-        import heapq
         ready = [i for i, m in enumerate(missing) if m == 0]
         heapq.heapify(ready)
         order: list[Node] = []
@@ -512,68 +355,110 @@ class Graph:
             counts[node.op] = counts.get(node.op, 0) + 1
         return counts
 
-    def to_networkx(self):
-        """A :class:`networkx.MultiDiGraph`: one vertex a node, input or constant.
-
-        Vertices carry ``kind`` (``"input"``, ``"constant"``, ``"node"``) and ``op``;
-        each edge carries the ``value`` name, the input ``slot`` and shape and dtype.
-        """
-        import networkx as nx
-
-        nxg = nx.MultiDiGraph(name=self.name)
-        for value in self.inputs:
-            nxg.add_node(value.name, kind="input", op="Input")
-        for value in self.initializers.values():
-            nxg.add_node(value.name, kind="constant", op="Constant")
-        for node in self.nodes:
-            nxg.add_node(node.name, kind="node", op=node.op, **({"rt_info": dict(node.rt_info)}
-                                                                 if node.rt_info else {}))
-            for slot, value in enumerate(node.inputs):
-                if value is None:
-                    continue
-                src = value.name if value.producer is None else value.producer.name
-                nxg.add_edge(src, node.name, value=value.name, slot=slot,
-                             shape=value.shape, dtype=None if value.dtype is None else value.dtype.name)
-        return nxg
-
     # ------------------------------------------------------------------ copies
-    def skeleton(self) -> Graph:
-        """A new graph with this one's name, opset, metadata, inputs and constants, no nodes."""
+    def skeleton(self) -> tuple[Graph, ValueMap]:
+        """A new graph with this one's name, opset, metadata, inputs and constants, no
+        nodes; and the map from this graph's inputs and constants to the new ones."""
         new = Graph(self.name, self.opset)
         new.metadata = dict(self.metadata)
+        val_map: ValueMap = {}
         for v in self.inputs:
-            new.add_input(v.name, v.shape, v.dtype)
+            val_map[v] = new.add_input(v.name, v.shape, v.dtype)
         for v in self.initializers.values():
-            new.add_constant(v.name, v.data)
-        return new
+            val_map[v] = new.add_constant(v.name, v.data)
+        return new, val_map
+
+    def node_copy(self, node: Node, arg_transform: Callable[[Value], Value], *,
+                  name: str | None = None, output_names: Sequence[str] | None = None) -> Node:
+        """Append a copy of ``node`` (from any graph) whose inputs are ``arg_transform(input)``.
+
+        Attributes are copied (lists too), ``rt_info`` shallowly, a fused node's
+        subgraph deeply; outputs keep their names (or ``output_names``), shapes and
+        dtypes. torch.fx's ``Graph.node_copy``.
+        """
+        inputs = [None if v is None else arg_transform(v) for v in node.inputs]
+        copy = self.copy_node(node, inputs, name, output_names)
+        copy.attrs = {k: (list(v) if isinstance(v, list) else v) for k, v in node.attrs.items()}
+        if node.subgraph is not None:
+            copy.subgraph = node.subgraph.copy()
+        return copy
+
+    def graph_copy(self, src: Graph, val_map: ValueMap, nodes: Iterable[Node] | None = None) -> ValueMap:
+        """Copy ``nodes`` of ``src`` (default: all, in order) into this graph.
+
+        ``val_map`` must map every value the copied nodes read from outside them to a
+        value of this graph; the outputs of every copied node are added to it. Returns
+        ``val_map``. torch.fx's ``Graph.graph_copy``.
+        """
+        for node in src.nodes if nodes is None else nodes:
+            copy = self.node_copy(node, val_map.__getitem__)
+            val_map.update(zip(node.outputs, copy.outputs))
+        return val_map
 
     def copy(self) -> Graph:
         """A deep copy of the structure; constant arrays are shared (they are read-only)."""
-        from .serialize import clone_graph
-
-        return clone_graph(self)
+        new, val_map = self.skeleton()
+        new.graph_copy(self, val_map)
+        new.set_outputs([val_map[v] for v in self.outputs])
+        return new
 
     def equals(self, other: Graph) -> bool:
-        """True when both graphs serialise to the same JSON document."""
-        from .serialize import graph_to_dict
+        """True when both graphs have the same structure, names, types, attributes,
+        constants, JSON-compatible ``rt_info`` and (for fused nodes) subgraphs."""
+        return isinstance(other, Graph) and _canonical_graph(self) == _canonical_graph(other)
 
-        return graph_to_dict(self) == graph_to_dict(other)
 
-    def save(self, path: str) -> None:
-        """Write the graph as JSON (see :mod:`subgraph.serialize`)."""
-        from .serialize import save_json
+def _canonical(value: Any) -> Any:
+    """A comparable form of an attribute or rt_info value: arrays by dtype, shape and
+    bytes, ints and floats kept apart (as the JSON document keeps them)."""
+    if isinstance(value, Graph):
+        return ("graph", _canonical_graph(value))
+    if isinstance(value, np.ndarray):
+        if value.dtype == object:
+            return ("str-array", value.shape, tuple(v.decode() if isinstance(v, bytes) else str(v)
+                                                    for v in value.ravel()))
+        return ("array", value.dtype.name, value.shape, np.ascontiguousarray(value).tobytes())
+    if isinstance(value, (bool, int, np.integer)):
+        return ("int", int(value))
+    if isinstance(value, (float, np.floating)):
+        return ("float", float(value))
+    if isinstance(value, (str, bytes)):
+        return (type(value).__name__, value)
+    if isinstance(value, (list, tuple)):
+        items = list(value)
+        if items and all(isinstance(v, (float, int, np.floating, np.integer)) for v in items) and \
+                any(isinstance(v, (float, np.floating)) for v in items):
+            return ("floats", tuple(float(v) for v in items))
+        return ("list", tuple(_canonical(v) for v in items))
+    if isinstance(value, Mapping):
+        return ("dict", tuple((str(k), _canonical(v)) for k, v in value.items()))
+    if value is None:
+        return None
+    return ("other", repr(value))
 
-        save_json(self, path)
 
-    @staticmethod
-    def load(path: str) -> Graph:
-        """Read a graph written by :meth:`save`."""
-        from .serialize import load_json
+def _json_like(value: Any) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_json_like(v) for v in value)
+    if isinstance(value, Mapping):
+        return all(isinstance(k, str) and _json_like(v) for k, v in value.items())
+    return False
 
-        return load_json(path)
 
-    def infer_shapes(self) -> None:
-        """Infer and store the shape and dtype of every value (static shapes)."""
-        from .shape_inference import infer_shapes
+def _type(value: Value) -> tuple:
+    return (value.name, value.shape, None if value.dtype is None else value.dtype.name)
 
-        infer_shapes(self)
+
+def _canonical_graph(graph: Graph) -> tuple:
+    nodes = tuple(
+        (n.name, n.op, n.domain, tuple(None if v is None else v.name for v in n.inputs),
+         tuple(_type(v) for v in n.outputs), tuple((k, _canonical(v)) for k, v in n.attrs.items()),
+         tuple((k, _canonical(v)) for k, v in n.rt_info.items() if _json_like(v)),
+         None if n.subgraph is None else _canonical_graph(n.subgraph))
+        for n in graph.nodes)
+    return (graph.name, tuple(graph.opset.items()), tuple(graph.metadata.items()),
+            tuple(_type(v) for v in graph.inputs),
+            tuple((v.name, _canonical(v.data)) for v in graph.initializers.values()),
+            nodes, tuple(v.name for v in graph.outputs))
