@@ -1,4 +1,4 @@
-"""JSON save and load for :class:`~subgraph.graph.Graph`, exact in both directions.
+"""JSON save and load for :class:`~subgraph.ir.Graph`, exact in both directions.
 
 The document is plain JSON: constants and tensor attributes are stored as base64 of
 their little-endian bytes with dtype and shape, attributes carry a type tag so that
@@ -8,7 +8,7 @@ subgraph. ``rt_info`` entries persist when their values are JSON-compatible.
 Examples
 --------
 >>> import numpy as np
->>> from subgraph.graph import Graph
+>>> from subgraph.ir import Graph
 >>> g = Graph("g")
 >>> x = g.add_input("x", (2,), "float32")
 >>> g.set_outputs([g.add_node("Relu", [x], name="r").outputs[0]])
@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ModelLoadError
-from .fileio import write_atomic
-from .graph import Graph, OnnxGraphAttr
+from subgraph.errors import ModelLoadError
+from subgraph.fileio import write_atomic
+from subgraph.ir import Graph, OnnxGraphAttr
 
-__all__ = ["graph_to_dict", "graph_from_dict", "save_json", "load_json", "clone_graph"]
+__all__ = ["graph_to_dict", "graph_from_dict", "save_json", "load_json"]
 
 FORMAT = "subgraph-json"
 VERSION = 1
@@ -167,23 +167,6 @@ def graph_from_dict(doc: dict[str, Any]) -> Graph:
     except (KeyError, TypeError, ValueError) as exc:
         raise ModelLoadError(f"malformed subgraph JSON document: {exc!r}") from None
     return graph
-
-
-def clone_graph(graph: Graph) -> Graph:
-    """A structural deep copy; constants share their read-only arrays, kernels are kept."""
-    new = graph.skeleton()
-    values = new._values
-    for node in graph.nodes:
-        copy = new.copy_node(node, [None if v is None else values[v.name] for v in node.inputs])
-        copy.attrs = _copy_attrs(node.attrs)
-        if node.subgraph is not None:
-            copy.subgraph = clone_graph(node.subgraph)
-    new.set_outputs([v.name for v in graph.outputs])
-    return new
-
-
-def _copy_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
-    return {k: (list(v) if isinstance(v, list) else v) for k, v in attrs.items()}
 
 
 def save_json(graph: Graph, path: str | os.PathLike) -> None:

@@ -22,8 +22,8 @@ from collections.abc import Iterator, Sequence
 
 import onnx
 
-from ..errors import GraphError, ModelLoadError
-from ..graph import Graph
+from subgraph.errors import GraphError, ModelLoadError
+from subgraph.ir import Graph
 
 __all__ = ["load_model", "unique_node_names", "ordered_nodes"]
 

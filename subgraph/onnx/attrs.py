@@ -2,7 +2,7 @@
 
 Python side: ``int``, ``float``, ``str``, ``list[int]``, ``list[float]``, ``list[str]``,
 ``numpy.ndarray`` (TENSOR), ``list[numpy.ndarray]`` (TENSORS) and
-:class:`~subgraph.graph.OnnxGraphAttr` (GRAPH, kept serialised). Going back to ONNX, the
+:class:`~subgraph.ir.OnnxGraphAttr` (GRAPH, kept serialised). Going back to ONNX, the
 op's schema decides the attribute type where Python's type is ambiguous (an empty list,
 ``alpha=1`` for a FLOAT attribute).
 """
@@ -15,10 +15,25 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, numpy_helper
 
-from ..errors import ModelLoadError
-from ..graph import OnnxGraphAttr
+from subgraph.errors import ModelLoadError
+from subgraph.ir import FUSED_DOMAIN, OnnxGraphAttr
 
-__all__ = ["attrs_from_onnx", "attrs_to_onnx"]
+__all__ = ["attrs_from_onnx", "attrs_to_onnx", "RT_INFO_PREFIX", "FUNCTION_DOMAIN", "FUNCTION_OPSET",
+           "CONSTANT_KEY", "COPY_KEY", "GRAPH_NAME_KEY"]
+
+# Conventions the reader and the writer share (see subgraph.onnx.writer for the format).
+#: ``rt_info`` entries travel as node ``metadata_props`` with this key prefix, values as JSON.
+RT_INFO_PREFIX = "subgraph.rt_info."
+#: domain of the local functions fused nodes are written as, and of the calls to them
+FUNCTION_DOMAIN = FUSED_DOMAIN
+#: the version the model imports the function domain at
+FUNCTION_OPSET = 1
+#: marks a ``Constant`` node of a body that stands for a constant of the subgraph
+CONSTANT_KEY = "subgraph.constant"
+#: marks an ``Identity`` node of a body that repeats a subgraph output (``output_map``)
+COPY_KEY = "subgraph.output_copy"
+#: function ``metadata_props`` entry holding the subgraph's graph name
+GRAPH_NAME_KEY = "subgraph.graph"
 
 _A = AttributeProto
 

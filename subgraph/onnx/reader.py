@@ -1,0 +1,307 @@
+"""ONNX import: :func:`read_onnx` decodes an ONNX model into a :class:`~subgraph.ir.Graph`.
+
+Import keeps the graph name, opset imports, node names, attributes, initializers and the
+order of inputs and outputs; doc strings are dropped. Unnamed nodes are called
+``f"{op_type}_{index}"`` (index in the file), made unique. Inputs that are also
+initializers (IR < 4 models) become constants. Calls to local functions in the domain
+``"subgraph"`` (written by :mod:`subgraph.onnx.writer`) become fused nodes again, each
+with its function body as subgraph, recursively. Bad files give a :mod:`subgraph.errors`
+exception naming what is wrong (see :mod:`subgraph.onnx.load`).
+
+This is the codec only: :func:`subgraph.from_onnx` also checks every op has a kernel and
+infers static shapes (:mod:`subgraph.frontend`).
+
+Examples
+--------
+>>> import onnx
+>>> from onnx import TensorProto, helper
+>>> x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+>>> y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+>>> model = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])],
+...                                             "tiny", [x], [y]))
+>>> print(read_onnx(model, input_shapes={"x": [2, 4]}))
+graph tiny(%x: float32[2,4]) {
+  %y: ?[?] = Relu(%x)  # Relu_0
+  return %y
+}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from subgraph.errors import GraphError, ModelLoadError, ShapeError, SubgraphError
+from subgraph.ir import FUSED_DOMAIN, FUSED_OP, Graph, Node
+from subgraph.ir.limits import check_tensor_size
+from subgraph.onnx.attrs import CONSTANT_KEY, COPY_KEY, FUNCTION_DOMAIN, GRAPH_NAME_KEY, RT_INFO_PREFIX, attrs_from_onnx
+from subgraph.onnx.load import load_model, ordered_nodes, unique_node_names
+
+__all__ = ["read_onnx", "graph_from_model"]
+
+
+def read_onnx(path_or_model: str | os.PathLike | onnx.ModelProto,
+              input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+    """Decode an ONNX model (a file or a ``ModelProto``, which is not modified) into a graph.
+
+    Input shapes are static (symbolic dimensions need ``input_shapes``); intermediate
+    values keep the static types the file declares, others are left for shape inference.
+
+    Raises
+    ------
+    ModelLoadError
+        The file is missing, not ONNX, truncated, or has unsafe external data.
+    GraphError
+        A cycle, an input nothing produces, or a tensor produced twice.
+    ShapeError
+        A symbolic dimension not fixed by ``input_shapes``, or a tensor larger than
+        :data:`subgraph.ir.limits.MAX_TENSOR_BYTES`.
+    """
+    return graph_from_model(load_model(path_or_model), dict(input_shapes or {}))
+
+
+def _tensor_type(info: onnx.ValueInfoProto) -> tuple[list[int | str | None] | None, np.dtype | None]:
+    """Dims (``int``, ``dim_param`` or ``None``) and dtype of a tensor ``ValueInfoProto``."""
+    if not info.type.HasField("tensor_type"):
+        raise ShapeError(f"value {info.name!r} has type {info.type.WhichOneof('value')}; only tensors "
+                         "are supported as graph inputs")
+    tensor_type = info.type.tensor_type
+    dtype = _np_dtype(tensor_type.elem_type, info.name) if tensor_type.elem_type else None
+    if not tensor_type.HasField("shape"):
+        return None, dtype
+    dims: list[int | str | None] = []
+    for d in tensor_type.shape.dim:
+        kind = d.WhichOneof("value")
+        dims.append(int(d.dim_value) if kind == "dim_value" else (d.dim_param or None))
+    return dims, dtype
+
+
+def _np_dtype(elem_type: int, name: str) -> np.dtype:
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    except Exception:
+        raise ModelLoadError(f"value {name!r} has element type {elem_type}, which numpy "
+                             "cannot represent") from None
+
+
+def _input_shape(info: onnx.ValueInfoProto, given: Sequence[int] | None) -> tuple[int, ...]:
+    dims, _ = _tensor_type(info)
+    name = info.name
+    if given is not None:
+        shape = tuple(int(d) for d in given)
+        if any(d < 0 for d in shape):
+            raise ShapeError(f"input_shapes[{name!r}] = {list(shape)} has a negative dimension")
+        if dims is not None and len(dims) != len(shape):
+            raise ShapeError(f"input_shapes[{name!r}] = {list(shape)} has rank {len(shape)}, but input "
+                             f"{name!r} is declared with rank {len(dims)} ({_dims_text(dims)})")
+        for i, (declared, fixed) in enumerate(zip(dims or (), shape)):
+            if isinstance(declared, int) and declared != fixed:
+                raise ShapeError(f"input_shapes[{name!r}] = {list(shape)} sets dimension {i} to {fixed}, "
+                                 f"but input {name!r} declares it as {declared} ({_dims_text(dims)})")
+        return shape
+    if dims is None:
+        raise ShapeError(f"input {name!r} has no declared shape; give it with "
+                         f"from_onnx(..., input_shapes={{{name!r}: [...]}})")
+    for i, d in enumerate(dims):
+        if not isinstance(d, int):
+            example = [x if isinstance(x, int) else 1 for x in dims]
+            what = f"symbolic ({d!r})" if d else "unknown"
+            raise ShapeError(f"input {name!r} dimension {i} is {what} in {_dims_text(dims)}; fix it with "
+                             f"from_onnx(..., input_shapes={{{name!r}: {example}}})")
+    return tuple(int(d) for d in dims)  # type: ignore[arg-type]
+
+
+def _dims_text(dims: Sequence[int | str | None]) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+
+
+def _constant_array(tensor: onnx.TensorProto) -> np.ndarray:
+    dtype = _np_dtype(tensor.data_type, tensor.name) if tensor.data_type else None
+    check_tensor_size(f"initializer {tensor.name!r}", tuple(tensor.dims), dtype)
+    try:
+        return numpy_helper.to_array(tensor)
+    except Exception as exc:  # wrong data length, unknown type: numpy or onnx errors
+        raise ModelLoadError(f"initializer {tensor.name!r} cannot be read: {type(exc).__name__}: "
+                             f"{exc}") from None
+
+
+def graph_from_model(model: onnx.ModelProto, input_shapes: dict[str, Sequence[int]]) -> Graph:
+    """The graph of a loaded, checked model (:func:`subgraph.onnx.load.load_model`)."""
+
+    g = model.graph
+    graph = Graph(g.name or "graph", {imp.domain: int(imp.version) for imp in model.opset_import})
+    graph.metadata = {p.key: p.value for p in model.metadata_props}
+    functions = fused_functions(model)
+    if functions:  # imported only for the calls, which become fused nodes again
+        graph.opset.pop(FUNCTION_DOMAIN, None)
+    _add_inputs_and_constants(graph, g, input_shapes)
+    names = unique_node_names(g.node)
+    order = ordered_nodes(graph, g.node, names)
+    _add_nodes(graph, g, order, names, functions)
+    outs = [o.name for o in g.output]
+    for name in outs:
+        if not graph.has_value(name):
+            raise GraphError(f"model {graph.name!r}: graph output {name!r} is produced by no node, "
+                             "input or initializer")
+    graph.set_outputs(outs)
+    _seed_known_shapes(graph, [*g.value_info, *g.output])
+    graph.verify()
+    return graph
+
+
+def _add_inputs_and_constants(graph: Graph, g: onnx.GraphProto,
+                              input_shapes: dict[str, Sequence[int]]) -> None:
+    """Inputs (those that are not initializers, with their static shapes), then constants."""
+    if len(g.sparse_initializer):
+        raise ModelLoadError(f"model {graph.name!r} has sparse initializers, which are not supported")
+    constants = [t.name for t in g.initializer]
+    if len(set(constants)) != len(constants):
+        twice = next(name for name in constants if constants.count(name) > 1)
+        raise GraphError(f"model {graph.name!r} has two initializers named {twice!r}")
+    real_inputs = [i for i in g.input if i.name not in set(constants)]
+    unknown = sorted(set(input_shapes) - {i.name for i in real_inputs})
+    if unknown:
+        raise ShapeError(f"input_shapes names {unknown}, which are not inputs of model {graph.name!r}; "
+                         f"its inputs are {[i.name for i in real_inputs]}")
+    for info in real_inputs:
+        if graph.has_value(info.name):
+            raise GraphError(f"model {graph.name!r} lists input {info.name!r} twice")
+        shape = _input_shape(info, input_shapes.get(info.name))
+        dtype = _tensor_type(info)[1]
+        if dtype is None:
+            raise ShapeError(f"input {info.name!r} of model {graph.name!r} has no element type")
+        check_tensor_size(f"input {info.name!r}", shape, dtype)
+        graph.add_input(info.name, shape, dtype)
+    for tensor in g.initializer:
+        graph.add_constant(tensor.name, _constant_array(tensor))
+
+
+def _add_nodes(graph: Graph, g: onnx.GraphProto, order: list[int], names: list[str],
+               functions: Mapping[tuple[str, str], onnx.FunctionProto]) -> None:
+    """Nodes in ``order``; omitted trailing outputs dropped, omitted middle ones named;
+    calls to the local functions in ``functions`` become fused nodes."""
+    calls = {i for i in order if (g.node[i].domain, g.node[i].op_type) in functions}
+    taken = {o for n in g.node for o in n.output} | set(graph.initializers) | {i.name for i in g.input}
+    for i in order:
+        proto = g.node[i]
+        if i in calls:
+            add_fused_node(graph, proto, names[i], functions, _rt_info_from(proto))
+            continue
+        try:
+            attrs = attrs_from_onnx(proto)
+        except SubgraphError:
+            raise
+        except Exception as exc:  # onnx cannot decode a tensor attribute
+            raise ModelLoadError(f"node {names[i]!r} ({proto.op_type}): cannot read its attributes: "
+                                 f"{type(exc).__name__}: {exc}") from None
+        outputs = list(proto.output)
+        while outputs and not outputs[-1]:
+            outputs.pop()
+        for k, out in enumerate(outputs):
+            if not out:  # an omitted optional output before a used one needs a name
+                out = f"{names[i]}_unused{k}"
+                while out in taken:
+                    out += "_"
+                taken.add(out)
+                outputs[k] = out
+        graph.add_node(proto.op_type, [name or None for name in proto.input], outputs=outputs,
+                       attrs=attrs, name=names[i], domain=proto.domain, rt_info=_rt_info_from(proto))
+
+
+def _rt_info_from(proto: onnx.NodeProto) -> dict[str, Any]:
+    rt_info = {}
+    for entry in proto.metadata_props:
+        if entry.key.startswith(RT_INFO_PREFIX):
+            try:
+                rt_info[entry.key[len(RT_INFO_PREFIX):]] = json.loads(entry.value)
+            except ValueError:
+                raise ModelLoadError(f"node {proto.name!r} ({proto.op_type}): metadata {entry.key!r} is "
+                                     f"not JSON: {entry.value!r}") from None
+    return rt_info
+
+
+def _seed_known_shapes(graph: Graph, infos: Sequence[onnx.ValueInfoProto]) -> None:
+    """Keep declared static types: inference reuses them for ops ONNX cannot infer."""
+    for info in infos:
+        if not graph.has_value(info.name) or not info.type.HasField("tensor_type"):
+            continue
+        value = graph.value(info.name)
+        if value.producer is None:
+            continue
+        dims, dtype = _tensor_type(info)
+        if dims is not None and dtype is not None and all(isinstance(d, int) for d in dims):
+            value.shape, value.dtype = tuple(dims), dtype  # type: ignore[arg-type]
+
+
+
+# ----------------------------------------------------------------------------- fused nodes
+def fused_functions(model: onnx.ModelProto) -> dict[tuple[str, str], onnx.FunctionProto]:
+    """The model's local functions in the domain :data:`FUNCTION_DOMAIN`, by (domain, name)."""
+    return {(f.domain, f.name): f for f in model.functions if f.domain == FUNCTION_DOMAIN}
+
+
+def _attr_value(attr: onnx.AttributeProto) -> Any:
+    value = helper.get_attribute_value(attr)
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, list):
+        return [v.decode("utf-8") if isinstance(v, bytes) else v for v in value]
+    return value
+
+
+def _marked(proto: onnx.NodeProto, key: str) -> bool:
+    return any(entry.key == key for entry in proto.metadata_props)
+
+
+def _function_graph(function: onnx.FunctionProto, functions: dict[tuple[str, str], onnx.FunctionProto],
+                    output_map: list[int] | None, where: str) -> Graph:
+    meta = {p.key: p.value for p in function.metadata_props}
+    sub = Graph(meta.get(GRAPH_NAME_KEY, function.name),
+                {imp.domain: int(imp.version) for imp in function.opset_import})
+    for name in function.input:
+        sub.add_input(name)
+    body = onnx.GraphProto()
+    for proto in function.node:
+        if _marked(proto, CONSTANT_KEY):
+            tensor = next((a.t for a in proto.attribute if a.name == "value"), None)
+            if proto.op_type != "Constant" or tensor is None or len(proto.output) != 1:
+                raise ModelLoadError(f"{where}: node {proto.name!r} is marked as a constant but is not a "
+                                     "Constant node with a tensor 'value'")
+            sub.add_constant(proto.output[0], numpy_helper.to_array(tensor))
+        elif not _marked(proto, COPY_KEY):
+            body.node.append(proto)
+    names = unique_node_names(body.node)
+    _add_nodes(sub, body, ordered_nodes(sub, body.node, names), names, functions)
+    outputs = list(function.output)
+    if output_map is not None:  # the first output standing for each subgraph output
+        first = {k: j for j, k in reversed(list(enumerate(output_map)))}
+        outputs = [outputs[first[k]] for k in sorted(first)]
+    sub.opset.pop(FUNCTION_DOMAIN, None)
+    sub.set_outputs(outputs)
+    _seed_known_shapes(sub, function.value_info)  # nested fused nodes keep their output types
+    return sub
+
+
+def add_fused_node(graph: Graph, proto: onnx.NodeProto, name: str,
+                   functions: dict[tuple[str, str], onnx.FunctionProto], rt_info: dict[str, Any]) -> Node:
+    """Add the call ``proto`` to ``graph`` as a fused node with its function's body as subgraph."""
+    function = functions[(proto.domain, proto.op_type)]
+    where = f"node {name!r} ({proto.domain}.{proto.op_type})"
+    attrs = {a.name: _attr_value(a) for a in proto.attribute}
+    if "property" not in attrs:
+        raise ModelLoadError(f"{where} calls a local function of domain {FUNCTION_DOMAIN!r} but has no "
+                             "'property' attribute naming the backend that runs it")
+    if len(proto.output) != len(function.output) or len(proto.input) != len(function.input):
+        raise ModelLoadError(f"{where}: {len(proto.input)} input(s) and {len(proto.output)} output(s), but "
+                             f"its function takes {len(function.input)} and returns {len(function.output)}")
+    sub = _function_graph(function, functions, attrs.get("output_map"), where)
+    node = graph.add_node(FUSED_OP, list(proto.input), outputs=list(proto.output), attrs=attrs, name=name,
+                          domain=FUSED_DOMAIN, rt_info=rt_info)
+    node.subgraph = sub
+    return node
