@@ -15,7 +15,7 @@ Examples
 'numpy'
 >>> op_path("NotAnOnnxOp") is None
 True
->>> from subgraph.graph import Graph
+>>> from subgraph.ir import Graph
 >>> g = Graph("g")
 >>> x = g.add_input("x", (2,), "float32")
 >>> node_path(g.add_node("Relu", [x]))
@@ -26,91 +26,12 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
-import numpy as np
-
-from ..graph import Node
+from subgraph.ir import Node
+from subgraph.ops import op_list
+from subgraph.ops.registry import KERNELS, SUPPORTS, Kernel, any_dtype, native_dtypes, register_kernel
 
 __all__ = ["KERNELS", "SUPPORTS", "register_kernel", "op_path", "node_path", "numpy_ops", "get_kernel",
-           "native_dtypes", "any_dtype"]
-
-Kernel = Callable[..., Any]
-Predicate = Callable[[Node], bool]
-
-#: ONNX op type (default domain) -> numpy kernel.
-KERNELS: dict[str, Kernel] = {}
-
-#: ONNX op type -> predicate saying which nodes its numpy kernel handles.
-SUPPORTS: dict[str, Predicate] = {}
-
-#: dtypes numpy computes with natively (ml_dtypes such as float8_e5m2 may claim kind "f")
-_NATIVE = frozenset(map(np.dtype, ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
-                                   "uint32", "uint64", "float16", "float32", "float64")))
-
-
-def native_dtypes(node: Node) -> bool:
-    """True when every known dtype of ``node``'s inputs and outputs is native to numpy.
-
-    The default predicate of :func:`register_kernel`. Unknown dtypes (``None``) pass.
-
-    Examples
-    --------
-    >>> from subgraph.graph import Graph
-    >>> g = Graph("g")
-    >>> s = g.add_input("s", (2,), object)
-    >>> native_dtypes(g.add_node("Identity", [s]))
-    False
-    """
-    for value in (*node.inputs, *node.outputs):
-        if value is not None and value.dtype is not None and value.dtype not in _NATIVE:
-            return False
-    return True
-
-
-def any_dtype(node: Node) -> bool:
-    """A predicate accepting every node: for kernels that only move data (Reshape, Identity).
-
-    Examples
-    --------
-    >>> any_dtype(None)
-    True
-    """
-    return True
-
-
-def register_kernel(*ops: str, supports: Predicate | None = None) -> Callable[[Kernel], Kernel]:
-    """Decorator registering ``fn`` as the numpy kernel for each op in ``ops``.
-
-    Parameters
-    ----------
-    *ops : str
-        ONNX op types of the default domain.
-    supports : callable, optional
-        ``supports(node) -> bool``; a node it declines runs on ``onnx.reference``.
-        Defaults to :func:`native_dtypes`.
-
-    Examples
-    --------
-    >>> @register_kernel("MyDoubler", supports=any_dtype)
-    ... def double(node, x):
-    ...     return x + x
-    >>> KERNELS.pop("MyDoubler") is double and SUPPORTS.pop("MyDoubler") is any_dtype
-    True
-    """
-
-    def wrap(fn: Kernel) -> Kernel:
-        for op in ops:
-            KERNELS[op] = fn
-            SUPPORTS[op] = supports or native_dtypes
-        return fn
-
-    return wrap
-
-
-def _load() -> None:
-    from . import numpy_kernels  # noqa: F401  (registers on import)
+           "native_dtypes", "any_dtype", "numpy_runs", "op_list"]
 
 
 def numpy_ops() -> list[str]:
@@ -121,7 +42,6 @@ def numpy_ops() -> list[str]:
     >>> {"Conv", "Softmax", "LayerNormalization"} <= set(numpy_ops())
     True
     """
-    _load()
     return sorted(KERNELS)
 
 
@@ -131,15 +51,15 @@ def op_path(op: str, domain: str = "") -> str | None:
     ``"numpy"`` means the op has a numpy kernel; a particular node may still be declined
     by the kernel's predicate (see :func:`node_path`).
     """
-    _load()
     if domain in ("", "ai.onnx") and op in KERNELS:
         return "numpy"
-    from .reference import reference_supports
+    from subgraph.ops.reference import reference_supports
 
     return "reference" if reference_supports(op, domain) else None
 
 
-def _numpy_runs(node: Node) -> bool:
+def numpy_runs(node: Node) -> bool:
+    """True when ``node`` has a numpy kernel whose predicate accepts it."""
     return node.domain in ("", "ai.onnx") and node.op in KERNELS and SUPPORTS[node.op](node)
 
 
@@ -148,16 +68,15 @@ def node_path(node: Node) -> str | None:
 
     Examples
     --------
-    >>> from subgraph.graph import Graph
+    >>> from subgraph.ir import Graph
     >>> g = Graph("g")
     >>> x = g.add_input("x", (2,), "float32")
     >>> node_path(g.add_node("Celu", [x])), node_path(g.add_node("NoSuchOp", [x]))
     ('reference', None)
     """
-    _load()
-    if _numpy_runs(node):
+    if numpy_runs(node):
         return "numpy"
-    from .reference import reference_supports
+    from subgraph.ops.reference import reference_supports
 
     return "reference" if reference_supports(node.op, node.domain) else None
 
@@ -170,15 +89,14 @@ def get_kernel(node: Node) -> Kernel:
     Examples
     --------
     >>> import numpy as np
-    >>> from subgraph.graph import Graph
+    >>> from subgraph.ir import Graph
     >>> g = Graph("g")
     >>> node = g.add_node("Relu", [g.add_input("x", (3,), "float32")])
     >>> get_kernel(node)(node, np.array([-1.0, 0.0, 2.0], np.float32))
     array([0., 0., 2.], dtype=float32)
     """
-    _load()
-    if _numpy_runs(node):
+    if numpy_runs(node):
         return KERNELS[node.op]
-    from .reference import reference_kernel
+    from subgraph.ops.reference import reference_kernel
 
     return reference_kernel(node)

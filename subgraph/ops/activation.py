@@ -7,7 +7,7 @@ the op works along ``axis`` alone (default -1).
 Examples
 --------
 >>> import numpy as np
->>> from subgraph.graph import Graph
+>>> from subgraph.ir import Graph
 >>> g = Graph("g", opset={"": 11})
 >>> x = g.add_input("x", (1, 2, 2), "float32")
 >>> node = g.add_node("Softmax", [x])  # opset 11: over the last two axes together
@@ -21,10 +21,10 @@ import math
 
 import numpy as np
 
-from ..graph import Node
-from . import KERNELS, register_kernel  # noqa: F401  (KERNELS: doctest)
-from .common import dtype_in, float_inputs, normalize_axis, opset
-from .elementwise import erf
+from subgraph.ir import Node
+from subgraph.ops.registry import KERNELS, register_kernel  # noqa: F401  (KERNELS: doctest)
+from subgraph.ops.common import dtype_in, float_inputs, normalize_axis, opset
+from subgraph.ops.elementwise import erf
 
 __all__: list[str] = []
 

@@ -2,7 +2,7 @@
 
 Examples
 --------
->>> from subgraph.graph import Graph
+>>> from subgraph.ir import Graph
 >>> g = Graph("g", opset={"": 11})
 >>> x = g.add_input("x", (2, 3), "float32")
 >>> opset(g.add_node("Softmax", [x]))
@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ExecutionError
-from ..graph import Node
-from . import native_dtypes
+from subgraph.errors import ExecutionError
+from subgraph.ir import Node
+from subgraph.ops.registry import native_dtypes
 
 __all__ = ["NEWEST_OPSET", "ONNX_DTYPES", "ONNX_DTYPE_NAMES", "opset", "onnx_dtype", "onnx_dtype_code", "normalize_axis", "normalize_axes",
            "int_list", "node_error", "input_dtype", "dtype_in", "float_inputs"]
@@ -125,7 +125,7 @@ def dtype_in(*dtypes: Any, index: int = 0) -> Callable[[Any], bool]:
 
     Examples
     --------
-    >>> from subgraph.graph import Graph
+    >>> from subgraph.ir import Graph
     >>> g = Graph("g")
     >>> x = g.add_input("x", (2,), "float64")
     >>> dtype_in("float32")(g.add_node("Erf", [x]))

@@ -4,7 +4,7 @@ Range, Shape, Size, EyeLike.
 Examples
 --------
 >>> import numpy as np
->>> from subgraph.graph import Graph
+>>> from subgraph.ir import Graph
 >>> g = Graph("g")
 >>> x = g.add_input("x", (2, 3, 4), "float32")
 >>> node = g.add_node("Shape", [x], attrs={"start": -2})
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph import Node
-from . import KERNELS, any_dtype, register_kernel  # noqa: F401  (KERNELS: doctest)
-from .common import int_list, node_error, onnx_dtype
+from subgraph.ir import Node
+from subgraph.ops.registry import KERNELS, any_dtype, register_kernel  # noqa: F401  (KERNELS: doctest)
+from subgraph.ops.common import int_list, node_error, onnx_dtype
 
 __all__: list[str] = []
 

@@ -10,7 +10,7 @@
 Examples
 --------
 >>> import numpy as np
->>> from subgraph.graph import Graph
+>>> from subgraph.ir import Graph
 >>> g = Graph("g")
 >>> x = g.add_input("x", (1, 1, 3, 3), "float32")
 >>> w = g.add_input("w", (1, 1, 2, 2), "float32")
@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph import Node
-from . import register_kernel
-from .common import float_inputs, node_error
-from .window import Geometry, node_geometry, pad_spatial, windows
+from subgraph.ir import Node
+from subgraph.ops.registry import register_kernel
+from subgraph.ops.common import float_inputs, node_error
+from subgraph.ops.window import Geometry, node_geometry, pad_spatial, windows
 
 __all__ = ["conv"]
 

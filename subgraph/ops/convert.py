@@ -7,7 +7,7 @@ onnx.reference. Float to integer casts truncate toward zero, as in C.
 Examples
 --------
 >>> import numpy as np
->>> from subgraph.graph import Graph
+>>> from subgraph.ir import Graph
 >>> g = Graph("g")
 >>> x = g.add_input("x", (3,), "float32")
 >>> node = g.add_node("Cast", [x], attrs={"to": 6})
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph import Node
-from . import KERNELS, any_dtype, native_dtypes, register_kernel  # noqa: F401  (KERNELS: doctest)
-from .common import ONNX_DTYPES, onnx_dtype, onnx_dtype_code, opset
+from subgraph.ir import Node
+from subgraph.ops.registry import KERNELS, any_dtype, native_dtypes, register_kernel  # noqa: F401  (KERNELS: doctest)
+from subgraph.ops.common import ONNX_DTYPES, onnx_dtype, onnx_dtype_code, opset
 
 __all__: list[str] = []
 

@@ -6,7 +6,7 @@ in float32, and Python scalars never upcast an array.
 Examples
 --------
 >>> import numpy as np
->>> from subgraph.graph import Graph
+>>> from subgraph.ir import Graph
 >>> g = Graph("g")
 >>> a = g.add_input("a", (3,), "int32")
 >>> div = g.add_node("Div", [a, a])
@@ -20,9 +20,9 @@ import functools
 
 import numpy as np
 
-from ..graph import Node
-from . import KERNELS, any_dtype, register_kernel  # noqa: F401  (KERNELS: doctest)
-from .common import dtype_in, node_error, opset
+from subgraph.ir import Node
+from subgraph.ops.registry import KERNELS, any_dtype, register_kernel  # noqa: F401  (KERNELS: doctest)
+from subgraph.ops.common import dtype_in, node_error, opset
 
 __all__ = ["erf", "legacy_broadcast"]
 
@@ -105,7 +105,7 @@ def legacy_broadcast(node: Node, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
     Examples
     --------
-    >>> from subgraph.graph import Graph
+    >>> from subgraph.ir import Graph
     >>> g = Graph("g", opset={"": 6})
     >>> x = g.add_input("x", (2, 3, 4), "float32")
     >>> node = g.add_node("Add", [x, x], attrs={"broadcast": 1, "axis": 1})

@@ -3,7 +3,7 @@
 Examples
 --------
 >>> import numpy as np
->>> from subgraph.graph import Graph
+>>> from subgraph.ir import Graph
 >>> g = Graph("g")
 >>> x = g.add_input("x", (3, 2), "float32")
 >>> node = g.add_node("Gather", [x, x], attrs={"axis": 0})
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph import Node
-from . import KERNELS, any_dtype, register_kernel  # noqa: F401  (KERNELS: doctest)
-from .common import normalize_axis
+from subgraph.ir import Node
+from subgraph.ops.registry import KERNELS, any_dtype, register_kernel  # noqa: F401  (KERNELS: doctest)
+from subgraph.ops.common import normalize_axis
 
 __all__: list[str] = []
 

@@ -3,7 +3,7 @@
 Examples
 --------
 >>> import numpy as np
->>> from subgraph.graph import Graph
+>>> from subgraph.ir import Graph
 >>> g = Graph("g")
 >>> a = g.add_input("a", (2, 2), "float32")
 >>> node = g.add_node("Gemm", [a, a, a], attrs={"transB": 1, "alpha": 2.0, "beta": 0.5})
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph import Node
-from . import KERNELS, register_kernel  # noqa: F401  (KERNELS: doctest)
+from subgraph.ir import Node
+from subgraph.ops.registry import KERNELS, register_kernel  # noqa: F401  (KERNELS: doctest)
 
 __all__: list[str] = []
 

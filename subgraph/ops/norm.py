@@ -8,7 +8,7 @@ averages) and the per-activation ``spatial=0`` form of old opsets run on onnx.re
 Examples
 --------
 >>> import numpy as np
->>> from subgraph.graph import Graph
+>>> from subgraph.ir import Graph
 >>> g = Graph("g")
 >>> x = g.add_input("x", (1, 3), "float32")
 >>> node = g.add_node("LayerNormalization", [x, "x"], attrs={"epsilon": 0.0})
@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph import Node
-from . import KERNELS, register_kernel  # noqa: F401  (KERNELS: doctest)
-from .common import float_inputs, normalize_axis
+from subgraph.ir import Node
+from subgraph.ops.registry import KERNELS, register_kernel  # noqa: F401  (KERNELS: doctest)
+from subgraph.ops.common import float_inputs, normalize_axis
 
 __all__: list[str] = []
 

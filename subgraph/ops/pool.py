@@ -8,7 +8,7 @@ elements of the declared padding too (never the extra room ``ceil_mode`` adds).
 Examples
 --------
 >>> import numpy as np
->>> from subgraph.graph import Graph
+>>> from subgraph.ir import Graph
 >>> g = Graph("g")
 >>> x = g.add_input("x", (1, 1, 4), "float32")
 >>> node = g.add_node("AveragePool", [x], attrs={"kernel_shape": [2], "strides": [2], "pads": [1, 1]})
@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from ..graph import Node
-from . import KERNELS, register_kernel  # noqa: F401  (KERNELS: doctest)
-from .common import dtype_in, float_inputs, node_error
-from .window import Geometry, node_geometry, pad_spatial, windows
+from subgraph.ir import Node
+from subgraph.ops.registry import KERNELS, register_kernel  # noqa: F401  (KERNELS: doctest)
+from subgraph.ops.common import dtype_in, float_inputs, node_error
+from subgraph.ops.window import Geometry, node_geometry, pad_spatial, windows
 
 __all__: list[str] = []
 

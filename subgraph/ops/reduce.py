@@ -8,7 +8,7 @@ the operation (``-inf`` for ReduceMax of floats).
 Examples
 --------
 >>> import numpy as np
->>> from subgraph.graph import Graph
+>>> from subgraph.ir import Graph
 >>> g = Graph("g")
 >>> x = g.add_input("x", (2, 3), "int32")
 >>> node = g.add_node("ReduceSum", [x], attrs={"keepdims": 0})
@@ -22,9 +22,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..graph import Node
-from . import KERNELS, register_kernel  # noqa: F401  (KERNELS: doctest)
-from .common import int_list, normalize_axes, normalize_axis
+from subgraph.ir import Node
+from subgraph.ops.registry import KERNELS, register_kernel  # noqa: F401  (KERNELS: doctest)
+from subgraph.ops.common import int_list, normalize_axes, normalize_axis
 
 __all__: list[str] = []
 

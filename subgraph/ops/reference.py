@@ -1,7 +1,7 @@
 """The onnx.reference fallback: run one node through ``onnx.reference.ReferenceEvaluator``.
 
 The node becomes a one-node ``ModelProto`` (attributes converted back by
-:func:`~subgraph.frontends.onnx_attrs.attrs_to_onnx`, the opset of the node's graph,
+:func:`~subgraph.onnx.attrs.attrs_to_onnx`, the opset of the node's graph,
 value infos from the known shapes and dtypes) and an evaluator is built once per node
 and input dtypes (and shared between identical nodes, even across executors), so
 repeated runs only pay for the evaluation itself. This module
@@ -10,7 +10,7 @@ imports onnx; it is loaded only when a node needs it.
 Examples
 --------
 >>> import numpy as np
->>> from subgraph.graph import Graph
+>>> from subgraph.ir import Graph
 >>> reference_supports("Celu", ""), reference_supports("NoSuchOp", "")
 (True, False)
 >>> g = Graph("g", opset={"": 17})
@@ -30,8 +30,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ..errors import ExecutionError, UnsupportedOpError
-from ..graph import Node
+from subgraph.errors import ExecutionError, UnsupportedOpError
+from subgraph.ir import Node
 
 __all__ = ["reference_supports", "reference_kernel", "ReferenceKernel", "build_model"]
 
@@ -115,14 +115,14 @@ def build_model(node: Node, input_dtypes: Sequence[np.dtype | None]) -> onnx.Mod
 
     Examples
     --------
-    >>> from subgraph.graph import Graph
+    >>> from subgraph.ir import Graph
     >>> g = Graph("g", opset={"": 13})
     >>> x = g.add_input("x", None, None)
     >>> model = build_model(g.add_node("Clip", [x, None, x]), [np.dtype("float32"), None, None])
     >>> list(model.graph.node[0].input), model.graph.input[0].type.tensor_type.elem_type
     (['in0', '', 'in2'], 1)
     """
-    from ..frontends.onnx_attrs import attrs_to_onnx
+    from subgraph.onnx.attrs import attrs_to_onnx
 
     domain = "" if node.domain in _DEFAULT_DOMAINS else node.domain
     opsets = _opsets(node)
@@ -199,10 +199,10 @@ def reference_kernel(node: Node) -> ReferenceKernel:
         The op is unknown to onnx for its domain or onnx.reference does not implement it.
     """
     if not reference_supports(node.op, node.domain):
-        from . import numpy_ops
+        from subgraph.ops.registry import KERNELS
 
         where = f"domain {node.domain!r}" if node.domain else "the default domain"
         raise UnsupportedOpError(f"node {node.name!r} ({node.op}): no numpy kernel and onnx.reference does "
                                  f"not implement {node.op!r} in {where}; numpy kernels exist for "
-                                 f"{len(numpy_ops())} ops: {', '.join(numpy_ops())}")
+                                 f"{len(KERNELS)} ops: {', '.join(sorted(KERNELS))}")
     return ReferenceKernel(node)

@@ -8,7 +8,7 @@ read-only views of the inputs.
 Examples
 --------
 >>> import numpy as np
->>> from subgraph.graph import Graph
+>>> from subgraph.ir import Graph
 >>> g = Graph("g")
 >>> x = g.add_input("x", (2, 3, 4), "float32")
 >>> node = g.add_node("Reshape", [x, "x"])
@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from ..graph import Node
-from . import KERNELS, any_dtype, register_kernel  # noqa: F401  (KERNELS: doctest)
-from .common import int_list, node_error, normalize_axes, normalize_axis, opset
+from subgraph.ir import Node
+from subgraph.ops.registry import KERNELS, any_dtype, register_kernel  # noqa: F401  (KERNELS: doctest)
+from subgraph.ops.common import int_list, node_error, normalize_axes, normalize_axis, opset
 
 __all__: list[str] = []
 

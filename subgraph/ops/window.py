@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ..graph import Node
+from subgraph.ir import Node
 
 __all__ = ["Geometry", "window_geometry", "node_geometry", "pad_spatial", "windows"]
 
@@ -100,7 +100,7 @@ def node_geometry(node: Node, size: Sequence[int], kernel: Sequence[int]) -> Geo
 
     Examples
     --------
-    >>> from subgraph.graph import Graph
+    >>> from subgraph.ir import Graph
     >>> g = Graph("g")
     >>> x = g.add_input("x", (1, 1, 8, 8), "float32")
     >>> node = g.add_node("MaxPool", [x], attrs={"kernel_shape": [2, 2], "strides": [2, 2]})

@@ -1,6 +1,8 @@
-"""Registers every numpy kernel: importing this module fills :data:`subgraph.ops.KERNELS`.
+"""The explicit list of numpy kernel modules: importing this module fills
+:data:`subgraph.ops.registry.KERNELS`.
 
-Kernels are split by topic, one module each; add a module here to register its kernels.
+Kernels are split by topic, one module each; add a module here to register its kernels
+(onnx's ``reference/ops/_op_list.py`` idiom).
 
 Examples
 --------
@@ -11,7 +13,7 @@ True
 
 from __future__ import annotations
 
-from . import (  # noqa: F401  (imported for their registrations)
+from subgraph.ops import (  # noqa: F401  (imported for their registrations; submodules, not the package)
     activation,
     constant,
     conv,
