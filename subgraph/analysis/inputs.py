@@ -6,7 +6,7 @@ with them, and ``compile_model(..., choose="measured")`` times subgraphs on them
 
 Examples
 --------
->>> from subgraph.synthetic import seed_example
+>>> from subgraph.testing import seed_example
 >>> feeds = random_inputs(seed_example())
 >>> {name: (a.dtype.name, a.shape) for name, a in feeds.items()}
 {'x': ('float32', (4,))}
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import InputError
-from .graph import Graph
+from subgraph.errors import InputError
+from subgraph.ir import Graph
 
 __all__ = ["INT_HIGH", "random_inputs"]
 

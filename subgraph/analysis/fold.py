@@ -19,7 +19,7 @@ Examples
 --------
 >>> import numpy as np
 >>> import subgraph
->>> from subgraph.graph import Graph
+>>> from subgraph.ir import Graph
 >>> g = Graph("tiny")
 >>> x = g.add_input("x", (1, 2, 4, 4), "float32")
 >>> w = g.add_constant("w", np.full((3, 2, 3, 3), 0.1, np.float32))
@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .graph import Graph, Node, Value
+from subgraph.ir import Graph, Node, Value
 
 __all__ = ["fold_batchnorm"]
 
@@ -162,19 +162,20 @@ def _folded_constants(conv: Node, bn: Node) -> tuple[np.ndarray, np.ndarray]:
 def _rebuild(work: Graph, folds: dict[str, _Fold]) -> Graph:
     """``work``'s nodes in order into a new graph: folded Convs in, their BNs out."""
     dropped = {fold.bn.name for fold in folds.values()}
-    new = work.skeleton()
+    new, val_map = work.skeleton()
     for node in work.nodes:
         if node.name in dropped:
             continue
         fold = folds.get(node.name)
         if fold is None:
-            new.copy_node(node, [None if v is None else new.value(v.name) for v in node.inputs])
+            new.graph_copy(work, val_map, [node])
             continue
         result = fold.bn.outputs[0]
-        inputs = [new.value(node.inputs[0].name), new.value(fold.weight.name), new.value(fold.bias.name)]
+        inputs = [val_map[node.inputs[0]], val_map[fold.weight], val_map[fold.bias]]
         out = new.copy_node(node, inputs, output_names=[result.name]).outputs[0]
         out.shape = result.shape if result.shape is not None else out.shape
         out.dtype = result.dtype if result.dtype is not None else out.dtype
-    new.set_outputs([v.name for v in work.outputs])
+        val_map[result] = out
+    new.set_outputs([val_map[v] for v in work.outputs])
     new.remove_unused_constants()
     return new

@@ -1,4 +1,4 @@
-"""Static shape and dtype inference for every value of a :class:`~subgraph.graph.Graph`.
+"""Static shape and dtype inference for every value of a :class:`~subgraph.ir.Graph`.
 
 The graph is written as an ONNX model and run through ONNX's own inference
 (``strict_mode``, ``check_type`` and ``data_prop`` on). Values whose shape depends on
@@ -13,7 +13,7 @@ nothing is stored unless every value gets a static shape.
 Examples
 --------
 >>> import numpy as np
->>> from subgraph.graph import Graph
+>>> from subgraph.ir import Graph
 >>> g = Graph("g")
 >>> x = g.add_input("x", (2, 3, 4), "float32")
 >>> s = g.add_node("Shape", [x], name="shape").outputs[0]
@@ -32,14 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ShapeError
-from .graph import Graph, Node, Value
+from subgraph.errors import ShapeError
+from subgraph.ir import Graph, Node, Value
+from subgraph.ir.limits import check_tensor_size
 
-__all__ = ["infer_shapes", "check_tensor_size", "describe_value", "MAX_TENSOR_BYTES", "MAX_FOLD_ELEMENTS"]
-
-#: No single tensor may exceed this many bytes (64 GiB): larger shapes are refused
-#: before anything is allocated.
-MAX_TENSOR_BYTES = 2**36
+__all__ = ["infer_shapes", "describe_value", "MAX_FOLD_ELEMENTS"]
 
 #: Constant folding evaluates only nodes whose outputs stay below this many elements.
 MAX_FOLD_ELEMENTS = 2**16
@@ -56,29 +53,6 @@ def _producer_text(value: Value) -> str:
 def describe_value(value: Value) -> str:
     """``value %y (produced by node 'relu' (Relu))``: a value and where it comes from."""
     return f"value %{value.name} ({_producer_text(value)})"
-
-
-def check_tensor_size(what: str, shape: tuple[int, ...], dtype: np.dtype | None) -> None:
-    """Raise :class:`ShapeError` if a tensor of ``shape`` would exceed :data:`MAX_TENSOR_BYTES`.
-
-    ``what`` names the tensor in the message (see :func:`describe_value`).
-
-    Examples
-    --------
-    >>> check_tensor_size("input %x", (2**20, 2**20), np.dtype("float32"))
-    Traceback (most recent call last):
-    ...
-    subgraph.errors.ShapeError: input %x would need 4096 GiB (float32[1048576,1048576]), more than ...
-    """
-    itemsize = 8 if dtype is None or dtype == object else dtype.itemsize
-    nbytes = itemsize
-    for dim in shape:
-        nbytes *= max(int(dim), 0)  # Python ints: no overflow on absurd shapes
-    if nbytes > MAX_TENSOR_BYTES:
-        kind = "?" if dtype is None else dtype.name
-        raise ShapeError(f"{what} would need "
-                         f"{nbytes / 2**30:.0f} GiB ({kind}[{','.join(map(str, shape))}]), more than the "
-                         f"{MAX_TENSOR_BYTES // 2**30} GiB limit for one tensor")
 
 
 def _check_declared(graph: Graph) -> None:
@@ -146,7 +120,7 @@ def _onnx_types(graph: Graph, known: dict[str, np.ndarray], hints: dict[str, _Ty
     """Run ONNX inference once, folded ``known`` values as initializers, ``hints`` as value_info."""
     import onnx
 
-    from .frontends.onnx import inference_model
+    from subgraph.onnx.writer import inference_model
 
     model = inference_model(graph, known, hints, opaque=_is_opaque)
     try:
@@ -249,7 +223,7 @@ def _fold(nodes: list[Node], types: dict[str, _Type], known: dict[str, np.ndarra
         if _estimated_elements(node, args) > MAX_FOLD_ELEMENTS:
             continue
         try:
-            from .ops import get_kernel
+            from subgraph.ops import get_kernel
 
             result = get_kernel(node)(node, *args)
         except Exception as exc:  # a kernel that cannot fold this node: reported if nothing else works
@@ -304,7 +278,7 @@ def infer_shapes(graph: Graph) -> None:
     ShapeError
         ONNX inference rejected a node (the message names it and its op), a value's
         shape depends on data that is not constant, or a tensor would exceed
-        :data:`MAX_TENSOR_BYTES`.
+        :data:`subgraph.ir.limits.MAX_TENSOR_BYTES`.
     """
     _check_declared(graph)
     known: dict[str, np.ndarray] = {}  # folded constants
