@@ -3,12 +3,15 @@
 Each value lives in a dict from name to array from the moment it is computed until its
 last reader has run; the peak number of intermediate bytes held is recorded. Feeds are
 checked against the declared inputs, and a kernel failure is re-raised as
-:class:`~subgraph.errors.ExecutionError` with the failing node printed.
+:class:`~subgraph.errors.ExecutionError` with the failing node printed. The graph is data
+only: where each node's code comes from is the caller's ``kernel_for`` (plain ops: the
+numpy kernels of :mod:`subgraph.ops`; fused nodes: :func:`subgraph.run` and compiled
+models, which own their compiled kernels).
 
 Examples
 --------
 >>> import numpy as np
->>> from subgraph.graph import Graph
+>>> from subgraph.ir import Graph
 >>> g = Graph("g")
 >>> x = g.add_input("x", (2,), "float32")
 >>> g.set_outputs([g.add_node("Relu", [x], name="r").outputs[0]])
@@ -18,6 +21,7 @@ array([0., 2.], dtype=float32)
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -25,10 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ExecutionError, InputError, SubgraphError
-from .graph import Graph, Node
+from subgraph.errors import ExecutionError, InputError, SubgraphError
+from subgraph.ir import Graph, Node
+from subgraph.ops import get_kernel
 
-__all__ = ["run", "Executor", "RunStats", "check_feeds"]
+__all__ = ["run", "Executor", "ProfilingExecutor", "RunStats", "check_feeds", "op_kernel", "Kernel", "KernelFor"]
 
 
 @dataclass
@@ -66,39 +71,59 @@ def check_feeds(graph: Graph, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]
     return arrays
 
 
-def _kernel_for(node: Node) -> Callable[..., Any]:
-    if node.kernel is not None:
-        fused = node.kernel
-        return lambda _node, *args: fused(*args)
+#: ``kernel(node, *input_arrays) -> array | tuple of arrays``
+Kernel = Callable[..., Any]
+#: ``kernel_for(node) -> Kernel``: how an :class:`Executor` finds the code of a node
+KernelFor = Callable[[Node], Kernel]
+
+
+def op_kernel(node: Node) -> Kernel:
+    """The default ``kernel_for``: the op's numpy kernel or onnx.reference runner.
+
+    A fused node has no kernel of its own here: its subgraph is compiled by a property,
+    which :func:`subgraph.run` and compiled models do.
+    """
     if node.subgraph is not None:
-        from .properties.registry import build_kernel
-
-        node.kernel = build_kernel(node)
-        return _kernel_for(node)
-    from .ops import get_kernel
-
+        raise ExecutionError(f"node {node.name!r} ({node.op}) is a fused node: run the partitioned graph "
+                             "with subgraph.run or a compiled model, which compile its subgraph\n"
+                             f"  {node.format()}")
     return get_kernel(node)
 
 
 class Executor:
     """Runs a graph repeatedly; the plan (kernels, last uses) is built once.
 
+    An environment interpreter (torch.fx's ``Interpreter``): values live in a dict from
+    name to array until their last reader has run. :meth:`run_node` is the seam a
+    subclass overrides to time or trace each node (:class:`ProfilingExecutor`).
+
     Parameters
     ----------
     graph : Graph
-        A graph that verifies; it is not modified.
+        A graph that verifies; it is never modified.
     check_shapes : bool
         Compare every kernel's outputs with the inferred shapes and dtypes.
-    profile : bool
-        Record each node's wall time of the last run in ``stats.node_times``.
+    kernel_for : callable(node) -> kernel, optional
+        Where each node's code comes from; default :func:`op_kernel`. Asked once per
+        node, on the node's first run.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from subgraph.ir import Graph
+    >>> g = Graph("g")
+    >>> x = g.add_input("x", (2,), "float32")
+    >>> g.set_outputs([g.add_node("Relu", [x], name="r").outputs[0]])
+    >>> Executor(g).run({"x": np.array([-1.0, 2.0], np.float32)})["r"]
+    array([0., 2.], dtype=float32)
     """
 
-    def __init__(self, graph: Graph, check_shapes: bool = True, profile: bool = False) -> None:
+    def __init__(self, graph: Graph, check_shapes: bool = True, kernel_for: KernelFor | None = None) -> None:
         self.graph = graph
         self.check_shapes = check_shapes
-        self.profile = profile
-        self.stats = RunStats()
-        self._kernels: list[Callable[..., Any] | None] = [None] * len(graph.nodes)
+        self.kernel_for = kernel_for or op_kernel
+        self._local = threading.local()
+        self._kernels: list[Kernel | None] = [None] * len(graph.nodes)
         keep = {v.name for v in graph.outputs}
         last_use: dict[str, int] = {}
         for i, node in enumerate(graph.nodes):
@@ -114,25 +139,36 @@ class Executor:
                 if out.name not in last_use and out.name not in keep:
                     self._free_after[i].append(out.name)
 
-    def _kernel(self, i: int) -> Callable[..., Any]:
+    @property
+    def stats(self) -> RunStats:
+        """What the calling thread's last :meth:`run` held (and timed, when profiling)."""
+        return getattr(self._local, "stats", None) or RunStats()
+
+    def kernel(self, i: int) -> Kernel:
+        """The kernel of node ``i``, asked of ``kernel_for`` on first use."""
         kernel = self._kernels[i]
         if kernel is None:
-            kernel = self._kernels[i] = _kernel_for(self.graph.nodes[i])
+            kernel = self._kernels[i] = self.kernel_for(self.graph.nodes[i])
         return kernel
 
+    def run_node(self, node: Node, kernel: Kernel, args: list[np.ndarray | None], stats: RunStats) -> Any:
+        """Run one node: the seam a subclass overrides (``stats`` is this run's record)."""
+        return kernel(node, *args)
+
     def run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """Execute the graph; returns ``{output name: array}`` in output order."""
+        """Execute the graph; returns ``{output name: array}`` in output order.
+
+        Safe to call from several threads at once; each thread's last run is in :attr:`stats`.
+        """
         graph = self.graph
         env: dict[str, np.ndarray] = {v.name: v.data for v in graph.initializers.values()}
         env.update(check_feeds(graph, feeds))
-        live = peak = 0
-        times: dict[str, float] = {}
-        clock = time.perf_counter
+        stats = RunStats()
+        live = 0
         for i, node in enumerate(graph.nodes):
             args = [None if v is None else env[v.name] for v in node.inputs]
-            start = clock() if self.profile else 0.0
             try:
-                result = self._kernel(i)(node, *args)
+                result = self.run_node(node, self.kernel(i), args, stats)
             except SubgraphError as exc:
                 if isinstance(exc, ExecutionError):
                     raise
@@ -141,8 +177,6 @@ class Executor:
                 shapes = [None if a is None else f"{np.asarray(a).dtype}{list(np.shape(a))}" for a in args]
                 raise ExecutionError(f"node {node.name!r} ({node.op}) failed: {type(exc).__name__}: "
                                      f"{exc}\n  {node.format()}\n  input types: {shapes}") from exc
-            if self.profile:
-                times[node.name] = clock() - start
             outs = result if isinstance(result, (tuple, list)) else (result,)
             if len(outs) < len(node.outputs):
                 raise ExecutionError(f"node {node.name!r} ({node.op}) returned {len(outs)} output(s), "
@@ -153,10 +187,10 @@ class Executor:
                     self._check_output(node, value, array)
                 env[value.name] = array
                 live += array.nbytes
-            peak = max(peak, live)
+            stats.peak_bytes = max(stats.peak_bytes, live)
             for name in self._free_after[i]:
                 live -= env.pop(name).nbytes
-        self.stats = RunStats(peak_bytes=peak, node_times=times)
+        self._local.stats = stats
         return {v.name: env[v.name] for v in graph.outputs}
 
     @staticmethod
@@ -169,15 +203,39 @@ class Executor:
                                  f"{array.dtype.name}, expected {value.dtype.name}\n  {node.format()}")
 
 
-def run(graph: Graph, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+class ProfilingExecutor(Executor):
+    """An :class:`Executor` that records each node's wall time in ``stats.node_times``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from subgraph.testing import seed_example
+    >>> ex = ProfilingExecutor(seed_example())
+    >>> _ = ex.run({"x": np.ones(4, np.float32)})
+    >>> list(ex.stats.node_times)
+    ['1', '2', '3', '4', '5', '6', '7']
+    """
+
+    def run_node(self, node: Node, kernel: Kernel, args: list[np.ndarray | None], stats: RunStats) -> Any:
+        start = time.perf_counter()
+        try:
+            return kernel(node, *args)
+        finally:
+            stats.node_times[node.name] = time.perf_counter() - start
+
+
+def run(graph: Graph, feeds: Mapping[str, Any], kernel_for: KernelFor | None = None) -> dict[str, np.ndarray]:
     """Execute ``graph`` on ``feeds`` and return ``{output name: array}``.
 
     Parameters
     ----------
     graph : Graph
-        The graph to run (plain or partitioned); it is not modified.
+        The graph to run; it is not modified. Fused nodes need a ``kernel_for`` that
+        knows them: :func:`subgraph.run` runs partitioned graphs.
     feeds : Mapping[str, array-like]
         One array per graph input, matching its declared shape and dtype.
+    kernel_for : callable(node) -> kernel, optional
+        Where each node's code comes from (default :func:`op_kernel`).
 
     Raises
     ------
@@ -186,4 +244,4 @@ def run(graph: Graph, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
     ExecutionError
         A kernel failed; the message prints the node.
     """
-    return Executor(graph).run(feeds)
+    return Executor(graph, kernel_for=kernel_for).run(feeds)

@@ -14,13 +14,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import PartitionError, PropertyError, SubgraphError
-from ..graph import Graph
-from ..properties import SubgraphProperty, get_property
-from .fuse import fuse
-from .grow import NON_COMPUTE_OPS, GrowContext
-from .index import PartitionIndex
-from .propose import STRATEGIES, propose
+from subgraph.errors import PartitionError, PropertyError, SubgraphError
+from subgraph.analysis.shape_inference import infer_shapes
+from subgraph.ir import Graph
+from subgraph.properties import SubgraphProperty, get_property
+from subgraph.partition.fuse import fuse
+from subgraph.partition.grow import NON_COMPUTE_OPS, GrowContext
+from subgraph.partition.index import PartitionIndex
+from subgraph.partition.propose import STRATEGIES, propose
 
 __all__ = ["partition_graph", "NodeDecision", "format_explanation", "STRATEGIES", "NON_COMPUTE_OPS"]
 
@@ -103,7 +104,7 @@ def partition_graph(graph: Graph, prop: SubgraphProperty | str, *, strategy: str
 
     Examples
     --------
-    >>> from subgraph.graph import Graph
+    >>> from subgraph.ir import Graph
     >>> g = Graph("chain")
     >>> v = g.add_input("x", (4,), "float32")
     >>> for i, op in enumerate(["Relu", "Relu", "Softmax", "Relu"]):
@@ -129,7 +130,7 @@ def _partition(graph: Graph, prop: SubgraphProperty, strategy: str, dedup: bool,
     if prop.disable:
         return work
     if any(v.shape is None or v.dtype is None for v in work.values):
-        work.infer_shapes()  # selectors see shapes and dtypes
+        infer_shapes(work)  # selectors see shapes and dtypes
     _hook(prop, "pre_partition", work, **options)
     index = PartitionIndex(work)
     ctx = GrowContext(index, prop.create_subgraph_selector, op_deny, max_subgraph_size, trace)

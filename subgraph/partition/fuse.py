@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import PropertyError
-from ..graph import Graph, Node, Value
-from .index import PartitionIndex
+from subgraph.errors import PropertyError
+from subgraph.ir import Graph, Node, Value, ValueMap
+from subgraph.partition.index import PartitionIndex
 
 __all__ = ["Boundary", "build_subgraph", "fuse"]
 
@@ -82,37 +82,18 @@ def _boundary(graph: Graph, members: list[Node], inside: set[int], dedup: bool) 
 def build_subgraph(graph: Graph, members: list[Node], bd: Boundary, name: str) -> Graph:
     """A graph of ``members`` under their own names, fed by the boundary's inputs."""
     sub = Graph(name, graph.opset)
-    for value, placeholder in zip(bd.inputs, bd.input_names):
-        sub.add_input(placeholder, value.shape, value.dtype)
+    by_name = {n: sub.add_input(n, v.shape, v.dtype) for v, n in zip(bd.inputs, bd.input_names)}
+    val_map: ValueMap = {}
     for node in members:
         for value in node.inputs:
-            if value is not None and value.is_constant and not sub.has_value(value.name):
-                sub.add_constant(value.name, value.data)
+            if value is not None and value.is_constant and value not in val_map:
+                val_map[value] = sub.add_constant(value.name, value.data)
     for node in members:
-        names = [None if v is None else bd.slot_names.get((node.name, s), v.name)
-                 for s, v in enumerate(node.inputs)]
-        _clone_node(sub, node, names)
-    sub.set_outputs([v.name for v in bd.outputs])
+        inputs = [None if v is None else by_name[bd.slot_names[(node.name, s)]]
+                  if (node.name, s) in bd.slot_names else val_map[v] for s, v in enumerate(node.inputs)]
+        val_map.update(zip(node.outputs, sub.copy_node(node, inputs).outputs))
+    sub.set_outputs([val_map[v] for v in bd.outputs])
     return sub
-
-
-def _clone_node(target: Graph, node: Node, inputs: list[str | None]) -> Node:
-    values = target._values
-    return target.copy_node(node, [None if n is None else values[n] for n in inputs])
-
-
-class _MappedKernel:
-    """Repeats a kernel's outputs as ``output_map`` says (fused nodes without dedup)."""
-
-    def __init__(self, kernel, output_map: list[int]) -> None:
-        self.kernel, self.output_map = kernel, output_map
-
-    def __call__(self, *arrays):
-        outs = list(self.kernel(*arrays))
-        return [outs[j] for j in self.output_map]
-
-    def compile(self):
-        return getattr(self.kernel, "compile", lambda: None)()
 
 
 def fuse(graph: Graph, index: PartitionIndex, prop, dedup: bool,
@@ -137,7 +118,7 @@ def fuse(graph: Graph, index: PartitionIndex, prop, dedup: bool,
         output_map = [k for _, k in bd.outer_outputs]
         if output_map != list(range(len(bd.outputs))):
             node.attrs["output_map"] = output_map
-            node.kernel = _MappedKernel(node.kernel, output_map) if node.kernel is not None else None
+        node.meta.setdefault("property", prop)
         fused[b] = (node, bd)
         for i in member_ids:
             joined[i] = (sid, node.name)
@@ -160,10 +141,8 @@ def _create(prop, sub: Graph, sid: int, members: list[Node]) -> Node | None:
 def _assemble(graph: Graph, index: PartitionIndex, fused: dict[int, tuple[Node, Boundary]],
               joined: dict[int, tuple[int, str]]) -> Graph:
     nodes = graph.nodes
-    result = graph.skeleton()
-    rewire: dict[tuple[str, int], str] = {}
-    for _, bd in fused.values():
-        rewire.update(bd.rewire)
+    result, val_map = graph.skeleton()
+    rewired: dict[tuple[str, int], Value] = {}  # (consumer, slot) -> the extra fused output it reads
     taken = {nodes[i].name for i in range(index.n) if i not in joined}
     emitted: set[int] = set()
     for p in range(index.n):
@@ -178,16 +157,21 @@ def _assemble(graph: Graph, index: PartitionIndex, fused: dict[int, tuple[Node, 
             while name in taken:
                 name += "_"
             taken.add(name)
-            node = result.add_node(spec.op, [v.name for v in bd.inputs],
+            node = result.add_node(spec.op, [val_map[v] for v in bd.inputs],
                                    outputs=[n for n, _ in bd.outer_outputs], attrs=spec.attrs, name=name,
                                    domain=spec.domain, rt_info=spec.rt_info)
-            for out, (_, k) in zip(node.outputs, bd.outer_outputs):
+            node.subgraph, node.meta = spec.subgraph, dict(spec.meta)
+            outs = {}
+            for out, (outer, k) in zip(node.outputs, bd.outer_outputs):
                 out.shape, out.dtype = bd.outputs[k].shape, bd.outputs[k].dtype
-            node.subgraph, node.kernel = spec.subgraph, spec.kernel
+                outs[outer] = out
+                val_map.setdefault(bd.outputs[k], out)  # the first output standing for the value
+            rewired.update({edge: outs[outer] for edge, outer in bd.rewire.items()})
         else:
             node = nodes[i]
-            _clone_node(result, node, [None if v is None else rewire.get((node.name, s), v.name)
-                                       for s, v in enumerate(node.inputs)])
-    result.set_outputs([v.name for v in graph.outputs])
+            inputs = [None if v is None else rewired.get((node.name, s)) or val_map[v]
+                      for s, v in enumerate(node.inputs)]
+            val_map.update(zip(node.outputs, result.copy_node(node, inputs).outputs))
+    result.set_outputs([val_map[v] for v in graph.outputs])
     result.remove_unused_constants()
     return result

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..errors import SelectorError
-from ..graph import Node
-from ..selectors import SubgraphSelector
-from .index import PartitionIndex, Reach
+from subgraph.errors import SelectorError
+from subgraph.ir import Node
+from subgraph.selectors import SubgraphSelector
+from subgraph.partition.index import PartitionIndex, Reach
 
 __all__ = ["GrowContext", "grow", "is_convex"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..graph import Graph
+from subgraph.ir import Graph
 
 __all__ = ["PartitionIndex", "Reach"]
 

@@ -10,8 +10,8 @@ from each start node in topological order and commit at once.
 
 from __future__ import annotations
 
-from ..errors import PartitionError
-from .grow import GrowContext, grow, is_convex
+from subgraph.errors import PartitionError
+from subgraph.partition.grow import GrowContext, grow, is_convex
 
 __all__ = ["propose", "STRATEGIES"]
 

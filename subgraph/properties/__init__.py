@@ -1,7 +1,15 @@
-"""Properties: how an accelerator selects and runs subgraphs, and their registry."""
+"""Properties: how an accelerator selects and runs subgraphs, their registry, and the
+built-in backends (each a folder: :mod:`~subgraph.properties.numpy`,
+:mod:`~subgraph.properties.tvm`), registered on import; a backend's heavy imports
+happen when it first compiles.
+"""
 
-from .base import FUSED_DOMAIN, FUSED_OP, FusedKernel, SubgraphProperty
-from .registry import build_kernel, get_property, list_properties, register_property
+# the built-in backends register on import, in the order of the device table: TVM, then NUMPY
+from subgraph.properties import tvm  # noqa: F401, I001
+from subgraph.properties import numpy  # noqa: F401
+from subgraph.properties.base import FusedKernel, SubgraphProperty
+from subgraph.properties.registry import get_property, list_properties, register_property, registered_devices
+from subgraph.properties.runtime import FusedKernels
 
-__all__ = ["SubgraphProperty", "FusedKernel", "FUSED_OP", "FUSED_DOMAIN", "register_property",
-           "get_property", "list_properties", "build_kernel"]
+__all__ = ["SubgraphProperty", "FusedKernel", "FusedKernels", "register_property", "get_property",
+           "list_properties", "registered_devices"]

@@ -19,14 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from ..graph import Graph, Node
-from ..selectors import ContainOpSelector, SubgraphSelector
+from subgraph.ir import FUSED_DOMAIN, FUSED_OP, Graph, Node
+from subgraph.selectors import ContainOpSelector, SubgraphSelector
 
-__all__ = ["SubgraphProperty", "FusedKernel", "FUSED_OP", "FUSED_DOMAIN", "time_kernel"]
-
-#: op type and domain of the fused call nodes the pass creates
-FUSED_OP = "Subgraph"
-FUSED_DOMAIN = "subgraph"
+__all__ = ["SubgraphProperty", "FusedKernel", "time_kernel", "Kernel"]
 
 Kernel = Callable[..., Sequence[np.ndarray]]
 
@@ -134,8 +130,21 @@ class SubgraphProperty:
 
     # ---- selection
     def supports(self, node: Node) -> bool:
-        """This device's support query; the default selector grows over nodes it accepts."""
+        """This device's support query; the default selector grows over nodes it accepts.
+
+        The built-in properties answer ``decline_reason(node) is None``; a property that
+        only overrides this predicate gets a generic reason from :meth:`decline_reason`.
+        """
         return False
+
+    def decline_reason(self, node: Node) -> str | None:
+        """Why this device does not take ``node`` (the op, an attribute, a dtype, a shape),
+        or ``None`` when it does. ``--explain``, ``query`` and the partition explanation
+        print it. The default derives it from :meth:`supports`."""
+        if self.supports(node):
+            return None
+        return f"{self.device} does not support op {node.op!r}" + (f" in domain {node.domain!r}"
+                                                                   if node.domain else "")
 
     def create_subgraph_selector(self) -> SubgraphSelector:
         """A fresh selector, one per start node; the default is :class:`ContainOpSelector`."""
@@ -158,13 +167,14 @@ class SubgraphProperty:
         """The fused node replacing ``subgraph``, or ``None`` to reject this subgraph.
 
         ``subgraph`` holds the original nodes under their original names; its inputs
-        carry shapes and dtypes. The pass wires the returned node's inputs and outputs;
-        the node's ``kernel`` runs it (by default :meth:`compile`, on first use).
+        carry shapes and dtypes. The pass wires the returned node's inputs and outputs and
+        keeps this property in ``node.meta["property"]``; whoever runs the graph compiles
+        the subgraph with :meth:`compile` (a node returned here must be a new node whose
+        ``subgraph`` is the one given).
         """
         node = Node(f"{self.name}_subgraph_{subgraph_id}", FUSED_OP, FUSED_DOMAIN,
                     {"property": self.name, "device": self.device, "subgraph_id": subgraph_id})
         node.subgraph = subgraph
-        node.kernel = FusedKernel(self, subgraph)
         return node
 
     def compile(self, subgraph: Graph) -> Kernel:

@@ -1,10 +1,17 @@
-"""The property registry: a plain dict from name to :class:`SubgraphProperty` class.
+"""The property registry: a plain dict from name to :class:`SubgraphProperty` class, and
+the device table derived from it (a property's ``device`` names the device it runs).
+
+The registry is a leaf: it imports no backend. The built-in backends (``numpy``,
+``tvm``) register themselves when :mod:`subgraph.properties` is imported, which every
+import of this module does first; a backend's heavy imports wait until it compiles.
 
 Examples
 --------
 >>> from subgraph.properties import list_properties
 >>> "numpy" in list_properties()
 True
+>>> registered_devices()["NUMPY"]
+'numpy'
 >>> get_property("nope")
 Traceback (most recent call last):
 ...
@@ -13,21 +20,16 @@ subgraph.errors.RegistryError: no subgraph property named 'nope'; registered: ..
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import RegistryError
-from ..graph import Node
-from .base import FusedKernel, SubgraphProperty
+from subgraph.errors import RegistryError
+from subgraph.properties.base import SubgraphProperty
 
-__all__ = ["register_property", "get_property", "list_properties", "build_kernel", "PROPERTIES"]
+__all__ = ["register_property", "get_property", "list_properties", "registered_devices", "PROPERTIES"]
 
-#: name -> property class
+#: name -> property class, in registration order (built-in backends first)
 PROPERTIES: dict[str, type[SubgraphProperty]] = {}
-
-# built-in backends, imported on first lookup so heavy imports stay lazy
-_BUILTIN = {"numpy": "subgraph.properties.numpy", "tvm": "subgraph.properties.tvm"}
 
 
 def register_property(name: str) -> Callable[[type[SubgraphProperty]], type[SubgraphProperty]]:
@@ -43,32 +45,25 @@ def register_property(name: str) -> Callable[[type[SubgraphProperty]], type[Subg
     return wrap
 
 
-def _load_builtin(name: str) -> None:
-    module = _BUILTIN.get(name)
-    if module is not None and name not in PROPERTIES:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:  # the backend's own dependency is missing
-                raise RegistryError(f"subgraph property {name!r} needs {exc.name!r}, which is not "
-                                    f"installed") from None
-
-
 def list_properties() -> list[str]:
-    """Registered property names, built-in backends included, sorted."""
-    return sorted(set(PROPERTIES) | set(_BUILTIN))
+    """Registered property names, sorted."""
+    return sorted(PROPERTIES)
 
 
 def get_property(name: str, **options: Any) -> SubgraphProperty:
     """A new instance of the property registered as ``name``, built with ``options``."""
-    _load_builtin(name)
     cls = PROPERTIES.get(name)
     if cls is None:
         raise RegistryError(f"no subgraph property named {name!r}; registered: {list_properties()}")
     return cls(**options)
 
 
-def build_kernel(node: Node) -> FusedKernel:
-    """The kernel of a fused node that has none (e.g. loaded from JSON), by its property name."""
-    prop = get_property(node.attrs["property"])
-    return FusedKernel(prop, node.subgraph, node.attrs.get("output_map"))
+def registered_devices() -> dict[str, str]:
+    """The device table: device name (upper case) -> the first property registered for it.
+
+    The one place that maps devices to properties; HETERO, the CLI and the pictures use it.
+    """
+    devices: dict[str, str] = {}
+    for name, cls in PROPERTIES.items():
+        devices.setdefault(cls.device.upper(), name)
+    return devices

@@ -12,7 +12,7 @@ accepted nodes are offered again in the same order, unless the selector is
 
 from __future__ import annotations
 
-from ..graph import Node
+from subgraph.ir import Node
 
 __all__ = ["SubgraphSelector"]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 
-from ..graph import Node
-from .base import SubgraphSelector
+from subgraph.ir import Node
+from subgraph.selectors.base import SubgraphSelector
 
 __all__ = ["ContainOpSelector", "Support"]
 
@@ -31,7 +31,7 @@ class ContainOpSelector(SubgraphSelector):
 
     Examples
     --------
-    >>> from subgraph.graph import Graph
+    >>> from subgraph.ir import Graph
     >>> g = Graph()
     >>> x = g.add_input("x", (1,), "float32")
     >>> a = g.add_node("Relu", [x], name="a")

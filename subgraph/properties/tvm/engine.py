@@ -4,8 +4,8 @@
 ONNX (:func:`subgraph.to_onnx`), imports it with TVM's Relax ONNX frontend using the
 graph's static input shapes and dtypes (constants stay constants, bound into the module),
 builds it with ``tvm.compile`` (on CPU targets through the scheduling pipeline of
-:mod:`~subgraph.properties.tvm_schedule`, for the host's ``mcpu``, with tuned tiles from
-:mod:`~subgraph.properties.tvm_tune` where there are any: TVM's default pipeline leaves
+:mod:`~subgraph.properties.tvm.schedule`, for the host's ``mcpu``, with tuned tiles from
+:mod:`~subgraph.properties.tvm.tune` where there are any: TVM's default pipeline leaves
 loops scalar and single-threaded) and returns a :class:`TVMFunction`, callable from
 several threads (one VM per thread). Builds are cached in memory and on disk, keyed by a
 sha256 over the ONNX bytes, the target, the schedule, the tuning records and
@@ -39,9 +39,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ExecutionError, InputError, PropertyError, SubgraphError
-from ..fileio import atomic_path, write_atomic
-from ..graph import Graph
+from subgraph.errors import ExecutionError, InputError, PropertyError, SubgraphError
+from subgraph.fileio import atomic_path, write_atomic
+from subgraph.ir import Graph
 
 __all__ = ["tvm_supports", "unsupported_reason", "SUPPORTED_OPS", "EXCLUDED_OPS", "compile_graph", "TVMFunction",
            "cache_key", "default_cache_dir", "clear_memory_cache", "as_tvm_tensor", "aligned_empty",
@@ -53,7 +53,7 @@ _ALIGNMENT = 64  # TVM's compiled code assumes buffers aligned to this many byte
 _DL_CPU = 1  # DLPack device type of the host
 
 
-from .tvm_support import EXCLUDED_OPS, SUPPORTED_OPS, tvm_supports, unsupported_reason  # noqa: F401
+from subgraph.properties.tvm.support import EXCLUDED_OPS, SUPPORTED_OPS, tvm_supports, unsupported_reason  # noqa: F401
 
 
 # --------------------------------------------------------------------------- tensors
@@ -372,12 +372,12 @@ def onnx_for_tvm(graph: Graph) -> tuple[Graph, Any]:
     and its ONNX model.
 
     TVM's fuser does not fuse ``conv2d`` with ``batch_norm``, so each BN would be one more
-    pass over memory; :func:`~subgraph.fold.fold_batchnorm` removes it beforehand.
-    :func:`~subgraph.properties.tvm_rewrite.sum_as_adds` avoids the importer's stack.
+    pass over memory; :func:`~subgraph.analysis.fold.fold_batchnorm` removes it beforehand.
+    :func:`~subgraph.properties.tvm.rewrite.sum_as_adds` avoids the importer's stack.
     """
-    from ..fold import fold_batchnorm
-    from ..frontends.onnx import to_onnx
-    from .tvm_rewrite import sum_as_adds
+    from subgraph.analysis.fold import fold_batchnorm
+    from subgraph.onnx.writer import to_onnx
+    from subgraph.properties.tvm.rewrite import sum_as_adds
 
     for value in graph.inputs:
         if value.shape is None or value.dtype is None:
@@ -406,7 +406,7 @@ def _build(graph: Graph, model: Any, target: Any, schedule: str,
     """
     import tvm
 
-    from .tvm_schedule import relax_pipeline
+    from subgraph.properties.tvm.schedule import relax_pipeline
 
     mod = relax_module(graph, model)
     constant_outputs = _check_outputs(graph, mod["main"])
@@ -504,11 +504,11 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
     use_cache : bool
         False compiles afresh and stores nothing.
     schedule : str
-        How CPU loops are scheduled (:data:`~subgraph.properties.tvm_schedule.SCHEDULES`):
+        How CPU loops are scheduled (:data:`~subgraph.properties.tvm.schedule.SCHEDULES`):
         ``"cpu"`` (default; vectorised, register-blocked, multi-threaded), ``"dlight"`` (TVM's
         dlight CPU rules only) or ``"none"`` (TVM's naive loops). Ignored for GPU targets.
     tuning : bool or path
-        Tuning records to use (:mod:`~subgraph.properties.tvm_tune`, written by ``subgraph
+        Tuning records to use (:mod:`~subgraph.properties.tvm.tune`, written by ``subgraph
         tune``): ``True`` (default) the database in ``cache_dir``, a path that file,
         ``False`` none. A change of the records changes the cache key, so libraries built
         before tuning are rebuilt with the tuned tiles.
@@ -534,15 +534,16 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
     >>> g = Graph("relu")
     >>> x = g.add_input("x", (3,), "float32")
     >>> g.set_outputs([g.add_node("Relu", [x], name="r").outputs[0]])
-    >>> g.infer_shapes()
+    >>> from subgraph.analysis.shape_inference import infer_shapes
+    >>> infer_shapes(g)
     >>> fn = compile_graph(g, use_cache=False)
     >>> fn(np.array([-1.0, 0.5, 2.0], dtype=np.float32))
     [array([0. , 0.5, 2. ], dtype=float32)]
     """
     import tvm
 
-    from .tvm_schedule import SCHEDULES
-    from .tvm_tune import open_database
+    from subgraph.properties.tvm.schedule import SCHEDULES
+    from subgraph.properties.tvm.tune import open_database
 
     if schedule not in SCHEDULES:
         raise PropertyError(f"unknown TVM schedule {schedule!r} for graph {graph.name!r}; "

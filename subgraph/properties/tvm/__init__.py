@@ -1,17 +1,17 @@
 """The ``tvm`` property: fused subgraphs compiled by Apache TVM (Relax, ``tvm.compile``).
 
 The support query is what TVM's ONNX importer really handles
-(:func:`~subgraph.properties.tvm_engine.unsupported_reason`), narrowed by the options
+(:func:`~subgraph.properties.tvm.engine.unsupported_reason`), narrowed by the options
 ``ops`` (only these op types) and ``exclude_ops``. Compiled functions are cached in
-memory and on disk (:mod:`~subgraph.properties.tvm_engine`).
+memory and on disk (:mod:`~subgraph.properties.tvm.engine`).
 """
 
 from __future__ import annotations
 
-from ..graph import Graph, Node
-from .base import SubgraphProperty, time_kernel
-from .registry import register_property
-from .tvm_engine import compile_graph, unsupported_reason
+from subgraph.ir import Graph, Node
+from subgraph.properties.base import SubgraphProperty, time_kernel
+from subgraph.properties.registry import register_property
+from subgraph.properties.tvm.support import unsupported_reason
 
 __all__ = ["TVMProperty"]
 
@@ -28,16 +28,16 @@ class TVMProperty(SubgraphProperty):
         Where compiled libraries are kept (default: the user cache folder).
     schedule : str
         ``"cpu"`` (default), ``"dlight"`` or ``"none"``: how CPU builds are scheduled
-        (:mod:`~subgraph.properties.tvm_schedule`).
+        (:mod:`~subgraph.properties.tvm.schedule`).
     tuning : bool or path
-        Tuning records (``subgraph tune``, :mod:`~subgraph.properties.tvm_tune`): ``True``
+        Tuning records (``subgraph tune``, :mod:`~subgraph.properties.tvm.tune`): ``True``
         (default) those in the cache folder, a path that database, ``False`` none.
     ops, exclude_ops : list[str] | None
         Restrict the ops TVM takes (e.g. ``exclude_ops=["Softmax"]``).
 
     Examples
     --------
-    >>> from subgraph.synthetic import seed_example
+    >>> from subgraph.testing import seed_example
     >>> prop = TVMProperty(exclude_ops=["Sigmoid"])
     >>> [n.name for n in seed_example().nodes if prop.supports(n)]
     ['1', '2', '3', '5', '6', '7']
@@ -46,14 +46,20 @@ class TVMProperty(SubgraphProperty):
     device = "TVM"
 
     def supports(self, node: Node) -> bool:
+        return self.decline_reason(node) is None
+
+    def decline_reason(self, node: Node) -> str | None:
         ops = self.options.get("ops")
         if ops is not None and node.op not in ops:
-            return False
+            return f"{node.op} is not in {self.device}.ops"
         if node.op in (self.options.get("exclude_ops") or ()):
-            return False
-        return unsupported_reason(node) is None
+            return f"{node.op} is excluded ({self.device}.exclude_ops)"
+        reason = unsupported_reason(node)
+        return None if reason is None else reason.split("): ", 1)[-1]
 
     def compile(self, subgraph: Graph):
+        from subgraph.properties.tvm.engine import compile_graph  # the lazy seam: imports tvm
+
         return compile_graph(subgraph, target=self.options.get("target", "llvm"),
                              cache_dir=self.options.get("cache_dir"),
                              use_cache=self.options.get("use_cache", True),

@@ -4,7 +4,7 @@ TVM 0.27's default ``llvm`` pipeline lowers every operator to naive loop nests. 
 supplies the Relax pipeline :func:`relax_pipeline` that the engine passes to
 ``tvm.compile``: the CPU backend's legalize-and-fuse passes, then one schedule per fused
 function, then the usual lowering. Scheduling is deterministic (no search, no measuring:
-:mod:`~subgraph.properties.tvm_tune` measures tiles ahead of time and stores the winners),
+:mod:`~subgraph.properties.tvm.tune` measures tiles ahead of time and stores the winners),
 so a build stays a matter of seconds:
 
 - ``"cpu"`` (default): convolutions are first rewritten to NHWC activations and HWIO
@@ -139,7 +139,7 @@ class Tile:
     axis) times ``vectors`` vector registers along the innermost output axis; ``rows_axis``
     picks the spatial axis the rows run over (``None``: one the vector operand does not
     depend on). The default tile is what an untuned build uses; tuning
-    (:mod:`~subgraph.properties.tvm_tune`) measures others and stores the fastest.
+    (:mod:`~subgraph.properties.tvm.tune`) measures others and stores the fastest.
 
     Examples
     --------
@@ -615,7 +615,7 @@ def relax_pipeline(target: Any, schedule: str = "cpu", tiles: Mapping[str, Tile]
     schedule : str
         One of :data:`SCHEDULES`; ``"none"`` returns ``"default"`` (TVM's own pipeline).
     tiles : mapping, optional
-        Tuned tiles by :func:`function_key` (from :mod:`~subgraph.properties.tvm_tune`);
+        Tuned tiles by :func:`function_key` (from :mod:`~subgraph.properties.tvm.tune`);
         functions not in it get the default :class:`Tile`.
     applied : list, optional
         Receives the :func:`function_key` of every function that got a tile from ``tiles``.

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..executor import Executor
-from ..graph import Graph, Node
-from ..ops import op_path
-from .base import SubgraphProperty, time_kernel
-from .registry import register_property
+from subgraph.executor import Executor, ProfilingExecutor
+from subgraph.ir import Graph, Node
+from subgraph.ops import op_path
+from subgraph.properties.base import SubgraphProperty, time_kernel
+from subgraph.properties.registry import register_property
+from subgraph.properties.runtime import FusedKernels
 
 __all__ = ["NumpyProperty"]
 
@@ -29,10 +30,17 @@ class NumpyProperty(SubgraphProperty):
     device = "NUMPY"
 
     def supports(self, node: Node) -> bool:
+        return self.decline_reason(node) is None
+
+    def decline_reason(self, node: Node) -> str | None:
         ops = self.options.get("ops")
         if ops is not None:
-            return node.op in ops
-        return node.domain in ("", "ai.onnx") and op_path(node.op, node.domain) == "numpy"
+            return None if node.op in ops else f"{node.op} is not in {self.device}.ops"
+        if node.domain not in ("", "ai.onnx"):
+            return f"NUMPY has no kernels for domain {node.domain!r}"
+        if op_path(node.op, node.domain) != "numpy":
+            return f"{node.op} has no numpy kernel"
+        return None
 
     def compile(self, subgraph: Graph):
         return _SubgraphRunner(subgraph, bool(self.options.get("profile", False)))
@@ -43,10 +51,13 @@ class NumpyProperty(SubgraphProperty):
 
 
 class _SubgraphRunner:
-    """Runs a subgraph from positional arrays; ``op_times()`` gives the last run's per-op times."""
+    """Runs a subgraph from positional arrays; ``op_times()`` gives the last run's per-op times.
+
+    Nested fused nodes (a subgraph partitioned again) run through their own properties.
+    """
 
     def __init__(self, subgraph: Graph, profile: bool) -> None:
-        self.executor = Executor(subgraph, profile=profile)
+        self.executor = (ProfilingExecutor if profile else Executor)(subgraph, kernel_for=FusedKernels())
         self.names = [v.name for v in subgraph.inputs]
 
     def __call__(self, *arrays):

@@ -1,10 +1,10 @@
 """Tune TVM builds for this CPU: measure register tiles per function, store the fastest.
 
 An untuned build schedules every contraction (matmul, convolution) with the default
-:class:`~subgraph.properties.tvm_schedule.Tile`. :func:`tune_graphs` takes the graphs the
+:class:`~subgraph.properties.tvm.schedule.Tile`. :func:`tune_graphs` takes the graphs the
 ``tvm`` property would compile, runs the same passes up to scheduling, and for each
-distinct TIR function (by :func:`~subgraph.properties.tvm_schedule.function_key`) builds
-and times the candidate tiles of :func:`~subgraph.properties.tvm_schedule.candidate_tiles`
+distinct TIR function (by :func:`~subgraph.properties.tvm.schedule.function_key`) builds
+and times the candidate tiles of :func:`~subgraph.properties.tvm.schedule.candidate_tiles`
 on this CPU, biggest functions first, until the time budget is spent. Every candidate's
 results are compared with the default tile's before its time counts. The winners go to a
 :class:`TuningDatabase` (one JSON file next to the compiled libraries); later compiles
@@ -35,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import PropertyError
-from ..fileio import write_atomic
-from ..graph import Graph
-from .tvm_schedule import Tile
+from subgraph.errors import PropertyError
+from subgraph.fileio import write_atomic
+from subgraph.ir import Graph
+from subgraph.properties.tvm.schedule import Tile
 
 __all__ = ["TuningDatabase", "TuningRecord", "TuneTask", "TUNING_FILE", "default_database_path",
            "extract_tasks", "open_database", "tune_graphs"]
@@ -77,7 +77,7 @@ class TuningRecord:
 
 def default_database_path(cache_dir: str | Path | None = None) -> Path:
     """``<cache_dir>/tuning.json``; the cache folder defaults to the TVM cache's."""
-    from .tvm_engine import default_cache_dir
+    from subgraph.properties.tvm.engine import default_cache_dir
 
     return Path(cache_dir if cache_dir is not None else default_cache_dir()) / TUNING_FILE
 
@@ -117,7 +117,7 @@ class TuningDatabase:
         return len(self.records)
 
     def tiles(self) -> dict[str, Tile]:
-        """Function key -> tuned tile, for :func:`~subgraph.properties.tvm_schedule.relax_pipeline`."""
+        """Function key -> tuned tile, for :func:`~subgraph.properties.tvm.schedule.relax_pipeline`."""
         return {key: record.tile for key, record in self.records.items()}
 
     def digest(self) -> str:
@@ -155,17 +155,17 @@ def extract_tasks(graphs: Sequence[Graph], target: Any = "llvm") -> list[TuneTas
     """The distinct contraction functions of ``graphs`` as the ``tvm`` property compiles them.
 
     Each graph goes through the property's own preparation (BN folding, ONNX import,
-    layout, legalize and fuse) for ``target`` as :func:`~.tvm_engine.compile_graph` sees it;
+    layout, legalize and fuse) for ``target`` as :func:`~subgraph.properties.tvm.engine.compile_graph` sees it;
     functions with more than one candidate tile are tasks, in order of first appearance,
     with their calls counted over all graphs.
     """
     import tvm
     from tvm import tirx
 
-    from .tvm_engine import _as_target, onnx_for_tvm, relax_module
+    from subgraph.properties.tvm.engine import _as_target, onnx_for_tvm, relax_module
 
     target = _as_target(target)
-    from .tvm_schedule import candidate_tiles, contraction_flops, function_key, prepare_passes, vector_lanes
+    from subgraph.properties.tvm.schedule import candidate_tiles, contraction_flops, function_key, prepare_passes, vector_lanes
 
     lanes = vector_lanes(target)
     tasks: dict[str, TuneTask] = {}
@@ -227,7 +227,7 @@ class _Bench:
         """Median seconds of ``tile``'s build; raises if its results differ from the default tile's."""
         import tvm
 
-        from .tvm_schedule import schedule_contraction
+        from subgraph.properties.tvm.schedule import schedule_contraction
 
         sch = schedule_contraction(self.func, self.lanes, tile)
         if sch is None:
@@ -264,7 +264,7 @@ def tune_graphs(graphs: Sequence[Graph], budget: float, *, target: Any = "llvm",
         Seconds of tuning; the task running when it runs out finishes its current
         candidate, and tasks not reached keep the default tile.
     target : str, dict or tvm.target.Target
-        As for :func:`~subgraph.properties.tvm_engine.compile_graph` (a CPU target).
+        As for :func:`~subgraph.properties.tvm.engine.compile_graph` (a CPU target).
     database : TuningDatabase, optional
         Where the winners go (saved after every task); default the cache folder's.
     retune : bool
@@ -279,8 +279,8 @@ def tune_graphs(graphs: Sequence[Graph], budget: float, *, target: Any = "llvm",
     list of TuningRecord
         The records made by this call, in tuning order.
     """
-    from .tvm_engine import _as_target, _summary, _use_all_cpus
-    from .tvm_schedule import vector_lanes
+    from subgraph.properties.tvm.engine import _as_target, _summary, _use_all_cpus
+    from subgraph.properties.tvm.schedule import vector_lanes
 
     if not budget > 0:
         raise PropertyError(f"tuning budget must be a positive number of seconds, got {budget!r}")

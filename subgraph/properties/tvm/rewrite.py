@@ -8,7 +8,7 @@ where ``Add`` becomes one fused element-wise addition.
 Examples
 --------
 >>> import numpy as np
->>> from subgraph.graph import Graph
+>>> from subgraph.ir import Graph
 >>> g = Graph("g")
 >>> a, b, c = (g.add_input(n, (4,), "float32") for n in "abc")
 >>> g.set_outputs([g.add_node("Sum", [a, b, c], name="total", outputs=["y"]).outputs[0]])
@@ -18,7 +18,7 @@ Examples
 
 from __future__ import annotations
 
-from ..graph import Graph
+from subgraph.ir import Graph
 
 __all__ = ["sum_as_adds"]
 
@@ -33,12 +33,12 @@ def sum_as_adds(graph: Graph) -> Graph:
             and all(v is not None for v in n.inputs)}
     if not sums:
         return graph.copy()
-    new = graph.skeleton()
+    new, val_map = graph.skeleton()
     for node in graph.nodes:
-        inputs = [None if v is None else new.value(v.name) for v in node.inputs]
         if node.name not in sums:
-            new.copy_node(node, inputs)
+            new.graph_copy(graph, val_map, [node])
             continue
+        inputs = [val_map[v] for v in node.inputs]
         out = node.outputs[0]
         current = inputs[0]
         for i, operand in enumerate(inputs[1:], 1):
@@ -48,5 +48,6 @@ def sum_as_adds(graph: Graph) -> Graph:
                                    rt_info=node.rt_info).outputs[0]
             if last:
                 current.shape, current.dtype = out.shape, out.dtype
-    new.set_outputs([v.name for v in graph.outputs])
+                val_map[out] = current
+    new.set_outputs([val_map[v] for v in graph.outputs])
     return new

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..graph import Node
+from subgraph.ir import Node
 
 __all__ = ["tvm_supports", "unsupported_reason", "SUPPORTED_OPS", "EXCLUDED_OPS"]
 
@@ -208,7 +208,7 @@ def unsupported_reason(node: Node) -> str | None:
     Examples
     --------
     >>> import numpy as np
-    >>> from subgraph.graph import Graph
+    >>> from subgraph.ir import Graph
     >>> g = Graph("g")
     >>> x = g.add_input("x", (2, 6), "float32")
     >>> s = g.add_input("s", (2,), "int64")
