@@ -12,22 +12,22 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .errors import *  # noqa: F401,F403
-from .errors import __all__ as _errors_all
-from .graph import Graph, Node, Value
+from subgraph.errors import *  # noqa: F401,F403
+from subgraph.errors import __all__ as _errors_all
+from subgraph.ir import Graph, Node, Value
 
 __version__ = "0.1.0"
 
 # public name -> module that defines it (imported on first access)
 _LAZY = {
-    "run": "executor",
+    "run": "properties.runtime",
     "Executor": "executor",
-    "from_onnx": "frontends.onnx",
-    "to_onnx": "frontends.onnx",
+    "from_onnx": "frontend",
+    "to_onnx": "onnx.writer",
     "partition_graph": "partition",
     "query_model": "hetero",
-    "compile_model": "hetero",
-    "partition_model": "hetero",
+    "compile_model": "api",
+    "partition_model": "api",
     "CompiledModel": "hetero",
 }
 

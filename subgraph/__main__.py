@@ -1,6 +1,6 @@
 """``python -m subgraph``: the ``subgraph`` command (see :mod:`subgraph.cli`)."""
 
-from .cli import main
+from subgraph.cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

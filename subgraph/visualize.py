@@ -14,7 +14,7 @@ type and shape:
     drawn as a cluster ``cluster_<id>`` labelled ``subgraph <id> (<device>)``.
 
 Colours come from the fixed :data:`PALETTE`: a device's colour is indexed by its place
-in :func:`~subgraph.hetero.registered_devices` (``TVM``, ``NUMPY``, then plugins), a
+in :func:`~subgraph.properties.registered_devices` (``TVM``, ``NUMPY``, then plugins), a
 subgraph's by its id, so the same model always gives the same files, byte for byte.
 When GraphViz's ``dot`` is on ``PATH``, each file is also rendered to ``.svg`` beside it.
 Constants are not drawn: they are tensors, not ops.
@@ -32,7 +32,7 @@ itself, like OpenVINO's HETERO dump of its affinity and subgraph graphs:
 
 Examples
 --------
->>> from subgraph.synthetic import seed_example
+>>> from subgraph.testing import seed_example
 >>> from subgraph.hetero import partition_model
 >>> g = seed_example()
 >>> model = partition_model(g, "HETERO:TVM,NUMPY", {"TVM": {"ops": ["Relu", "Add"]}})
@@ -51,10 +51,11 @@ import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
-from .errors import GraphError
-from .fileio import atomic_path, write_atomic
-from .graph import Graph, Node, Value
-from .hetero import CompiledModel, SubgraphInfo, registered_devices
+from subgraph.errors import GraphError
+from subgraph.fileio import atomic_path, write_atomic
+from subgraph.ir import Graph, Node, Value
+from subgraph.hetero import CompiledModel, SubgraphInfo
+from subgraph.properties import registered_devices
 
 __all__ = ["PALETTE", "RENDER_TIMEOUT", "UNASSIGNED_COLOR", "affinity_dot", "device_colors", "dot_string",
            "subgraphs_dot", "visualize_from_env", "write_dot"]
@@ -304,7 +305,7 @@ def write_dot(original: Graph, compiled: CompiledModel, folder: str | os.PathLik
     Examples
     --------
     >>> import tempfile
-    >>> from subgraph.synthetic import seed_example
+    >>> from subgraph.testing import seed_example
     >>> from subgraph.hetero import partition_model
     >>> g = seed_example()
     >>> model = partition_model(g, "HETERO:NUMPY", {"NUMPY": {"ops": ["Relu", "Add", "Sigmoid"]}})

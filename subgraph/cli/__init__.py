@@ -30,9 +30,9 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import SubgraphError
-from ..fileio import write_atomic
-from .options import (
+from subgraph.errors import SubgraphError
+from subgraph.fileio import write_atomic
+from subgraph.cli.options import (
     EXAMPLE_MODEL,
     UsageError,
     apply_affinity,
@@ -110,7 +110,7 @@ def _common(affinity: bool) -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``subgraph`` command."""
-    from .. import __version__
+    from subgraph import __version__
 
     parser = argparse.ArgumentParser(
         prog="subgraph", formatter_class=_formatter, epilog=_EPILOG,
@@ -192,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 # ----------------------------------------------------------------------------- commands
 def _setup(args: argparse.Namespace) -> tuple[Any, str, list[str], dict[str, dict[str, Any]], bool]:
     """The loaded graph (with affinities from --affinity), its label, devices and options."""
-    from ..hetero import parse_devices
+    from subgraph.hetero import parse_devices
 
     devices = parse_devices(args.devices)
     props = device_properties(args.device_option, args.exclude, devices)
@@ -209,16 +209,14 @@ def _setup(args: argparse.Namespace) -> tuple[Any, str, list[str], dict[str, dic
 
 
 def _properties(devices: list[str], options: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    from ..hetero import registered_devices
-    from ..properties import get_property
+    from subgraph.hetero.devices import device_properties_for
 
-    known = registered_devices()
-    return {d: get_property(known[d], **options.get(d, {})) for d in devices}
+    return device_properties_for(devices, options)
 
 
 def _partition(args: argparse.Namespace) -> int:
-    from ..hetero import partition_model
-    from .report import format_explanation, format_table
+    from subgraph.api import partition_model
+    from subgraph.cli.report import format_explanation, format_table
 
     graph, label, devices, options, manual = _setup(args)
     model = partition_model(graph, args.devices, options, min_subgraph_size=args.min_size)
@@ -229,7 +227,7 @@ def _partition(args: argparse.Namespace) -> int:
     if args.output:
         _export(model.graph, args.output)
     if args.dot:
-        from ..visualize import write_dot
+        from subgraph.visualize import write_dot
 
         try:
             paths = write_dot(graph, model, args.dot)
@@ -242,8 +240,8 @@ def _partition(args: argparse.Namespace) -> int:
 def _export(graph: Any, path: str) -> None:
     import onnx
 
-    from ..fileio import atomic_path
-    from ..frontends.onnx import to_onnx
+    from subgraph.fileio import atomic_path
+    from subgraph.onnx.writer import to_onnx
 
     proto = to_onnx(graph)
     try:
@@ -256,7 +254,7 @@ def _export(graph: Any, path: str) -> None:
 
 
 def _query(args: argparse.Namespace) -> int:
-    from ..hetero import query_model
+    from subgraph.hetero import query_model
 
     graph, _, _, options, _ = _setup(args)
     affinity = query_model(graph, args.devices, options)
@@ -279,8 +277,8 @@ def _query(args: argparse.Namespace) -> int:
 
 def _compile(graph: Any, args: argparse.Namespace, options: dict[str, dict[str, Any]]) -> Any:
     """compile_model with a progress bar; fallback warnings printed as ``subgraph: warning:``."""
-    from ..hetero import compile_model
-    from .report import Progress
+    from subgraph.api import compile_model
+    from subgraph.cli.report import Progress
 
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
@@ -292,8 +290,7 @@ def _compile(graph: Any, args: argparse.Namespace, options: dict[str, dict[str, 
     counts: dict[str, int] = {}
     for s in model.subgraphs:
         counts[s.device] = counts.get(s.device, 0) + 1
-    tuned = sum(len(getattr(node.kernel.compile(), "tuned", ())) for node in model.graph.nodes
-                if node.subgraph is not None and hasattr(node.kernel, "compile"))
+    tuned = sum(len(getattr(kernel.compile(), "tuned", ())) for kernel in model.kernels.kernels.values())
     note = f"; {tuned} TVM function(s) with tuned tiles" if tuned else ""
     print(f"compiled {len(model.subgraphs)} subgraph(s) ({', '.join(f'{d} {n}' for d, n in counts.items())}) "
           f"in {time.perf_counter() - start:.2f} s{note}")
@@ -303,8 +300,8 @@ def _compile(graph: Any, args: argparse.Namespace, options: dict[str, dict[str, 
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..executor import run
-    from .report import compare_outputs, format_outputs
+    from subgraph.executor import run
+    from subgraph.cli.report import compare_outputs, format_outputs
 
     graph, label, _, options, _ = _setup(args)
     feeds = read_inputs(args.inputs, graph) if args.inputs else random_inputs(graph, args.seed)
@@ -336,9 +333,9 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from ..hetero import partition_model
-    from ..properties.tvm_tune import open_database, tune_graphs
-    from .report import TuneProgress, format_tuning
+    from subgraph.api import partition_model
+    from subgraph.properties.tvm.tune import open_database, tune_graphs
+    from subgraph.cli.report import TuneProgress, format_tuning
 
     graph, label, devices, options, _ = _setup(args)
     if "TVM" not in devices:

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ..graph import Graph
-from ..inputs import random_inputs
+from subgraph.ir import Graph
+from subgraph.analysis.inputs import random_inputs
 
 __all__ = [
     "EXAMPLE_MODEL",
@@ -28,7 +28,7 @@ __all__ = [
     "read_inputs",
 ]
 
-#: the model used when a command is given none (see subgraph/data/make_example.py)
+#: the model used when a command is given none (see zoo/make_example.py)
 EXAMPLE_MODEL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
                              "example.onnx")
 
@@ -68,8 +68,8 @@ def input_shapes(items: Sequence[str]) -> dict[str, list[int]]:
 
 def load_graph(path: str | None, shapes: Sequence[str]) -> tuple[Graph, str]:
     """The graph of the ONNX file ``path`` (the built-in example when None), and its label."""
-    from ..errors import ShapeError
-    from ..frontends.onnx import from_onnx
+    from subgraph.errors import ShapeError
+    from subgraph.frontend import from_onnx
 
     path = path or EXAMPLE_MODEL
     label = "built-in example" if path == EXAMPLE_MODEL else path
@@ -167,7 +167,7 @@ def apply_affinity(graph: Graph, path: str, devices: Sequence[str]) -> Graph:
 
 def read_inputs(path: str, graph: Graph) -> dict[str, np.ndarray]:
     """The arrays of an ``.npz`` file, checked against the graph's inputs."""
-    from ..executor import check_feeds
+    from subgraph.executor import check_feeds
 
     try:
         data = np.load(path, allow_pickle=False)

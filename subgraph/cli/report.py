@@ -11,7 +11,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from ..graph import Graph, Node
+from subgraph.ir import Graph, Node
 
 __all__ = [
     "Progress",
@@ -86,22 +86,6 @@ def format_table(model: Any, graph: Graph, label: str, device: str, manual: bool
     return "\n".join(lines)
 
 
-def _refusal(device: str, prop: Any, node: Node) -> str:
-    """Why ``device`` does not take ``node``."""
-    ops = prop.options.get("ops")
-    if ops is not None and node.op not in ops:
-        return f"{node.op} is not in {device}.ops"
-    if node.op in (prop.options.get("exclude_ops") or ()):
-        return f"{node.op} is excluded ({device}.exclude_ops)"
-    if prop.name == "tvm":
-        from ..properties.tvm_engine import unsupported_reason
-
-        reason = unsupported_reason(node)
-        if reason:
-            return reason.split("): ", 1)[-1]
-    return "its support query declines it"
-
-
 def format_explanation(graph: Graph, model: Any, devices: Sequence[str], props: Mapping[str, Any],
                        manual: bool, min_size: int) -> str:
     """One line per node of ``graph``: op, affinity, subgraph, and why.
@@ -118,7 +102,7 @@ def format_explanation(graph: Graph, model: Any, devices: Sequence[str], props: 
         if manual:
             why = "set by the affinity file"
         else:
-            declined = [f"{d}: {_refusal(d, props[d], node)}" for d in devices[:devices.index(affinity)]]
+            declined = [f"{d}: {props[d].decline_reason(node)}" for d in devices[:devices.index(affinity)]]
             first = "first device" if not declined else "next device"
             why = "; ".join([*declined, f"{affinity} supports it ({first} in priority order)"])
         info = where[node.name]
@@ -227,7 +211,7 @@ class Progress:
 
 
 class TuneProgress:
-    """The ``progress`` callback of :func:`~subgraph.properties.tvm_tune.tune_graphs`: tasks done and
+    """The ``progress`` callback of :func:`~subgraph.properties.tvm.tune.tune_graphs`: tasks done and
     seconds spent of the budget, a bar on a terminal, else one line per task."""
 
     def __init__(self, budget: float, stream: IO[str] | None = None, width: int = 28) -> None:

@@ -1,7 +1,7 @@
 """The measured device choice of ``compile_model(..., choose="measured")``.
 
 A compiled subgraph is timed on its device and on NUMPY, both on the same seeded random
-inputs (:func:`~subgraph.inputs.random_inputs`), each by its property's
+inputs (:func:`~subgraph.analysis.inputs.random_inputs`), each by its property's
 :meth:`~subgraph.properties.SubgraphProperty.measure_cost`. It moves to NUMPY only when
 NUMPY is faster by the factor :data:`MARGIN`, so timing noise between two close costs
 does not flip the choice from one compile to the next. A cost that cannot be measured
@@ -20,9 +20,9 @@ False
 
 from __future__ import annotations
 
-from .graph import Node
-from .inputs import random_inputs
-from .properties.base import FusedKernel, SubgraphProperty
+from subgraph.ir import Node
+from subgraph.analysis.inputs import random_inputs
+from subgraph.properties import FusedKernel, SubgraphProperty
 
 __all__ = ["MARGIN", "measure_node", "numpy_wins"]
 
@@ -48,9 +48,10 @@ def _cost(prop: SubgraphProperty, node: Node, kernel, inputs: list | None) -> fl
     return None if cost is None else float(cost)
 
 
-def measure_node(node: Node, prop: SubgraphProperty, numpy_prop: SubgraphProperty
+def measure_node(node: Node, kernel: FusedKernel, prop: SubgraphProperty, numpy_prop: SubgraphProperty
                  ) -> tuple[Costs, FusedKernel | None]:
-    """Time fused ``node`` on its device (``prop``) and on NUMPY (``numpy_prop``).
+    """Time fused ``node`` on its device (``prop``, its compiled ``kernel``) and on NUMPY
+    (``numpy_prop``).
 
     Returns the costs and, when :func:`numpy_wins`, a compiled NUMPY kernel to replace the
     node's (it repeats outputs as the node's ``output_map`` says); else ``None``. NUMPY is
@@ -60,7 +61,7 @@ def measure_node(node: Node, prop: SubgraphProperty, numpy_prop: SubgraphPropert
         inputs = list(random_inputs(node.subgraph).values())
     except Exception:  # noqa: BLE001 - e.g. an input without a static shape
         inputs = None
-    device_cost = _cost(prop, node, node.kernel, inputs)
+    device_cost = _cost(prop, node, kernel, inputs)
     numpy_kernel, numpy_cost = None, None
     if all(numpy_prop.supports(n) for n in node.subgraph.nodes):
         numpy_kernel = FusedKernel(numpy_prop, node.subgraph, node.attrs.get("output_map"))

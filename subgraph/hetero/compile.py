@@ -1,0 +1,187 @@
+"""Heterogeneous compilation with OpenVINO HETERO's semantics: :func:`compile_model`.
+
+Affinities come from :mod:`~subgraph.hetero.devices` (manual, automatic or combined);
+then the graph is partitioned once per device, in priority order, and every fused
+subgraph is compiled on its device into a :class:`~subgraph.hetero.model.CompiledModel`,
+which owns the kernels. A new accelerator joins by registering a property. With
+``choose="measured"``, a compiled subgraph NUMPY runs faster moves to NUMPY
+(:mod:`~subgraph.hetero.measured`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from subgraph.errors import DeviceError, SubgraphError
+from subgraph.hetero.devices import FALLBACK_DEVICE, assign_affinity, device_properties_for, parse_devices
+from subgraph.hetero.measured import measure_node
+from subgraph.hetero.model import CompiledModel, SubgraphInfo
+from subgraph.ir import Graph, Node
+from subgraph.partition import partition_graph
+from subgraph.properties import FusedKernel, FusedKernels, SubgraphProperty
+
+__all__ = ["partition_model", "compile_model", "CHOICES"]
+
+#: how compile_model picks a subgraph's device: "priority" (OpenVINO's), "measured" (timed)
+CHOICES = ("priority", "measured")
+
+
+def partition_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
+                    device_properties: Mapping[str, Mapping[str, Any]] | None = None,
+                    **partition_options: Any) -> CompiledModel:
+    """Assign affinities and partition ``graph`` over the devices, without compiling.
+
+    Returns a :class:`CompiledModel` whose kernels compile on first use; see
+    :func:`compile_model` for the parameters.
+    """
+    return _partition_model(graph, device, device_properties, False, None, True, partition_options)
+
+
+def compile_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
+                  device_properties: Mapping[str, Mapping[str, Any]] | None = None, *,
+                  fallback: bool = True, profile: bool = False,
+                  progress: Callable[[int, int, SubgraphInfo], None] | None = None,
+                  choose: str = "priority", **partition_options: Any) -> CompiledModel:
+    """Partition ``graph`` over the devices of ``device`` and compile every subgraph.
+
+    Parameters
+    ----------
+    graph : Graph
+        The model; never modified.
+    device : str
+        ``"HETERO:<dev>,<dev>..."`` by priority, or one device name.
+    device_properties : mapping
+        Options per device, e.g. ``{"TVM": {"target": "llvm"}}``.
+    fallback : bool
+        When a device fails to compile a subgraph, run it on NUMPY with a warning;
+        ``False`` makes that an error (ONNX Runtime's ``disable_cpu_ep_fallback``).
+    profile : bool
+        Collect per-subgraph and per-op times on every run (:meth:`CompiledModel.profiling_info`).
+    progress : callable(done, total, info) | None
+        Called after each subgraph compiles.
+    choose : {"priority", "measured"}
+        ``"priority"`` (default): each subgraph runs on the device the priority order gave
+        it, as in OpenVINO; deterministic. ``"measured"``: every compiled subgraph not on
+        NUMPY whose ops NUMPY all supports is also compiled for NUMPY, both are timed on
+        seeded random inputs, and the subgraph moves to NUMPY when ``numpy_cost * 1.2 <
+        device_cost`` (:data:`subgraph.hetero.measured.MARGIN`; manual affinities included). The choice then
+        depends on timings, so it can differ between machines and runs; a cost that cannot
+        be measured keeps the subgraph on its device. ``SubgraphInfo.costs`` and
+        :meth:`CompiledModel.summary` show the costs, ``SubgraphInfo.moved`` the moves.
+    **partition_options
+        Passed to :func:`~subgraph.partition_graph` (``min_subgraph_size`` ...).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from subgraph.testing import seed_example
+    >>> model = compile_model(seed_example(), "HETERO:NUMPY", {"NUMPY": {"ops": ["Relu", "Add", "Sigmoid"]}})
+    >>> [(s.index, s.device, s.nodes) for s in model.subgraphs]
+    [(0, 'NUMPY', ('1', '2', '3', '4', '5', '6', '7'))]
+    >>> model({"x": np.ones(4, np.float32)})["7"].shape
+    (4,)
+    """
+    if choose not in CHOICES:
+        raise DeviceError(f"compile_model: choose={choose!r} is not one of {', '.join(map(repr, CHOICES))}")
+    return _partition_model(graph, device, device_properties, profile, progress, fallback,
+                            partition_options, compile_now=True, choose=choose)
+
+
+def _partition_model(graph: Graph, device: str, device_properties, profile: bool, progress, fallback: bool,
+                     partition_options: dict[str, Any], compile_now: bool = False,
+                     choose: str = "priority") -> CompiledModel:
+    devices = parse_devices(device)
+    props = device_properties_for(devices, device_properties)
+    if profile:
+        for prop in props.values():
+            prop.options["profile"] = True
+    work = graph.copy()
+    affinity = assign_affinity(work, devices, props, device)
+    for node in work.nodes:
+        node.rt_info["affinity"] = affinity[node.name]
+    for name in devices:
+        work = partition_graph(work, props[name], **partition_options)
+    leftover = [n for n in work.nodes if n.subgraph is None]
+    if leftover:  # e.g. dropped by min_subgraph_size: they still run, on the fallback device
+        work = partition_graph(work, _Leftover(props[FALLBACK_DEVICE], {n.name for n in leftover}))
+    kernels = FusedKernels()
+    subgraphs = _finish(work, props, kernels, fallback, progress, compile_now, choose)
+    return CompiledModel(work, affinity, subgraphs, profile, kernels)
+
+
+class _Leftover(SubgraphProperty):
+    """Collects the nodes no device pass took into subgraphs of the fallback device."""
+
+    def __init__(self, target: SubgraphProperty, names: set[str]) -> None:
+        super().__init__()
+        self.target, self.names = target, names
+        self.name, self.device = target.name, target.device
+
+    def supports(self, node: Node) -> bool:
+        return node.name in self.names
+
+    def pre_partition(self, graph: Graph, **options: Any) -> None:
+        self.manual_affinity = False
+
+    def compile(self, subgraph: Graph):
+        return self.target.compile(subgraph)
+
+
+def _finish(graph: Graph, props: dict[str, SubgraphProperty], kernels: FusedKernels, fallback: bool,
+            progress: Callable[[int, int, SubgraphInfo], None] | None, compile_now: bool,
+            choose: str = "priority") -> list[SubgraphInfo]:
+    """Number subgraphs in topological order, name them, compile each one (when asked) and,
+    with ``choose="measured"``, move it to NUMPY when that is faster."""
+    fused = [n for n in graph.nodes if n.subgraph is not None]
+    for index, node in enumerate(fused):  # two passes so new names never collide with old ones
+        graph.rename_node(node, f"__subgraph_tmp{index}")
+    infos = []
+    for index, node in enumerate(fused):
+        graph.rename_node(node, f"subgraph{index}")
+        node.attrs["subgraph_id"] = index
+        device = node.attrs["device"]
+        failed = _compile(node, props, kernels, device, fallback) if compile_now else False
+        if failed:
+            _move(node, props[FALLBACK_DEVICE])
+        costs, moved = (), False
+        if choose == "measured" and compile_now and node.attrs["device"] != FALLBACK_DEVICE:
+            costs, numpy_kernel = measure_node(node, kernels.fused(node), props[node.attrs["device"]],
+                                               props[FALLBACK_DEVICE])
+            moved = numpy_kernel is not None
+            if moved:
+                kernels.kernels[node.name] = numpy_kernel
+                _move(node, props[FALLBACK_DEVICE])
+        crossing = sum(v.nbytes or 0 for v in (*node.inputs, *node.outputs) if v is not None)
+        info = SubgraphInfo(index, node.attrs["device"], node.name, tuple(n.name for n in node.subgraph.nodes),
+                            tuple(n.op for n in node.subgraph.nodes), crossing, failed, costs, moved)
+        infos.append(info)
+        if progress is not None:
+            progress(index + 1, len(fused), info)
+    return infos
+
+
+def _move(node: Node, prop: SubgraphProperty) -> None:
+    """Fused ``node`` now runs on ``prop``'s device."""
+    node.attrs["device"], node.attrs["property"] = prop.device, prop.name
+    node.meta["property"] = prop
+
+
+def _compile(node: Node, props: dict[str, SubgraphProperty], kernels: FusedKernels, device: str,
+             fallback: bool) -> bool:
+    """Compile ``node``'s kernel now; True when it had to fall back to NUMPY."""
+    try:
+        kernels.fused(node).compile()
+        return False
+    except Exception as exc:
+        if not fallback or device == FALLBACK_DEVICE:
+            raise SubgraphError(f"{device} could not compile {node.name} (nodes "
+                                f"{[n.name for n in node.subgraph.nodes][:8]}): {exc}") from exc
+        warnings.warn(f"{device} could not compile {node.name} ({len(node.subgraph.nodes)} nodes, first "
+                      f"{node.subgraph.nodes[0].name!r}); it runs on {FALLBACK_DEVICE} instead: "
+                      f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", stacklevel=3)
+        kernel = FusedKernel(props[FALLBACK_DEVICE], node.subgraph, node.attrs.get("output_map"))
+        kernel.compile()
+        kernels.kernels[node.name] = kernel
+        return True

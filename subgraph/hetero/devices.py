@@ -1,0 +1,128 @@
+"""Device strings and affinity with OpenVINO HETERO's semantics.
+
+``"HETERO:TVM,NUMPY"`` lists devices by priority; each device is the property the
+registry's device table names (:func:`subgraph.properties.registered_devices`).
+:func:`query_model` gives each node the first device that supports it (automatic
+affinity); :func:`assign_affinity` also honours ``rt_info["affinity"]`` (manual mode:
+every node must have one).
+
+Examples
+--------
+>>> from subgraph.testing import seed_example
+>>> query_model(seed_example(), "HETERO:NUMPY", {"NUMPY": {"ops": ["Relu", "Add"]}})
+{'1': 'NUMPY', '2': 'NUMPY', '3': 'NUMPY', '5': 'NUMPY', '6': 'NUMPY', '7': 'NUMPY'}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from subgraph.errors import DeviceError
+from subgraph.ir import Graph, Node
+from subgraph.properties import SubgraphProperty, get_property, registered_devices
+
+__all__ = ["FALLBACK_DEVICE", "parse_devices", "device_properties_for", "query_model", "assign_affinity",
+           "format_nodes"]
+
+#: the device a subgraph falls back to when its own compile fails
+FALLBACK_DEVICE = "NUMPY"
+
+
+def parse_devices(device: str) -> list[str]:
+    """``"HETERO:TVM,NUMPY"`` -> ``["TVM", "NUMPY"]``; a single device name is allowed.
+
+    Raises :class:`DeviceError` for an empty list, a repeated or unknown device.
+    """
+    if not isinstance(device, str) or not device.strip():
+        raise DeviceError(f"device must be a string such as 'HETERO:TVM,NUMPY', got {device!r}")
+    text = device.strip()
+    if text.upper().startswith("HETERO"):
+        head, _, tail = text.partition(":")
+        if head.upper() != "HETERO" or not tail.strip():
+            raise DeviceError(f"device string {device!r} lists no devices; write e.g. 'HETERO:TVM,NUMPY'")
+        text = tail
+    names = [part.strip().upper() for part in text.split(",")]
+    known = registered_devices()
+    for name in names:
+        if not name:
+            raise DeviceError(f"device string {device!r} has an empty device name")
+        if name not in known:
+            raise DeviceError(f"unknown device {name!r} in {device!r}; registered devices: {sorted(known)}")
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise DeviceError(f"device string {device!r} lists {dupes} more than once")
+    return names
+
+
+def device_properties_for(devices: list[str], device_properties: Mapping[str, Mapping[str, Any]] | None
+                ) -> dict[str, SubgraphProperty]:
+    """One property instance per device of ``devices`` (and the fallback device), built
+    with that device's options from ``device_properties``."""
+    device_properties = {k.upper(): dict(v) for k, v in (device_properties or {}).items()}
+    extra = sorted(set(device_properties) - set(devices) - {FALLBACK_DEVICE})
+    if extra:
+        raise DeviceError(f"device_properties names {extra}, which are not among the devices {devices}")
+    known = registered_devices()
+    return {device: get_property(known[device], **device_properties.get(device, {}))
+            for device in dict.fromkeys([*devices, FALLBACK_DEVICE])}
+
+
+def query_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
+                device_properties: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, str]:
+    """The first device, in priority order, that supports each node.
+
+    Nodes no device supports are absent. Manual affinities in ``rt_info`` are ignored
+    (the query asks the devices, as OpenVINO's does).
+    """
+    devices = parse_devices(device)
+    props = device_properties_for(devices, device_properties)
+    affinity = {}
+    for node in graph.nodes:
+        for name in devices:
+            if props[name].supports(node):
+                affinity[node.name] = name
+                break
+    return affinity
+
+
+def format_nodes(nodes: list[Node], limit: int = 10) -> str:
+    """``'a' (Relu), 'b' (Add) and 3 more``: nodes for a message."""
+    text = ", ".join(f"{n.name!r} ({n.op})" for n in nodes[:limit])
+    return text + (f" and {len(nodes) - limit} more" if len(nodes) > limit else "")
+
+
+def assign_affinity(graph: Graph, devices: list[str], props: dict[str, SubgraphProperty],
+                     device: str) -> dict[str, str]:
+    """Each node's device: its manual ``rt_info["affinity"]`` when any node has one (then
+    every node must), else the first device of ``devices`` that supports it."""
+    manual = [n for n in graph.nodes if "affinity" in n.rt_info]
+    if manual:
+        missing = [n for n in graph.nodes if "affinity" not in n.rt_info]
+        if missing:
+            raise DeviceError(f"manual affinity: {len(missing)} node(s) have no rt_info['affinity']: "
+                              f"{format_nodes(missing)}; set one on every node, or on none for "
+                              "automatic mode")
+        affinity = {}
+        for node in graph.nodes:
+            value = node.rt_info["affinity"]
+            name = value.upper() if isinstance(value, str) else value
+            if name not in devices:
+                raise DeviceError(f"node {node.name!r} ({node.op}) has affinity {value!r}, which is not "
+                                  f"one of the devices of {device!r}")
+            if not props[name].supports(node):
+                raise DeviceError(f"node {node.name!r} ({node.op}) has affinity {name!r}, but {name} "
+                                  "does not support it")
+            affinity[node.name] = name
+        return affinity
+    affinity = {}
+    lost = []
+    for node in graph.nodes:
+        name = next((d for d in devices if props[d].supports(node)), None)
+        if name is None:
+            lost.append(node)
+        else:
+            affinity[node.name] = name
+    if lost:
+        raise DeviceError(f"no device of {device!r} supports {len(lost)} node(s): {format_nodes(lost)}")
+    return affinity

@@ -1,0 +1,139 @@
+"""A compiled heterogeneous model: the partitioned graph, the kernels compiled for its
+fused nodes (owned here, never by the graph), a summary and the profile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from subgraph.errors import SubgraphError
+from subgraph.executor import Executor, ProfilingExecutor
+from subgraph.ir import Graph
+from subgraph.properties import FusedKernels
+
+__all__ = ["CompiledModel", "SubgraphInfo", "ProfileRecord"]
+
+
+@dataclass(frozen=True)
+class SubgraphInfo:
+    """One fused subgraph of a compiled model."""
+
+    index: int
+    device: str
+    fused_node: str
+    nodes: tuple[str, ...]
+    ops: tuple[str, ...]
+    boundary_bytes: int
+    fallback: bool = False
+    #: ``(device, seconds)`` measured with ``choose="measured"`` (None: unknown); else empty
+    costs: tuple[tuple[str, float | None], ...] = ()
+    #: True when ``choose="measured"`` moved it from its device to NUMPY
+    moved: bool = False
+
+
+@dataclass(frozen=True)
+class ProfileRecord:
+    """One line of the profile: a subgraph's op, its execution or a tensor hand-over."""
+
+    subgraph: int
+    device: str
+    name: str
+    op: str
+    seconds: float
+
+    def format(self) -> str:
+        return (f"subgraph{self.subgraph}: {self.name:<32} layerType: {self.op:<16} "
+                f"device: {self.device:<6} realTime: {self.seconds * 1e6:>9.1f} us")
+
+
+class CompiledModel:
+    """A graph partitioned over several devices, every fused subgraph compiled.
+
+    Call it (or :meth:`run`) with feeds to get ``{output name: array}``; safe to call
+    from several threads at once.
+    """
+
+    def __init__(self, graph: Graph, affinity: dict[str, str], subgraphs: list[SubgraphInfo],
+                 profile: bool = False, kernels: FusedKernels | None = None) -> None:
+        self.graph = graph
+        self.affinity = affinity
+        self.subgraphs = subgraphs
+        self.profile = profile
+        #: the compiled kernels of the fused nodes, by node name (compiled on first use if not yet)
+        self.kernels = kernels or FusedKernels()
+        self._executor = (ProfilingExecutor if profile else Executor)(graph, kernel_for=self.kernels)
+        self._records: list[ProfileRecord] = []
+
+    @property
+    def fallbacks(self) -> list[SubgraphInfo]:
+        """Subgraphs that fell back to NUMPY because their device failed to compile them."""
+        return [s for s in self.subgraphs if s.fallback]
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Execute on ``feeds``; returns the outputs in the graph's output order."""
+        outputs = self._executor.run(feeds)
+        if self.profile:  # the executor's stats are this thread's: profiles never mix threads
+            self._records = self._collect(self._executor)
+        return outputs
+
+    __call__ = run
+
+    def _collect(self, executor: Executor) -> list[ProfileRecord]:
+        by_node = {s.fused_node: s for s in self.subgraphs}
+        records = []
+        for node in self.graph.nodes:
+            info = by_node.get(node.name)
+            seconds = executor.stats.node_times.get(node.name, 0.0)
+            if info is None:
+                records.append(ProfileRecord(-1, "?", node.name, node.op, seconds))
+                continue
+            fn = self.kernels.fused(node).compile()
+            inner = fn.op_times() if hasattr(fn, "op_times") else []
+            transfer = fn.transfer_times() if hasattr(fn, "transfer_times") else {}
+            moves = [ProfileRecord(info.index, info.device, name, "Transfer", t) for name, t in transfer.items()]
+            records.extend(moves[:1])  # handing the inputs over
+            if inner:
+                records.extend(ProfileRecord(info.index, info.device, n, op, t) for n, op, t in inner)
+            else:
+                records.append(ProfileRecord(info.index, info.device, f"{info.device} execute",
+                                             "Subgraph", seconds - sum(transfer.values())))
+            records.extend(moves[1:])  # and the outputs back
+        return records
+
+    def profiling_info(self) -> list[ProfileRecord]:
+        """Records of the last profiled run (compile with ``profile=True``)."""
+        if not self.profile:
+            raise SubgraphError("profiling is off: compile_model(..., profile=True) to collect it")
+        return list(self._records)
+
+    def format_profile(self) -> str:
+        """The profile as text, one line per record, as OpenVINO's benchmark prints it."""
+        lines = [r.format() for r in self.profiling_info()]
+        total = sum(r.seconds for r in self._records)
+        return "\n".join(lines + [f"Total time: {total * 1e6:.1f} microseconds"])
+
+    def summary(self) -> str:
+        """A table of subgraphs: index, device, op count, ops, bytes crossing the boundary;
+        with ``choose="measured"`` also the measured costs, and ``(moved)`` on moved ones."""
+        costs = [", ".join(f"{d} {'?' if t is None else f'{t * 1e3:.3g} ms'}" for d, t in s.costs)
+                 for s in self.subgraphs]
+        devices = [s.device + (" (fallback)" if s.fallback else " (moved)" if s.moved else "")
+                   for s in self.subgraphs]
+        wide, width = max([7, *map(len, devices)]), max(map(len, costs), default=0)
+        head = f"{'costs':<{width}}  " if width else ""
+        rows = [f"{'id':>3} {'device':<{wide}} {'ops':>4} {'boundary':>10}  {head}op types"]
+        for s, device, cost in zip(self.subgraphs, devices, costs):
+            ops = ", ".join(f"{op}x{c}" if c > 1 else op for op, c in _counts(s.ops).items())
+            cost = f"{cost:<{width}}  " if width else ""
+            rows.append(f"{s.index:>3} {device:<{wide}} {len(s.ops):>4} {s.boundary_bytes:>10}  {cost}{ops}")
+        return "\n".join(rows)
+
+
+def _counts(items: tuple[str, ...]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item] = counts.get(item, 0) + 1
+    return counts
