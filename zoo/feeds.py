@@ -1,14 +1,14 @@
 """Valid inputs for zoo models, and saving models to a cache folder.
 
 Float inputs get N(0, 1) values. An integer input gets values from the rule its model
-stores in the metadata entry ``subgraph.zoo.feeds`` (a JSON object from input name to
+stores in the metadata entry ``zoo.feeds`` (a JSON object from input name to
 ``{"kind": "ids", "high": n}``, integers in ``[0, n)``, or ``{"kind": "mask"}``, ones
 then a zero-padded tail), else, when it indexes a constant through ``Gather``, integers
 below that constant's first dimension, else zeros and ones. Symbolic dimensions become 1.
 
 Examples
 --------
->>> from subgraph.zoo import bert_encoder
+>>> from zoo import bert_encoder
 >>> feeds = example_inputs(bert_encoder(layers=1, seq=8))
 >>> {name: (a.dtype.name, a.shape) for name, a in feeds.items()}
 {'input_ids': ('int64', (1, 8)), 'attention_mask': ('int64', (1, 8))}
@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ..fileio import write_atomic
-from .builder import rng_for
+from subgraph.fileio import write_atomic
+from zoo.builder import rng_for
 
 __all__ = ["FEEDS_KEY", "calibration_inputs", "example_inputs", "save"]
 
@@ -63,7 +63,7 @@ def example_inputs(model: Any, seed: int = 0) -> dict[str, np.ndarray]:
 
     Examples
     --------
-    >>> from subgraph.zoo import resnet18
+    >>> from zoo import resnet18
     >>> x = example_inputs(resnet18())["input"]
     >>> x.shape, x.dtype.name
     ((1, 3, 224, 224), 'float32')
@@ -76,7 +76,7 @@ def calibration_inputs(model: Any, seed: int = 0) -> dict[str, np.ndarray]:
 
     Examples
     --------
-    >>> from subgraph.zoo import resnet18
+    >>> from zoo import resnet18
     >>> model = resnet18()
     >>> bool((calibration_inputs(model)["input"] != example_inputs(model)["input"]).all())
     True
@@ -123,7 +123,7 @@ def save(model: Any, folder: str | os.PathLike[str], name: str | None = None) ->
     Examples
     --------
     >>> import tempfile
-    >>> from subgraph.zoo import light_model
+    >>> from zoo import light_model
     >>> with tempfile.TemporaryDirectory() as folder:
     ...     os.path.basename(save(light_model("squeezenet"), folder, "squeezenet"))
     'squeezenet.onnx'

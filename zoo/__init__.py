@@ -29,11 +29,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import RegistryError
-from .bert import bert_encoder
-from .feeds import calibration_inputs, example_inputs, save
-from .light import light_model, light_model_names
-from .vision import mobilenet_v2, resnet18
+from subgraph.errors import RegistryError
+from zoo.bert import bert_encoder
+from zoo.feeds import calibration_inputs, example_inputs, save
+from zoo.light import light_model, light_model_names
+from zoo.vision import mobilenet_v2, resnet18
 
 __all__ = [
     "bert_encoder",

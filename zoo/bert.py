@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from .builder import GraphBuilder
-from .feeds import FEEDS_KEY
+from zoo.builder import GraphBuilder
+from zoo.feeds import FEEDS_KEY
 
 __all__ = ["bert_encoder"]
 

@@ -9,10 +9,10 @@ unnoticed. :func:`light_model` keeps each graph's structure but:
 1. turns every ``ConstantOfShape`` whose shape is an initializer into an initializer;
 2. draws every float initializer again from a generator seeded by the model seed and the
    tensor's name, by role: convolution and Gemm weights with He's deviation
-   sqrt(2 / fan_in) (:func:`~subgraph.zoo.builder.he_uniform`), biases
+   sqrt(2 / fan_in) (:func:`~zoo.builder.he_uniform`), biases
    N(0, 0.05**2), BatchNormalization (and Caffe2 "scale" Mul) scales U(0.8, 1.2) and
    shifts N(0, 0.1**2), then BatchNormalization statistics measured by
-   :func:`~subgraph.zoo.calibrate.calibrate_batchnorm` so activations stay O(1);
+   :func:`~zoo.calibrate.calibrate_batchnorm` so activations stay O(1);
 3. drops initializers nobody reads and removes initializers from the graph inputs,
    setting the IR version to 4 (the first where that is legal for opset 9).
 
@@ -32,10 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import RegistryError
-from .builder import he_uniform, make_model, rng_for, shapes_without_weights
-from .calibrate import calibrate_batchnorm
-from .feeds import calibration_inputs
+from subgraph.errors import RegistryError
+from zoo.builder import he_uniform, make_model, rng_for, shapes_without_weights
+from zoo.calibrate import calibrate_batchnorm
+from zoo.feeds import calibration_inputs
 
 __all__ = ["light_model", "light_model_names"]
 

@@ -13,7 +13,7 @@ Weights are seeded: convolutions and the classifier U(+-sqrt(6 / fan_in)) (He's
 deviation sqrt(2 / fan_in)), biases
 N(0, 0.05**2), BatchNormalization scales U(0.8, 1.2) and shifts N(0, 0.1**2); running
 means and variances are then measured on a calibration batch
-(:func:`~subgraph.zoo.calibrate.calibrate_batchnorm`) so activations stay O(1).
+(:func:`~zoo.calibrate.calibrate_batchnorm`) so activations stay O(1).
 
 Examples
 --------
@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .builder import GraphBuilder
-from .calibrate import calibrate_batchnorm
-from .feeds import calibration_inputs
+from zoo.builder import GraphBuilder
+from zoo.calibrate import calibrate_batchnorm
+from zoo.feeds import calibration_inputs
 
 __all__ = ["mobilenet_v2", "resnet18"]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .graph import Graph, Value
+from subgraph.ir import Graph, Value
 
 __all__ = ["SUPPORTED_OPS", "UNSUPPORTED_OPS", "seed_example", "chain", "layered_dag", "random_dag"]
 

@@ -19,7 +19,7 @@ batch, exactly and in a single onnxruntime run:
 Examples
 --------
 >>> import numpy as np
->>> from subgraph.zoo.builder import GraphBuilder
+>>> from zoo.builder import GraphBuilder
 >>> b = GraphBuilder("bn", seed=0)
 >>> x = b.input("x", [1, 3, 8, 8], "float32")
 >>> w = b.initializer("w", np.full((4, 3, 3, 3), 10.0, np.float32))   # outputs up to ~500
@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from .builder import rng_for, shapes_without_weights
+from zoo.builder import rng_for, shapes_without_weights
 
 __all__ = ["calibrate_batchnorm"]
 

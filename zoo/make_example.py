@@ -1,6 +1,6 @@
 """Write ``example.onnx``, the small CNN the ``subgraph`` command uses when given no model.
 
-Run ``python subgraph/data/make_example.py`` from the repository root; the result is the
+Run ``python zoo/make_example.py`` from the repository root; the result is the
 same file, byte for byte, on every run (weights come from seeded numpy generators and
 need no calibration). The network, opset 17, input ``image`` float32 ``[1, 3, 32, 32]``,
 output ``probs`` float32 ``[1, 10]``::
@@ -21,13 +21,14 @@ import sys
 
 __all__ = ["PATH", "build"]
 
-#: where the model is written
-PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "example.onnx")
+#: the checkout's root, and where the model is written (shipped inside the package)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PATH = os.path.join(ROOT, "subgraph", "data", "example.onnx")
 
 
 def build():
     """The example model as an ``onnx.ModelProto``."""
-    from subgraph.zoo.builder import GraphBuilder
+    from zoo.builder import GraphBuilder
 
     b = GraphBuilder("example_cnn", seed=0)
 
@@ -71,4 +72,5 @@ def main(path: str = PATH) -> int:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, ROOT)  # run as a script: make the zoo package importable
     sys.exit(main(*sys.argv[1:]))
