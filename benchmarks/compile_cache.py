@@ -16,6 +16,9 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout root, for zoo/ (not installed)
 
 SCRIPT = textwrap.dedent("""
     import sys, time
@@ -23,7 +26,7 @@ SCRIPT = textwrap.dedent("""
     import tvm  # paid once by every process that uses TVM, cache or not
     imported = time.perf_counter() - start
     import subgraph
-    from subgraph import zoo
+    import zoo
     graph = subgraph.from_onnx(zoo.get_model(sys.argv[1]))
     start = time.perf_counter()
     subgraph.compile_model(graph, "HETERO:TVM,NUMPY", {"TVM": {"exclude_ops": ["MaxPool"]}})

@@ -17,8 +17,8 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from subgraph.executor import Executor
-from subgraph.frontends.onnx_attrs import attrs_from_onnx
-from subgraph.graph import Graph
+from subgraph.onnx.attrs import attrs_from_onnx
+from subgraph.ir import Graph
 from subgraph.ops import get_kernel
 
 THREADS = 2  # onnxruntime intra-op threads (--threads)

@@ -33,6 +33,9 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout root, for zoo/ (not installed)
 
 MODELS = ["resnet18", "mobilenet_v2", "bert_encoder", "squeezenet", "shufflenet"]
 
@@ -64,8 +67,8 @@ def plain_tvm(model, feeds):
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
 
-    from subgraph.properties.tvm_engine import _as_target
-    from subgraph.properties.tvm_schedule import relax_pipeline
+    from subgraph.properties.tvm.engine import _as_target
+    from subgraph.properties.tvm.schedule import relax_pipeline
 
     start = time.perf_counter()
     mod = from_onnx(model, shape_dict={k: list(v.shape) for k, v in feeds.items()},
@@ -104,8 +107,9 @@ def main() -> None:
     import numpy as np
     import onnxruntime as ort
 
-    from subgraph import compile_model, from_onnx, run, zoo
-    from subgraph.properties.tvm_tune import TuningDatabase, default_database_path, tune_graphs
+    import zoo
+    from subgraph import compile_model, from_onnx, run
+    from subgraph.properties.tvm.tune import TuningDatabase, default_database_path, tune_graphs
 
     peak = _nominal_peak_gflops(args.threads)
     print(f"{args.threads} thread(s) everywhere; median of {args.repeat} runs, ms; tuning budget "

@@ -24,7 +24,7 @@ CHILD = "--child"
 
 
 def build(kind: str, n: int):
-    from subgraph.synthetic import chain, layered_dag
+    from subgraph.testing import chain, layered_dag
 
     return chain(n) if kind == "chain" else layered_dag(n, unsupported=0.15, seed=0)
 
@@ -34,7 +34,7 @@ def measure_ours(kind: str, n: int, repeat: int, strategy: str) -> dict:
 
     from subgraph.partition import partition_graph
     from subgraph.properties.numpy import NumpyProperty
-    from subgraph.synthetic import SUPPORTED_OPS
+    from subgraph.testing import SUPPORTED_OPS
 
     graph = build(kind, n)
     prop = NumpyProperty(ops=SUPPORTED_OPS)
@@ -74,7 +74,7 @@ def measure_fx(kind: str, n: int, repeat: int) -> dict:
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     from torch.fx.passes.operator_support import OperatorSupportBase
 
-    from subgraph.synthetic import SUPPORTED_OPS
+    from subgraph.testing import SUPPORTED_OPS
 
     graph = build(kind, n)
     fx = FxGraph()

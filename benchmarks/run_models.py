@@ -1,6 +1,6 @@
 """Latency of whole zoo models: subgraph's numpy executor against onnxruntime, same run.
 
-For each model (:mod:`subgraph.zoo`), the model is imported once with
+For each model (:mod:`zoo`), the model is imported once with
 :func:`subgraph.from_onnx` and planned once (:class:`subgraph.Executor`, what
 :func:`subgraph.run` uses), an onnxruntime ``InferenceSession`` is created once (CPU
 provider, default graph optimisations, ``intra_op_num_threads = os.cpu_count()``), both
@@ -27,13 +27,17 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout root, for zoo/ (not installed)
 
 import numpy as np
 import onnxruntime as ort
 
 import subgraph
-from subgraph import zoo
-from subgraph.graph import Graph
+import zoo
+from subgraph.ir import Graph
 from subgraph.ops import get_kernel
 
 

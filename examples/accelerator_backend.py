@@ -22,14 +22,18 @@ Run: ``python examples/accelerator_backend.py``
 from __future__ import annotations
 
 import time
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout root, for zoo/ (not installed)
 
 import numpy as np
 
 import subgraph
-from subgraph.graph import Graph, Node
+from subgraph.ir import Graph, Node
 from subgraph.properties import SubgraphProperty, register_property
 from subgraph.selectors import SubgraphSelector
-from subgraph.zoo import example_inputs, resnet18
+from zoo import example_inputs, resnet18
 
 CHAIN = ("Conv", "BatchNormalization", "Relu")
 

@@ -23,13 +23,16 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout root, for zoo/ (not installed)
 
 import numpy as np
 import onnx
 
 import subgraph
 from subgraph.visualize import write_dot
-from subgraph.zoo import example_inputs, resnet18
+from zoo import example_inputs, resnet18
 
 DEVICE = "HETERO:TVM,NUMPY"
 ON_HOST = ("MaxPool", "GlobalAveragePool", "Flatten", "Gemm")  # the ops moved to NUMPY by hand

@@ -53,7 +53,7 @@ def _rows(stdout: str) -> list[list[str]]:
 # ----------------------------------------------------------------------------- the built-in model
 def test_example_model_is_small_and_regenerates_byte_for_byte(tmp_path):
     out = tmp_path / "example.onnx"
-    result = subprocess.run([sys.executable, str(ROOT / "subgraph" / "data" / "make_example.py"), str(out)],
+    result = subprocess.run([sys.executable, str(ROOT / "zoo" / "make_example.py"), str(out)],
                             check=False, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert result.returncode == 0, result.stderr
     assert out.read_bytes() == EXAMPLE.read_bytes()
@@ -238,7 +238,7 @@ def test_tune_refuses_bad_arguments(cli_env, args, message):
 @needs_tvm
 @pytest.mark.slow
 def test_run_check_passes_on_resnet18(cli_env, tmp_path):
-    from subgraph.zoo import resnet18
+    from zoo import resnet18
 
     path = tmp_path / "resnet18.onnx"
     onnx.save(resnet18(), str(path))

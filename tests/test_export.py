@@ -11,12 +11,13 @@ ort = pytest.importorskip("onnxruntime")
 
 import subgraph
 from subgraph.errors import ModelLoadError, SubgraphError
-from subgraph.frontends.onnx import node_to_onnx
-from subgraph.frontends.onnx_functions import CONSTANT_KEY, COPY_KEY
-from subgraph.graph import Graph
+from subgraph.onnx.writer import node_to_onnx
+from subgraph.onnx.attrs import CONSTANT_KEY, COPY_KEY
+from subgraph.ir import Graph
 from subgraph.partition import partition_graph
-from subgraph.synthetic import seed_example
-from subgraph.zoo import example_inputs, resnet18
+from subgraph.testing import seed_example
+from zoo import example_inputs, resnet18
+from subgraph.analysis.shape_inference import infer_shapes
 
 
 def _ort(model, feeds):
@@ -87,7 +88,7 @@ def _fanout() -> Graph:
     s2 = g.add_node("Tanh", [b.outputs[0]], name="s2", outputs=["v2"])
     c = g.add_node("Add", [s1.outputs[0], s2.outputs[0]], name="c", outputs=["vc"])
     g.set_outputs([c.outputs[0], b.outputs[0]])
-    g.infer_shapes()
+    infer_shapes(g)
     return g
 
 

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 import subgraph
-from subgraph import zoo
-from subgraph.fold import fold_batchnorm
-from subgraph.graph import Graph
+import zoo
+from subgraph.analysis.fold import fold_batchnorm
+from subgraph.ir import Graph
+from subgraph.analysis.shape_inference import infer_shapes
 
 BN_PARAMS = ("scale", "beta", "mean", "var")
 
@@ -120,7 +121,7 @@ def test_folding_keeps_outputs(kwargs):
 
 def test_folded_conv_takes_the_inferred_type_of_the_bn_output():
     g = conv_bn()
-    g.infer_shapes()
+    infer_shapes(g)
     folded = fold_batchnorm(g)
     assert folded.value("bn").type_str() == "float32[2,6,5,5]"
     assert_same_outputs(folded, g)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from subgraph.errors import GraphError
-from subgraph.graph import Graph, Node, Value
+from subgraph.ir import Graph, Node, Value
+from subgraph.analysis.nx import to_networkx
 
 
 def small_graph() -> Graph:
@@ -163,7 +164,7 @@ def test_constants_are_read_only_views():
 
 # --------------------------------------------------------------------------- networkx
 def test_to_networkx_has_one_vertex_per_node_input_and_constant():
-    nxg = small_graph().to_networkx()
+    nxg = to_networkx(small_graph())
     assert list(nxg.nodes(data="kind")) == [("x", "input"), ("w", "constant"), ("mm", "node"),
                                             ("act", "node"), ("split", "node")]
     assert nxg.nodes["act"] == {"kind": "node", "op": "LeakyRelu", "rt_info": {"affinity": "CPU"}}
@@ -176,7 +177,7 @@ def test_to_networkx_keeps_parallel_edges():
     g = Graph("g")
     x = g.add_input("x", (2,), "float32")
     g.set_outputs([g.add_node("Mul", [x, x], name="sq").outputs[0]])
-    nxg = g.to_networkx()
+    nxg = to_networkx(g)
     assert nxg.number_of_edges("x", "sq") == 2
     assert sorted(d["slot"] for d in nxg.get_edge_data("x", "sq").values()) == [0, 1]
 

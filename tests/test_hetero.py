@@ -8,7 +8,7 @@ import pytest
 import subgraph
 from subgraph.errors import DeviceError, SubgraphError
 from subgraph.hetero import compile_model, parse_devices, partition_model, query_model
-from subgraph.synthetic import seed_example
+from subgraph.testing import seed_example
 
 TVM_RELU_ADD = {"TVM": {"ops": ["Relu", "Add"]}}
 X = np.array([-1.5, -0.25, 0.5, 2.0], dtype=np.float32)

@@ -21,15 +21,16 @@ import pytest
 
 import subgraph
 from subgraph.errors import DeviceError, InputError
-from subgraph.graph import Graph
+from subgraph.ir import Graph
 from subgraph.hetero import compile_model
-from subgraph.inputs import INT_HIGH, random_inputs
-from subgraph.measured import MARGIN, numpy_wins
+from subgraph.analysis.inputs import INT_HIGH, random_inputs
+from subgraph.hetero.measured import MARGIN, numpy_wins
 from subgraph.properties import register_property
 from subgraph.properties.base import SubgraphProperty, time_kernel
 from subgraph.properties.numpy import NumpyProperty
 from subgraph.properties.registry import PROPERTIES
-from subgraph.synthetic import seed_example
+from subgraph.testing import seed_example
+from subgraph.analysis.shape_inference import infer_shapes
 
 ROOT = Path(__file__).resolve().parents[1]
 X = np.array([-1.5, -0.25, 0.5, 2.0], dtype=np.float32)
@@ -144,7 +145,7 @@ def gather_graph() -> Graph:
     x, i = g.add_input("x", (3,), "float32"), g.add_input("i", (4,), "int64")
     gathered = g.add_node("Gather", [x, i], name="gather").outputs[0]
     g.set_outputs([g.add_node("Relu", [gathered], name="relu").outputs[0]])
-    g.infer_shapes()
+    infer_shapes(g)
     return g
 
 
@@ -172,7 +173,7 @@ def test_moved_subgraph_repeats_outputs_as_its_output_map_says():
     a = g.add_node("Relu", [x], name="a").outputs[0]
     outs = [g.add_node("Sigmoid", [a], name=f"s{k}").outputs[0] for k in range(2)]
     g.set_outputs([g.add_node("Add", outs, name="sum").outputs[0]])
-    g.infer_shapes()
+    infer_shapes(g)
     model = compile_model(g, "HETERO:SLOW,NUMPY", {"SLOW": {"ops": ["Relu"]}}, choose="measured", dedup=False)
     fused = model.graph.node("subgraph0")
     assert fused.attrs["output_map"] == [0, 0]
@@ -210,7 +211,7 @@ def test_random_inputs_bounds_and_errors():
     ids = g.add_input("ids", (50,), "int64")
     table = g.add_constant("table", np.zeros((4, 2), np.float32))
     g.set_outputs([g.add_node("Gather", [table, ids], name="lookup").outputs[0]])
-    g.infer_shapes()
+    infer_shapes(g)
     feeds = random_inputs(g, seed=3)
     assert feeds["ids"].dtype == np.int64 and 0 <= feeds["ids"].min() and feeds["ids"].max() < 4 < INT_HIGH
     np.testing.assert_array_equal(random_inputs(g, seed=3)["ids"], feeds["ids"])  # seeded
@@ -224,7 +225,7 @@ def test_random_inputs_bounds_and_errors():
 @needs_tvm
 def test_squeezenet_measured_matches_onnxruntime():
     ort = pytest.importorskip("onnxruntime")
-    from subgraph import zoo
+    import zoo
 
     model = zoo.get_model("squeezenet")
     feeds = zoo.example_inputs(model)

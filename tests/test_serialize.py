@@ -11,9 +11,11 @@ import onnx
 import pytest
 
 from subgraph.errors import ModelLoadError
-from subgraph.frontends.onnx import from_onnx, to_onnx
-from subgraph.graph import Graph, OnnxGraphAttr
+from subgraph.frontend import from_onnx
+from subgraph.onnx.writer import to_onnx
+from subgraph.ir import Graph, OnnxGraphAttr
 from subgraph.serialize import graph_from_dict, graph_to_dict, load_json, save_json
+from subgraph.analysis.shape_inference import infer_shapes
 
 LIGHT = sorted(glob.glob(os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light",
                                       "*.onnx")))
@@ -120,7 +122,7 @@ def standard_graph() -> Graph:
     resized = g.add_node("Resize", [img, None, scales], name="resize",
                          attrs={"mode": "nearest", "coordinate_transformation_mode": "asymmetric"}).outputs[0]
     g.set_outputs([cast, resized, words, g.value("ints")])
-    g.infer_shapes()
+    infer_shapes(g)
     return g
 
 
@@ -202,4 +204,4 @@ def test_bad_json_documents(tmp_path, text, message):
 
 def test_missing_json_file(tmp_path):
     with pytest.raises(ModelLoadError, match=r"cannot read graph JSON .*nope\.json"):
-        Graph.load(str(tmp_path / "nope.json"))
+        load_json(str(tmp_path / "nope.json"))

@@ -11,10 +11,11 @@ import warnings
 import pytest
 
 from subgraph.errors import GraphError
-from subgraph.graph import Graph
-from subgraph.hetero import compile_model, partition_model
-from subgraph.synthetic import seed_example
+from subgraph.ir import Graph
+from subgraph.api import compile_model, partition_model
+from subgraph.testing import seed_example
 from subgraph.visualize import PALETTE, affinity_dot, device_colors, dot_string, subgraphs_dot, write_dot
+from subgraph.analysis.shape_inference import infer_shapes
 
 TVM_RELU_ADD = {"TVM": {"ops": ["Relu", "Add"]}}
 TVM_COLOR, NUMPY_COLOR = PALETTE[0], PALETTE[1]
@@ -238,7 +239,7 @@ def tricky_graph() -> Graph:
     for i, name in enumerate(TRICKY):
         v = g.add_node("Relu" if i % 2 else "Sigmoid", [v], name=name).outputs[0]
     g.set_outputs([v])
-    g.infer_shapes()  # TVM takes only typed nodes
+    infer_shapes(g)  # TVM takes only typed nodes
     return g
 
 

@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from subgraph.errors import GraphError, ModelLoadError, ShapeError, SubgraphError, UnsupportedOpError
-from subgraph.frontends.onnx import from_onnx
+from subgraph.frontend import from_onnx
 
 F = TensorProto.FLOAT
 

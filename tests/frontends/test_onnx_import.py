@@ -14,8 +14,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from subgraph.errors import ModelLoadError, ShapeError, SubgraphError
-from subgraph.frontends.onnx import IR_VERSION, from_onnx, to_onnx
-from subgraph.graph import Graph, OnnxGraphAttr
+from subgraph.frontend import from_onnx
+from subgraph.onnx.writer import IR_VERSION, to_onnx
+from subgraph.ir import Graph, OnnxGraphAttr
+from subgraph.analysis.shape_inference import infer_shapes
 
 LIGHT = sorted(glob.glob(os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light",
                                       "*.onnx")))
@@ -270,7 +272,7 @@ def test_rt_info_travels_as_node_metadata():
     x = graph.add_input("x", (2,), "float32")
     relu = graph.add_node("Relu", [x], name="r", rt_info={"affinity": "GPU", "ids": [1, 2], "fn": print})
     graph.set_outputs([relu.outputs[0]])
-    graph.infer_shapes()
+    infer_shapes(graph)
     model = to_onnx(graph)
     onnx.checker.check_model(model, full_check=True)
     assert [(p.key, p.value) for p in model.graph.node[0].metadata_props] == [
@@ -286,7 +288,7 @@ def test_export_of_a_new_opset_uses_the_ir_version_it_needs():
     graph = Graph("g", {"": 23})
     x = graph.add_input("x", (2,), "float32")
     graph.set_outputs([graph.add_node("Relu", [x], name="r").outputs[0]])
-    graph.infer_shapes()
+    infer_shapes(graph)
     model = to_onnx(graph)
     assert model.ir_version == 11
     onnx.checker.check_model(model, full_check=True)
@@ -299,7 +301,7 @@ def test_export_of_hand_built_graph_round_trips():
     y = graph.add_node("Gemm", [x, w], name="gemm", attrs={"alpha": 0.5, "transB": 0}).outputs[0]
     s = graph.add_node("Softmax", [y], name="softmax", attrs={"axis": -1}).outputs[0]
     graph.set_outputs([s])
-    graph.infer_shapes()
+    infer_shapes(graph)
     again = from_onnx(to_onnx(graph))
     assert again.equals(graph)
     assert str(again) == str(graph)
@@ -320,7 +322,7 @@ def test_export_needs_input_dtypes_and_representable_attributes():
     graph = Graph("g")
     x = graph.add_input("x")
     graph.set_outputs([graph.add_node("Relu", [x], name="r").outputs[0]])
-    with pytest.raises(ShapeError, match=r"value %x has no dtype; call graph.infer_shapes\(\) before export"):
+    with pytest.raises(ShapeError, match=r"value %x has no dtype; run subgraph.analysis.infer_shapes\(graph\) before export"):
         to_onnx(graph)
     graph = Graph("g")
     x = graph.add_input("x", (1,), "float32")

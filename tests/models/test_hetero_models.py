@@ -19,7 +19,7 @@ import onnxruntime as ort
 import pytest
 
 import subgraph
-from subgraph import zoo
+import zoo
 
 LACKING = {"TVM": {"exclude_ops": ["Softmax", "MaxPool", "GlobalAveragePool"]}}
 
@@ -78,12 +78,12 @@ def test_all_tvm_all_numpy_and_mixed_agree(name, tvm_cache):
 
 CACHE_SCRIPT = textwrap.dedent("""
     import subgraph
-    from subgraph import zoo
+    import zoo
     graph = subgraph.from_onnx(zoo.get_model("resnet18"))
     compiled = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", {"TVM": {"exclude_ops": ["MaxPool"]}})
     for node in compiled.graph.nodes:
         if node.attrs["device"] == "TVM":
-            print(node.name, node.kernel.compile().source)
+            print(node.name, compiled.kernels.fused(node).compile().source)
 """)
 
 

@@ -1,7 +1,7 @@
 """Whole models: subgraph's ONNX import + numpy executor against onnxruntime, model by model.
 
 Every zoo model (the nine onnx "light" classifiers, ResNet-18, MobileNetV2, a 2-layer BERT
-encoder) is built once (module-scoped fixture), fed :func:`subgraph.zoo.example_inputs`,
+encoder) is built once (module-scoped fixture), fed :func:`zoo.example_inputs`,
 and run by :func:`subgraph.run` on :func:`subgraph.from_onnx` of the model and by an
 onnxruntime ``InferenceSession`` (CPU) on the same feeds.
 
@@ -30,7 +30,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import subgraph
-from subgraph import zoo
+import zoo
 
 #: ops whose outputs are activations, whose scale the zoo keeps O(1)
 ACTIVATION_OPS = ("Conv", "Gemm", "MatMul", "BatchNormalization", "LayerNormalization", "Relu", "Clip", "Sum",

@@ -14,10 +14,10 @@ import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
-from subgraph import zoo
+import zoo
 from subgraph.errors import RegistryError
-from subgraph.zoo.builder import GraphBuilder, rng_for
-from subgraph.zoo.calibrate import calibrate_batchnorm
+from zoo.builder import GraphBuilder, rng_for
+from zoo.calibrate import calibrate_batchnorm
 
 LIGHT = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet", "squeezenet",
          "vgg19", "zfnet512"]

@@ -10,8 +10,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from subgraph.frontends.onnx_attrs import attrs_from_onnx
-from subgraph.graph import Graph
+from subgraph.onnx.attrs import attrs_from_onnx
+from subgraph.ir import Graph
 
 
 def is_tensor_case(model: onnx.ModelProto) -> bool:

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from subgraph.graph import Graph
+from subgraph.ir import Graph
 from subgraph.ops import KERNELS, node_path
 from subgraph.ops.reference import reference_kernel
 

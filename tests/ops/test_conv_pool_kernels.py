@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from reference_compare import compare_with_reference
 
-from subgraph.graph import Graph
+from subgraph.ir import Graph
 from subgraph.ops import get_kernel
 
 RNG = np.random.default_rng(7)

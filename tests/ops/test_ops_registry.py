@@ -7,7 +7,7 @@ import pytest
 
 from subgraph.errors import ExecutionError, UnsupportedOpError
 from subgraph.executor import Executor
-from subgraph.graph import Graph
+from subgraph.ir import Graph
 from subgraph.ops import (
     KERNELS,
     SUPPORTS,

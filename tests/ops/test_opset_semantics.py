@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from reference_compare import compare_with_reference
 
-from subgraph.graph import Graph
+from subgraph.ir import Graph
 from subgraph.ops import get_kernel, node_path
 from subgraph.ops.elementwise import erf
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from subgraph.executor import Executor
-from subgraph.graph import Graph
+from subgraph.ir import Graph
 
 RNG = np.random.default_rng(11)
 

@@ -9,7 +9,7 @@ import pytest
 
 from subgraph.errors import ExecutionError, UnsupportedOpError
 from subgraph.executor import Executor
-from subgraph.graph import Graph
+from subgraph.ir import Graph
 from subgraph.ops import KERNELS, node_path, op_path
 from subgraph.ops.reference import ReferenceKernel, build_model, reference_kernel, reference_supports
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import networkx as nx
 
-from subgraph.graph import Graph
+from subgraph.ir import Graph
 
 
 class NaivePartitioner:

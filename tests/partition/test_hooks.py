@@ -5,11 +5,11 @@ import pytest
 
 from subgraph import run
 from subgraph.errors import PropertyError, SelectorError
-from subgraph.graph import Graph
+from subgraph.ir import Graph
 from subgraph.partition import partition_graph
 from subgraph.properties.numpy import NumpyProperty
 from subgraph.selectors import SubgraphSelector
-from subgraph.synthetic import seed_example
+from subgraph.testing import seed_example
 
 
 def typed(g: Graph) -> Graph:
@@ -316,7 +316,7 @@ def test_property_by_registered_name_and_unknown_names():
 
 def test_same_input_same_partition_byte_for_byte():
     from subgraph.serialize import graph_to_dict
-    from subgraph.synthetic import layered_dag
+    from subgraph.testing import layered_dag
 
     prop = NumpyProperty(ops={"Relu", "Add", "Sum"})
     a = partition_graph(layered_dag(500, seed=3), prop)

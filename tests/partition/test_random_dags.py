@@ -6,10 +6,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from subgraph import run
-from subgraph.graph import Graph
+from subgraph.ir import Graph
 from subgraph.partition import partition_graph
 from subgraph.properties.numpy import NumpyProperty
-from subgraph.synthetic import layered_dag, random_dag
+from subgraph.testing import layered_dag, random_dag
 
 from naive_partitioner import NaivePartitioner
 

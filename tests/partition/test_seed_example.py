@@ -5,7 +5,7 @@ import numpy as np
 from subgraph import run
 from subgraph.partition import partition_graph
 from subgraph.properties.numpy import NumpyProperty
-from subgraph.synthetic import SUPPORTED_OPS, seed_example
+from subgraph.testing import SUPPORTED_OPS, seed_example
 
 # seed 000, event by event: root 1 grows to [1,2,3,5,6,7], fails on 4 and rolls back
 # 7, 6, 5; root 5 grows to [2,3,5,6,7], fails on 4 and rolls back 2; [3,5,6,7] is the

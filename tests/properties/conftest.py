@@ -6,7 +6,7 @@ import pytest
 @pytest.fixture(autouse=True)
 def cache_dir(tmp_path, monkeypatch):
     """Every test gets an empty disk cache of its own and an empty memory cache."""
-    from subgraph.properties import tvm_engine as te
+    from subgraph.properties.tvm import engine as te
 
     directory = tmp_path / "cache"
     monkeypatch.setenv("SUBGRAPH_CACHE_DIR", str(directory))

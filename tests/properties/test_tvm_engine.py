@@ -1,4 +1,4 @@
-"""Tests of :mod:`subgraph.properties.tvm_engine`: support table, compilation, caches, threads."""
+"""Tests of :mod:`subgraph.properties.tvm.engine`: support table, compilation, caches, threads."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from subgraph.errors import InputError, PropertyError
-from subgraph.graph import Graph
-from subgraph.properties import tvm_engine as te
+from subgraph.ir import Graph
+from subgraph.properties.tvm import engine as te
+from subgraph.analysis.shape_inference import infer_shapes
 
 pytestmark = [pytest.mark.tvm,
               pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="needs apache-tvm")]
@@ -31,7 +32,7 @@ def conv_relu_graph() -> Graph:
     b = g.add_constant("b", rng.standard_normal(4).astype(np.float32))
     y = g.add_node("Conv", [x, w, b], name="conv", attrs={"pads": [1, 1, 1, 1]}).outputs[0]
     g.set_outputs([g.add_node("Relu", [y], name="relu").outputs[0]])
-    g.infer_shapes()
+    infer_shapes(g)
     return g
 
 
@@ -44,7 +45,7 @@ def mm_softmax_graph() -> Graph:
     y = g.add_node("MatMul", [x, w], name="mm").outputs[0]
     y = g.add_node("Add", [y, b], name="add").outputs[0]
     g.set_outputs([g.add_node("Softmax", [y], name="softmax", attrs={"axis": -1}).outputs[0]])
-    g.infer_shapes()
+    infer_shapes(g)
     return g
 
 
@@ -59,7 +60,7 @@ def multi_output_graph() -> Graph:
     flat = g.add_node("Reshape", [prod, shape], name="reshape").outputs[0]
     total = g.add_node("ReduceSum", [x], name="sum", attrs={"keepdims": 0}).outputs[0]
     g.set_outputs([flat, total, relu])
-    g.infer_shapes()
+    infer_shapes(g)
     return g
 
 
@@ -129,7 +130,7 @@ def test_constant_outputs_cannot_be_corrupted_by_the_caller():
     shape = g.add_constant("shape", np.array([2, 3], dtype=np.int64))
     g.set_outputs([g.add_node("Relu", [x], name="relu").outputs[0],
                    g.add_node("Reshape", [w, shape], name="folded").outputs[0]])
-    g.infer_shapes()
+    infer_shapes(g)
     fn = te.compile_graph(g)
     assert fn.constant_outputs == [1]
     first = fn(np.ones(2, np.float32))[1]
@@ -176,7 +177,7 @@ def test_an_op_without_converter_is_a_property_error():
     g = Graph("bad")
     x = g.add_input("x", (3, 3), "float32")
     g.set_outputs([g.add_node("Det", [x], name="det").outputs[0]])
-    g.infer_shapes()
+    infer_shapes(g)
     with pytest.raises(PropertyError) as err:
         te.compile_graph(g)
     assert str(err.value) == ("TVM could not import graph 'bad' at Det node(s) ['det']: OpNotImplemented: "
@@ -202,7 +203,7 @@ def test_wrong_output_types_are_refused_at_compile_time():
     g = Graph("dropout")
     x = g.add_input("x", (2, 3), "float32")
     g.set_outputs(g.add_node("Dropout", [x], name="dropout", outputs=["y", "mask"]).outputs)
-    g.infer_shapes()
+    infer_shapes(g)
     with pytest.raises(PropertyError, match=r"TVM built graph 'dropout' with output %mask of type "
                                             r"float32\[2,3\]; the graph says bool\[2,3\]"):
         te.compile_graph(g)
@@ -234,7 +235,7 @@ def test_disk_cache_is_hit_in_a_new_process(cache_dir):
         import numpy as np
         sys.path.insert(0, {HERE!r})
         from test_tvm_engine import mm_softmax_graph
-        from subgraph.properties.tvm_engine import compile_graph
+        from subgraph.properties.tvm.engine import compile_graph
         fn = compile_graph(mm_softmax_graph(), cache_dir={str(cache_dir)!r})
         np.save({str(cache_dir.parent / "y.npy")!r}, fn(np.load({str(cache_dir.parent / "x.npy")!r}))[0])
         print(fn.source)

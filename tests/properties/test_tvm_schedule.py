@@ -1,4 +1,4 @@
-"""Tests of :mod:`subgraph.properties.tvm_schedule`: scheduled CPU builds give the same numbers."""
+"""Tests of :mod:`subgraph.properties.tvm.schedule`: scheduled CPU builds give the same numbers."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from subgraph.errors import PropertyError
-from subgraph.graph import Graph
-from subgraph.properties import tvm_engine as te
-from subgraph.properties import tvm_schedule as ts
+from subgraph.ir import Graph
+from subgraph.properties.tvm import engine as te
+from subgraph.properties.tvm import schedule as ts
+from subgraph.analysis.shape_inference import infer_shapes
 
 pytestmark = [pytest.mark.tvm,
               pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="needs apache-tvm")]
@@ -32,7 +33,7 @@ def linear_graph() -> Graph:
     y = g.add_node("MatMul", [x, g.add_constant("w", _rand(rng, (64, 48)))], name="mm").outputs[0]
     y = g.add_node("Add", [y, g.add_constant("b", _rand(rng, (48,)))], name="add").outputs[0]
     g.set_outputs([g.add_node("Relu", [y], name="relu").outputs[0]])
-    g.infer_shapes()
+    infer_shapes(g)
     return g
 
 
@@ -49,7 +50,7 @@ def conv_graph() -> Graph:
                    name="depthwise", attrs={"pads": [1, 1, 1, 1], "group": 32}).outputs[0]
     p = g.add_node("Conv", [d, g.add_constant("w3", _rand(rng, (32, 32, 1, 1)))], name="pointwise").outputs[0]
     g.set_outputs([g.add_node("Add", [p, y], name="residual").outputs[0]])
-    g.infer_shapes()
+    infer_shapes(g)
     return g
 
 
@@ -63,7 +64,7 @@ def attention_graph() -> Graph:
     s = g.add_node("MatMul", [q, k], name="qk").outputs[0]
     s = g.add_node("Softmax", [s], name="softmax", attrs={"axis": -1}).outputs[0]
     g.set_outputs([g.add_node("MatMul", [s, v], name="sv").outputs[0]])
-    g.infer_shapes()
+    infer_shapes(g)
     return g
 
 
@@ -153,7 +154,7 @@ def test_parallel_loops_use_every_cpu_by_default(tmp_path):
         sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
         import numpy as np
         from test_tvm_schedule import linear_graph
-        from subgraph.properties import tvm_engine as te
+        from subgraph.properties.tvm import engine as te
         fn = te.compile_graph(linear_graph(), cache_dir={str(tmp_path)!r})
         before = len(os.listdir("/proc/self/task"))
         fn(np.ones((96, 64), np.float32))
@@ -174,7 +175,7 @@ def clip_graph() -> Graph:
     y = g.add_node("Clip", [y, g.add_constant("lo", np.float32(0)), g.add_constant("hi", np.float32(6))],
                    name="relu6").outputs[0]
     g.set_outputs([g.add_node("Conv", [y, g.add_constant("w2", _rand(rng, (24, 24, 1, 1)))], name="conv2").outputs[0]])
-    g.infer_shapes()
+    infer_shapes(g)
     return g
 
 
@@ -187,7 +188,7 @@ def gelu_classifier_graph() -> Graph:
                    name="erf").outputs[0]
     y = g.add_node("MatMul", [e, g.add_constant("w", _rand(rng, (64, 1000)))], name="fc").outputs[0]
     g.set_outputs([g.add_node("Softmax", [y], name="softmax", attrs={"axis": -1}).outputs[0]])
-    g.infer_shapes()
+    infer_shapes(g)
     return g
 
 
@@ -224,7 +225,7 @@ def test_grouped_convolution_vectors_stay_in_one_group():
     x = g.add_input("x", (1, 32, 6, 6), "float32")
     g.set_outputs([g.add_node("Conv", [x, g.add_constant("w", _rand(rng, (32, 8, 1, 1)))], name="conv",
                               attrs={"group": 4}).outputs[0]])  # 8 output channels per group
-    g.infer_shapes()
+    infer_shapes(g)
     arrays = [_rand(rng, (1, 32, 6, 6))]
     assert_matches_onnxruntime(g, te.compile_graph(g)(*arrays), *arrays)
     (conv,) = [s for name, s in _lowered_scripts(g, "cpu").items() if "conv2d" in name]
@@ -248,7 +249,7 @@ def shuffle_graph() -> Graph:
     s = g.add_node("Reshape", [s, g.add_constant("s4", np.array([1, 32, 6, 6], np.int64))], name="merge").outputs[0]
     z = g.add_node("Conv", [s, g.add_constant("wz", _rand(rng, (16, 32, 1, 1)))], name="convz").outputs[0]
     g.set_outputs([g.add_node("Sum", [z, a, y], name="total").outputs[0]])
-    g.infer_shapes()
+    infer_shapes(g)
     return g
 
 
@@ -260,7 +261,7 @@ def test_layout_survives_dropout_concat_shuffle_and_sum():
     assert [n.op for n in folded.nodes].count("Add") == 2 and "Sum" not in [n.op for n in folded.nodes]
     import tvm
 
-    from subgraph.properties.tvm_schedule import prepare_passes
+    from subgraph.properties.tvm.schedule import prepare_passes
 
     target = te._as_target("llvm")
     with target:
@@ -275,7 +276,7 @@ def test_prime_sized_maps_accumulate_along_the_channels():
     x = g.add_input("x", (1, 16, 13, 13), "float32")  # 13: no row count divides it
     g.set_outputs([g.add_node("Conv", [x, g.add_constant("w", _rand(rng, (40, 16, 3, 3)))], name="conv",
                               attrs={"pads": [1, 1, 1, 1]}).outputs[0]])
-    g.infer_shapes()
+    infer_shapes(g)
     arrays = [_rand(rng, (1, 16, 13, 13))]
     assert_matches_onnxruntime(g, te.compile_graph(g)(*arrays), *arrays)
     (conv,) = [s for name, s in _lowered_scripts(g, "cpu").items() if "conv2d" in name]

@@ -1,4 +1,4 @@
-"""Tests of :mod:`subgraph.properties.tvm_tune`: tiles are measured, stored, found and correct."""
+"""Tests of :mod:`subgraph.properties.tvm.tune`: tiles are measured, stored, found and correct."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import textwrap
 import pytest
 
 from subgraph.errors import PropertyError
-from subgraph.inputs import random_inputs
-from subgraph.properties import tvm_engine as te
-from subgraph.properties import tvm_schedule as ts
-from subgraph.properties import tvm_tune as tt
+from subgraph.analysis.inputs import random_inputs
+from subgraph.properties.tvm import engine as te
+from subgraph.properties.tvm import schedule as ts
+from subgraph.properties.tvm import tune as tt
 
 pytestmark = [pytest.mark.tvm,
               pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="needs apache-tvm")]
@@ -103,7 +103,7 @@ def test_a_new_process_finds_the_records(tuned_linear, tmp_path):
     code = textwrap.dedent(f"""
         import sys; sys.path.insert(0, {str(__import__('pathlib').Path(__file__).parent)!r})
         from test_tvm_schedule import linear_graph
-        from subgraph.properties.tvm_engine import compile_graph
+        from subgraph.properties.tvm.engine import compile_graph
         print(compile_graph(linear_graph(), cache_dir={str(tmp_path)!r}, tuning={str(path)!r}).tuned)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
