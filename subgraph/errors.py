@@ -19,6 +19,7 @@ __all__ = [
     "PropertyError",
     "RegistryError",
     "DeviceError",
+    "call_hook",
 ]
 
 
@@ -71,3 +72,27 @@ class RegistryError(SubgraphError, KeyError):
 
 class DeviceError(SubgraphError):
     """A device string, affinity map or device property is invalid."""
+
+
+def call_hook(error: type[SubgraphError], owner: object, hook: str, *args: object,
+              where: str | None = None, **kwargs: object) -> object:
+    """``owner.hook(*args, **kwargs)`` for user code (a selector's or property's hook).
+
+    What it raises becomes ``error`` naming the owner's class, the hook, ``where`` it was
+    called and the original exception; a :class:`SubgraphError` passes unchanged.
+
+    >>> class Selector:
+    ...     def select(self, node):
+    ...         raise ValueError("no")
+    >>> call_hook(PartitionError, Selector(), "select", 1, where="'a' (Relu)")
+    Traceback (most recent call last):
+    ...
+    subgraph.errors.PartitionError: Selector.select('a' (Relu)) raised ValueError: no
+    """
+    try:
+        return getattr(owner, hook)(*args, **kwargs)
+    except SubgraphError:
+        raise
+    except Exception as exc:
+        call = f"{type(owner).__name__}.{hook}" + ("" if where is None else f"({where})")
+        raise error(f"{call} raised {type(exc).__name__}: {exc}") from exc

@@ -53,7 +53,7 @@ from pathlib import Path
 
 from subgraph.errors import GraphError
 from subgraph.fileio import atomic_path, write_atomic
-from subgraph.ir import Graph, Node, Value
+from subgraph.ir import Graph, Node, Value, fresh_name
 from subgraph.hetero import CompiledModel, SubgraphInfo
 from subgraph.properties import registered_devices
 
@@ -147,10 +147,7 @@ class _Writer:
 
     @staticmethod
     def _fresh(base: str, used: set[str]) -> str:
-        name, k = base, 0
-        while name in used:
-            k += 1
-            name = f"{base}#{k}"
+        name = fresh_name(base, used, sep="#")
         used.add(name)
         return name
 

@@ -38,7 +38,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from subgraph.errors import GraphError, ModelLoadError, ShapeError, SubgraphError
-from subgraph.ir import FUSED_DOMAIN, FUSED_OP, Graph, Node
+from subgraph.ir import FUSED_DOMAIN, FUSED_OP, Graph, Node, fresh_name
 from subgraph.ir.limits import check_tensor_size
 from subgraph.onnx.attrs import CONSTANT_KEY, COPY_KEY, FUNCTION_DOMAIN, GRAPH_NAME_KEY, RT_INFO_PREFIX, attrs_from_onnx
 from subgraph.onnx.load import load_model, ordered_nodes, unique_node_names
@@ -205,9 +205,7 @@ def _add_nodes(graph: Graph, g: onnx.GraphProto, order: list[int], names: list[s
             outputs.pop()
         for k, out in enumerate(outputs):
             if not out:  # an omitted optional output before a used one needs a name
-                out = f"{names[i]}_unused{k}"
-                while out in taken:
-                    out += "_"
+                out = fresh_name(f"{names[i]}_unused{k}", taken)
                 taken.add(out)
                 outputs[k] = out
         graph.add_node(proto.op_type, [name or None for name in proto.input], outputs=outputs,

@@ -43,7 +43,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from subgraph.errors import ShapeError, SubgraphError
-from subgraph.ir import Graph, Node, Value
+from subgraph.ir import Graph, Node, Value, fresh_name
 from subgraph.onnx.attrs import (
     CONSTANT_KEY,
     COPY_KEY,
@@ -218,10 +218,7 @@ def _attribute(node: Node, key: str, value: Any) -> onnx.AttributeProto:
 
 
 def _function_name(node: Node, functions: dict[str, onnx.FunctionProto]) -> str:
-    name, k = node.name, 1
-    while name in functions:  # nested fused nodes may reuse a name
-        name, k = f"{node.name}_{k}", k + 1
-    return name
+    return fresh_name(node.name, functions)  # nested fused nodes may reuse a name
 
 
 def function_call(node: Node, opset: dict[str, int], functions: dict[str, onnx.FunctionProto]

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from subgraph.errors import PartitionError, PropertyError, SubgraphError
+from subgraph.errors import PartitionError, PropertyError, SubgraphError, call_hook
 from subgraph.analysis.shape_inference import infer_shapes
 from subgraph.ir import Graph
 from subgraph.properties import SubgraphProperty, get_property
@@ -57,12 +57,7 @@ def _gc_paused() -> Iterator[None]:
 
 
 def _hook(prop: SubgraphProperty, hook: str, *args: Any, **kwargs: Any) -> None:
-    try:
-        getattr(prop, hook)(*args, **kwargs)
-    except SubgraphError:
-        raise
-    except Exception as exc:
-        raise PropertyError(f"{type(prop).__name__}.{hook} raised {type(exc).__name__}: {exc}") from exc
+    call_hook(PropertyError, prop, hook, *args, **kwargs)
 
 
 def partition_graph(graph: Graph, prop: SubgraphProperty | str, *, strategy: str = "largest",
@@ -133,7 +128,8 @@ def _partition(graph: Graph, prop: SubgraphProperty, strategy: str, dedup: bool,
         infer_shapes(work)  # selectors see shapes and dtypes
     _hook(prop, "pre_partition", work, **options)
     index = PartitionIndex(work)
-    ctx = GrowContext(index, prop.create_subgraph_selector, op_deny, max_subgraph_size, trace)
+    ctx = GrowContext(index, prop.create_subgraph_selector, op_deny, max_subgraph_size, trace,
+                      explainer=prop if explain else None)
     propose(ctx, strategy)
     _drop_small(index, min_subgraph_size, ctx.reasons)
     result, joined = fuse(work, index, prop, dedup, ctx.reasons)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from subgraph.errors import PropertyError
-from subgraph.ir import Graph, Node, Value, ValueMap
+from subgraph.errors import PropertyError, call_hook
+from subgraph.ir import Graph, Node, Value, ValueMap, fresh_name
 from subgraph.partition.index import PartitionIndex
 
 __all__ = ["Boundary", "build_subgraph", "fuse"]
@@ -38,8 +38,7 @@ def _boundary(graph: Graph, members: list[Node], inside: set[int], dedup: bool) 
     taken: set[str] = set()
 
     def fresh(name: str) -> str:
-        while name in taken or graph.has_value(name):
-            name += "_"
+        name = fresh_name(name, lambda n: n in taken or graph.has_value(n))
         taken.add(name)
         return name
 
@@ -127,11 +126,7 @@ def fuse(graph: Graph, index: PartitionIndex, prop, dedup: bool,
 
 def _create(prop, sub: Graph, sid: int, members: list[Node]) -> Node | None:
     where = f"subgraph {sid} (nodes {[m.name for m in members[:5]]}{'...' if len(members) > 5 else ''})"
-    try:
-        node = prop.create_subgraph_node(sub, sid)
-    except Exception as exc:
-        raise PropertyError(f"{type(prop).__name__}.create_subgraph_node failed for {where}: "
-                            f"{type(exc).__name__}: {exc}") from exc
+    node = call_hook(PropertyError, prop, "create_subgraph_node", sub, sid, where=where)
     if node is not None and not isinstance(node, Node):
         raise PropertyError(f"{type(prop).__name__}.create_subgraph_node must return a Node or None "
                             f"for {where}, got {type(node).__name__}")
@@ -153,9 +148,7 @@ def _assemble(graph: Graph, index: PartitionIndex, fused: dict[int, tuple[Node, 
                 continue
             emitted.add(b)
             spec, bd = fused[b]
-            name = spec.name
-            while name in taken:
-                name += "_"
+            name = fresh_name(spec.name, taken)
             taken.add(name)
             node = result.add_node(spec.op, [val_map[v] for v in bd.inputs],
                                    outputs=[n for n, _ in bd.outer_outputs], attrs=spec.attrs, name=name,

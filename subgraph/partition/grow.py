@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from subgraph.errors import SelectorError
+from subgraph.errors import PropertyError, SelectorError, call_hook
 from subgraph.ir import Node
+from subgraph.properties.base import SubgraphProperty
 from subgraph.selectors import SubgraphSelector
 from subgraph.partition.index import PartitionIndex, Reach
 
@@ -37,16 +38,20 @@ class GrowContext:
     max_size: int | None = None
     trace: list[tuple[str, str]] | None = None
     reasons: dict[int, str] = field(default_factory=dict)
+    #: the property whose ``decline_reason`` explains refusals; set only when explaining
+    explainer: SubgraphProperty | None = None
 
     def call(self, selector: SubgraphSelector, hook: str, *nodes: Node):
         """Call a selector hook; anything it raises becomes a SelectorError naming it."""
-        try:
-            return getattr(selector, hook)(*nodes)
-        except Exception as exc:
-            where = ", ".join(f"{n.name!r} ({n.op})" if isinstance(n, Node) else repr([m.name for m in n])
-                              for n in nodes)
-            raise SelectorError(f"{type(selector).__name__}.{hook}({where}) raised "
-                                f"{type(exc).__name__}: {exc}") from exc
+        where = ", ".join(f"{n.name!r} ({n.op})" if isinstance(n, Node) else repr([m.name for m in n])
+                          for n in nodes)
+        return call_hook(SelectorError, selector, hook, *nodes, where=where)
+
+    def not_selected(self, selector: SubgraphSelector, node: Node) -> str:
+        """Why ``node`` was refused: the property's decline reason when it has one."""
+        reason = None if self.explainer is None else call_hook(
+            PropertyError, self.explainer, "decline_reason", node, where=f"{node.name!r} ({node.op})")
+        return reason or f"not selected by {type(selector).__name__}"
 
     def log(self, event: str, i: int) -> None:
         if self.trace is not None:
@@ -112,7 +117,7 @@ class _Growth:
             else:
                 hook = "select_output" if is_output else "select_input"
                 accepted = bool(ctx.call(self.selector, hook, node, new))
-                reason = f"not selected by {type(self.selector).__name__}"
+                reason = None if accepted else ctx.not_selected(self.selector, new)
             if accepted:
                 self.members.append(j)
                 self.member_set.add(j)
@@ -187,7 +192,7 @@ def grow(ctx: GrowContext, root: int) -> list[int] | None:
         return None
     selector = ctx.new_selector()
     if not ctx.call(selector, "select", nodes[root]):
-        ctx.reasons.setdefault(root, f"not selected by {type(selector).__name__}")
+        ctx.reasons.setdefault(root, ctx.not_selected(selector, nodes[root]))
         return None
     growth = _Growth(ctx, root, selector)
     members = growth.run()

@@ -254,8 +254,8 @@ def test_property_errors_name_the_property_and_subgraph():
 
     graph = seed_example()
     before = graph.copy()
-    with pytest.raises(PropertyError, match=r"Raises.create_subgraph_node failed for subgraph 0 "
-                                            r"\(nodes \['1', '2'\]\): RuntimeError: no compiler"):
+    with pytest.raises(PropertyError, match=r"Raises.create_subgraph_node\(subgraph 0 "
+                                            r"\(nodes \['1', '2'\]\)\) raised RuntimeError: no compiler"):
         partition_graph(graph, Raises(ops={"Relu", "Add"}))
     with pytest.raises(PropertyError, match="must return a Node or None for subgraph 0 .* got str"):
         partition_graph(graph, Wrong(ops={"Relu", "Add"}))
@@ -287,7 +287,7 @@ def test_properties_in_sequence_and_two_levels():
     assert [n.op for n in step2.nodes] == ["Subgraph", "Sigmoid", "Subgraph", "Subgraph"]
     assert members(step2) == [["1", "2", "3"], ["5"], ["6", "7"]]
     # the second pass's first fused node is renamed: the first pass's keeps its name
-    assert [n.name for n in step2.nodes] == ["numpy_subgraph_0_", "4", "numpy_subgraph_0", "numpy_subgraph_1"]
+    assert [n.name for n in step2.nodes] == ["numpy_subgraph_0_1", "4", "numpy_subgraph_0", "numpy_subgraph_1"]
 
     class Nested(NumpyProperty):
         """Fuses Relu+Add, then partitions the inside again for Add (seed 002's two levels)."""
@@ -322,3 +322,27 @@ def test_same_input_same_partition_byte_for_byte():
     a = partition_graph(layered_dag(500, seed=3), prop)
     b = partition_graph(layered_dag(500, seed=3), prop)
     assert graph_to_dict(a) == graph_to_dict(b)
+
+
+def test_explanation_gives_the_property_reason_else_the_selector_name():
+    # Recording refuses Sigmoid ('4') although NUMPY runs it: the selector said no
+    result = partition_graph(seed_example(), Prop(lambda: Recording([], {"Relu", "Add"})), explain=True)
+    assert result.explanation["4"].reason == "not selected by Recording"
+    # the property declines Sigmoid itself: its reason, not the selector's name
+    declining = Prop(lambda: Recording([], {"Relu", "Add"}), ops=["Relu", "Add"])
+    assert partition_graph(seed_example(), declining, explain=True).explanation["4"].reason == \
+        "Sigmoid is not in NUMPY.ops"
+
+
+def test_a_raising_decline_reason_is_a_property_error():
+    class Raises(NumpyProperty):
+        def supports(self, node):
+            return node.op != "Sigmoid"
+
+        def decline_reason(self, node):
+            raise KeyError(node.op)
+
+    graph = seed_example()
+    with pytest.raises(PropertyError, match=r"^Raises.decline_reason\('4' \(Sigmoid\)\) raised KeyError: 'Sigmoid'$"):
+        partition_graph(graph, Raises(), explain=True)
+    assert graph.equals(seed_example())

@@ -73,7 +73,7 @@ def test_seed_explanation_says_where_each_node_went():
         "1": "joined subgraph 0 (numpy_subgraph_0)",
         "2": "joined subgraph 0 (numpy_subgraph_0)",
         "3": "joined subgraph 1 (numpy_subgraph_1)",
-        "4": "not selected by ContainOpSelector",
+        "4": "Sigmoid is not in NUMPY.ops",
         "5": "joined subgraph 1 (numpy_subgraph_1)",
         "6": "joined subgraph 1 (numpy_subgraph_1)",
         "7": "joined subgraph 1 (numpy_subgraph_1)",
