@@ -111,14 +111,15 @@ def test_slower_device_moves_to_numpy_only_when_measured():
 def test_summary_shows_costs_and_moves():
     model = compile_model(seed_example(), "HETERO:SLOW,NUMPY", {"SLOW": {"ops": RELU_ADD}}, choose="measured")
     lines = model.summary().splitlines()
-    assert lines[0].split() == ["id", "device", "ops", "boundary", "costs", "op", "types"]
+    assert lines[0].split() == ["id", "device", "nodes", "boundary", "costs", "op", "types"]
     cost = r"[0-9.e+-]+ ms"
-    assert re.fullmatch(rf"  0 NUMPY \(moved\)    2         32  SLOW {cost}, NUMPY {cost} +Relux2", lines[1])
-    assert re.fullmatch(r"  1 NUMPY            1         32 +Sigmoid", lines[2]), lines[2]
-    assert re.fullmatch(rf"  2 NUMPY \(moved\)    4         48  SLOW {cost}, NUMPY {cost} +Relux3, Add", lines[3])
-    assert lines[1].index("Relux2") == lines[2].index("Sigmoid") == lines[3].index("Relux3")  # aligned
+    assert re.fullmatch(rf"  0  NUMPY \(moved\)     2        32 B  SLOW {cost}, NUMPY {cost} +Relu x2", lines[1])
+    assert re.fullmatch(r"  1  NUMPY             1        32 B +Sigmoid", lines[2]), lines[2]
+    assert re.fullmatch(rf"  2  NUMPY \(moved\)     4        48 B  SLOW {cost}, NUMPY {cost} +Relu x3, Add",
+                        lines[3])
+    assert lines[1].index("Relu x2") == lines[2].index("Sigmoid") == lines[3].index("Relu x3")  # aligned
     plain = compile_model(seed_example(), "HETERO:SLOW,NUMPY", {"SLOW": {"ops": RELU_ADD}})
-    assert plain.summary().splitlines()[0] == " id device   ops   boundary  op types"
+    assert plain.summary().splitlines()[0] == " id  device  nodes    boundary  op types"
 
 
 def test_faster_device_keeps_its_subgraphs():

@@ -11,43 +11,16 @@ from typing import IO, Any
 
 import numpy as np
 
+from subgraph.hetero.model import format_bytes
 from subgraph.ir import Graph, Node
 
 __all__ = [
     "Progress",
     "compare_outputs",
-    "format_bytes",
     "format_explanation",
     "format_outputs",
     "format_table",
 ]
-
-
-def format_bytes(n: int) -> str:
-    """``1536`` -> ``"1.5 KiB"``.
-
-    Examples
-    --------
-    >>> format_bytes(512), format_bytes(1536), format_bytes(3 * 2**20)
-    ('512 B', '1.5 KiB', '3.0 MiB')
-    """
-    if n < 1024:
-        return f"{n} B"
-    size = n / 1024
-    for unit in ("KiB", "MiB"):
-        if size < 1024:
-            return f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GiB"
-
-
-def _op_list(ops: Sequence[str], limit: int = 8) -> str:
-    counts: dict[str, int] = {}
-    for op in ops:
-        counts[op] = counts.get(op, 0) + 1
-    parts = [f"{op} x{c}" if c > 1 else op for op, c in counts.items()]
-    more = f", +{len(parts) - limit} more op types" if len(parts) > limit else ""
-    return ", ".join(parts[:limit]) + more
 
 
 def _cut_tensors(graph: Graph) -> list[Any]:
@@ -63,27 +36,19 @@ def _cut_tensors(graph: Graph) -> list[Any]:
 
 
 def format_table(model: Any, graph: Graph, label: str, device: str, manual: bool) -> str:
-    """The model line, then one row per subgraph: id, device, node count, bytes crossing
-    its boundary (inputs and outputs), op types; then totals."""
+    """The model line, then :meth:`~subgraph.hetero.CompiledModel.summary` (one row per
+    subgraph), then totals."""
     mode = "affinity from file" if manual else "automatic affinity"
     inputs = ", ".join(f"{v.name}: {v.type_str()}" for v in graph.inputs)
-    lines = [f"model    {label} ({graph.name}): {len(graph.nodes)} nodes, inputs {inputs}",
-             f"devices  {device} ({mode})", "",
-             f"{'id':>3}  {'device':<8} {'nodes':>5}  {'boundary':>10}  ops"]
     per_device: dict[str, int] = {}
     for s in model.subgraphs:
         per_device[s.device] = per_device.get(s.device, 0) + 1
-        device_text = s.device + ("*" if s.fallback else "")
-        size = format_bytes(s.boundary_bytes)
-        lines.append(f"{s.index:>3}  {device_text:<8} {len(s.nodes):>5}  {size:>10}  {_op_list(s.ops)}")
     cut = _cut_tensors(model.graph)
     counts = ", ".join(f"{d} {n}" for d, n in per_device.items())
     cut_bytes = format_bytes(sum(v.nbytes or 0 for v in cut))
     total = f"{len(model.subgraphs)} subgraph(s) ({counts}); {len(cut)} tensor(s) cross between subgraphs"
-    lines += ["", f"{total}, {cut_bytes}"]
-    if any(s.fallback for s in model.subgraphs):
-        lines.append("* its device failed to compile it: it runs on NUMPY")
-    return "\n".join(lines)
+    return "\n".join([f"model    {label} ({graph.name}): {len(graph.nodes)} nodes, inputs {inputs}",
+                      f"devices  {device} ({mode})", "", model.summary(), "", f"{total}, {cut_bytes}"])
 
 
 def format_explanation(graph: Graph, model: Any, devices: Sequence[str], props: Mapping[str, Any],

@@ -14,7 +14,7 @@ from subgraph.executor import Executor, ProfilingExecutor
 from subgraph.ir import Graph
 from subgraph.properties import FusedKernels
 
-__all__ = ["CompiledModel", "SubgraphInfo", "ProfileRecord"]
+__all__ = ["CompiledModel", "SubgraphInfo", "ProfileRecord", "format_bytes", "format_ops"]
 
 
 @dataclass(frozen=True)
@@ -116,24 +116,60 @@ class CompiledModel:
         return "\n".join(lines + [f"Total time: {total * 1e6:.1f} microseconds"])
 
     def summary(self) -> str:
-        """A table of subgraphs: index, device, op count, ops, bytes crossing the boundary;
-        with ``choose="measured"`` also the measured costs, and ``(moved)`` on moved ones."""
+        """A table of subgraphs: index, device, node count, bytes crossing the boundary and
+        op types; with ``choose="measured"`` also the measured costs. A device marked
+        ``(moved)`` took the subgraph by measurement, ``(fallback)`` failed to compile it, so
+        it runs on NUMPY.
+
+        >>> from subgraph.testing import seed_example
+        >>> from subgraph.hetero import partition_model
+        >>> print(partition_model(seed_example(), "HETERO:TVM,NUMPY", {"TVM": {"ops": ["Relu"]}}).summary())
+         id  device  nodes    boundary  op types
+          0  TVM         3        48 B  Relu x3
+          1  NUMPY       2        48 B  Sigmoid, Add
+          2  TVM         2        32 B  Relu x2
+        """
         costs = [", ".join(f"{d} {'?' if t is None else f'{t * 1e3:.3g} ms'}" for d, t in s.costs)
                  for s in self.subgraphs]
         devices = [s.device + (" (fallback)" if s.fallback else " (moved)" if s.moved else "")
                    for s in self.subgraphs]
         wide, width = max([7, *map(len, devices)]), max(map(len, costs), default=0)
         head = f"{'costs':<{width}}  " if width else ""
-        rows = [f"{'id':>3} {'device':<{wide}} {'ops':>4} {'boundary':>10}  {head}op types"]
+        rows = [f"{'id':>3}  {'device':<{wide}} {'nodes':>5}  {'boundary':>10}  {head}op types"]
         for s, device, cost in zip(self.subgraphs, devices, costs):
-            ops = ", ".join(f"{op}x{c}" if c > 1 else op for op, c in _counts(s.ops).items())
             cost = f"{cost:<{width}}  " if width else ""
-            rows.append(f"{s.index:>3} {device:<{wide}} {len(s.ops):>4} {s.boundary_bytes:>10}  {cost}{ops}")
+            rows.append(f"{s.index:>3}  {device:<{wide}} {len(s.nodes):>5}  {format_bytes(s.boundary_bytes):>10}"
+                        f"  {cost}{format_ops(s.ops)}")
         return "\n".join(rows)
 
 
-def _counts(items: tuple[str, ...]) -> dict[str, int]:
+def format_bytes(n: int) -> str:
+    """``1536`` -> ``"1.5 KiB"``.
+
+    Examples
+    --------
+    >>> format_bytes(512), format_bytes(1536), format_bytes(3 * 2**20)
+    ('512 B', '1.5 KiB', '3.0 MiB')
+    """
+    if n < 1024:
+        return f"{n} B"
+    size = n / 1024
+    for unit in ("KiB", "MiB"):
+        if size < 1024:
+            return f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
+
+
+def format_ops(ops: tuple[str, ...] | list[str], limit: int = 8) -> str:
+    """Op types in order of first use, counted: ``"Conv x2, Relu, +3 more op types"``.
+
+    >>> format_ops(["Conv", "Relu", "Conv"])
+    'Conv x2, Relu'
+    """
     counts: dict[str, int] = {}
-    for item in items:
-        counts[item] = counts.get(item, 0) + 1
-    return counts
+    for op in ops:
+        counts[op] = counts.get(op, 0) + 1
+    parts = [f"{op} x{c}" if c > 1 else op for op, c in counts.items()]
+    more = f", +{len(parts) - limit} more op types" if len(parts) > limit else ""
+    return ", ".join(parts[:limit]) + more
