@@ -7,13 +7,11 @@ every fused subgraph into a :class:`CompiledModel` (see :mod:`~subgraph.hetero.d
 
 Examples
 --------
->>> import numpy as np
+TVM declines the Sigmoid it is told to exclude, so NUMPY, next by priority, takes it:
+
 >>> from subgraph.testing import seed_example
->>> model = compile_model(seed_example(), "HETERO:NUMPY", {"NUMPY": {"ops": ["Relu", "Add", "Sigmoid"]}})
->>> [(s.index, s.device, s.nodes) for s in model.subgraphs]
-[(0, 'NUMPY', ('1', '2', '3', '4', '5', '6', '7'))]
->>> model({"x": np.ones(4, np.float32)})["7"].shape
-(4,)
+>>> query_model(seed_example(), "HETERO:TVM,NUMPY", {"TVM": {"exclude_ops": ["Sigmoid"]}})
+{'1': 'TVM', '2': 'TVM', '3': 'TVM', '4': 'NUMPY', '5': 'TVM', '6': 'TVM', '7': 'TVM'}
 """
 
 from __future__ import annotations

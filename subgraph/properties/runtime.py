@@ -81,21 +81,8 @@ class FusedKernels:
 def run(graph: Graph, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Execute ``graph``, plain or partitioned, on ``feeds``; returns ``{output name: array}``.
 
-    Each fused node's subgraph is compiled by its property for this call.
-
-    Parameters
-    ----------
-    graph : Graph
-        The graph to run; it is not modified.
-    feeds : Mapping[str, array-like]
-        One array per graph input, matching its declared shape and dtype.
-
-    Raises
-    ------
-    InputError
-        A feed is missing, unknown, or has the wrong shape or dtype.
-    ExecutionError
-        A kernel failed; the message prints the node.
+    :func:`subgraph.executor.run` (same arguments and errors) with a ``kernel_for`` that
+    also runs fused nodes: each one's subgraph is compiled by its property for this call.
     """
     return Executor(graph, kernel_for=FusedKernels()).run(feeds)
 
