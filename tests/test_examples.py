@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="session")
 def example_env(tmp_path_factory) -> dict[str, str]:
-    cache = tmp_path_factory.getbasetemp() / "tvm-cache"  # shared with tests/test_cli.py
+    cache = tmp_path_factory.getbasetemp() / "tvm-cache"  # shared with tests/cli/test_cli.py
     cache.mkdir(exist_ok=True)
     return {**os.environ, "SUBGRAPH_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
 

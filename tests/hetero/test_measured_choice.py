@@ -32,7 +32,7 @@ from subgraph.properties.registry import PROPERTIES
 from subgraph.testing import seed_example
 from subgraph.analysis.shape_inference import infer_shapes
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 X = np.array([-1.5, -0.25, 0.5, 2.0], dtype=np.float32)
 RELU_ADD = ["Relu", "Add"]
 needs_tvm = pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="needs apache-tvm")

@@ -21,7 +21,7 @@ onnx = pytest.importorskip("onnx")
 
 needs_tvm = pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="needs apache-tvm")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "subgraph" / "data" / "example.onnx"
 EXCLUDE = ["--exclude", "TVM:MaxPool,Softmax"]
 

@@ -1,4 +1,6 @@
-"""ONNX import and export: exact round trips, naming, input shapes, valid exported models."""
+"""ONNX import: exact round trips, naming, input shapes, every attribute type, rt_info.
+
+Export of hand-built and partitioned graphs is in test_writer.py."""
 
 from __future__ import annotations
 
@@ -12,8 +14,9 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from onnx_protos import F, make_model, tensor
 
-from subgraph.errors import ModelLoadError, ShapeError, SubgraphError
+from subgraph.errors import ModelLoadError, ShapeError
 from subgraph.frontend import from_onnx
 from subgraph.onnx.writer import IR_VERSION, to_onnx
 from subgraph.ir import Graph, OnnxGraphAttr
@@ -21,18 +24,6 @@ from subgraph.analysis.shape_inference import infer_shapes
 
 LIGHT = sorted(glob.glob(os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light",
                                       "*.onnx")))
-F = TensorProto.FLOAT
-
-
-def make_model(nodes, inputs, outputs, initializers=(), opset=17, **kwargs) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, kwargs.pop("name", "m"), inputs, outputs, list(initializers),
-                              value_info=kwargs.pop("value_info", None))
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], **kwargs)
-
-
-def tensor(name, elem=F, shape=None):
-    return helper.make_tensor_value_info(name, elem, shape)
-
 
 def ort_run(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
     options = ort.SessionOptions()
@@ -186,7 +177,7 @@ def test_inputs_without_shape_or_with_unknown_dims_need_input_shapes():
         from_onnx(unknown_dim)
 
 
-# --------------------------------------------------------------------------- attributes & export
+# --------------------------------------------------------------------------- attributes and rt_info
 def every_onnx_attribute_model() -> onnx.ModelProto:
     """Standard ops whose attributes cover every ONNX attribute type the IR reads, empty lists too."""
     then_graph = helper.make_graph([helper.make_node("Constant", [], ["t_out"], value_floats=[1.5, 2.5])],
@@ -249,24 +240,6 @@ def test_every_attribute_type_round_trips_through_onnx():
         np.testing.assert_array_equal(actual, expected)
 
 
-def test_export_keeps_name_opsets_metadata_and_types():
-    model = make_model([helper.make_node("Relu", ["x"], ["y"], name="r"),
-                        helper.make_node("Neg", ["y"], ["z"], name="n")],
-                       [tensor("x", shape=[2, 3])], [tensor("z")], opset=13, name="named")
-    model.opset_import.append(helper.make_opsetid("ai.onnx.ml", 3))
-    helper.set_model_props(model, {"author": "me", "licence": "MIT"})
-    graph = from_onnx(model)
-    assert graph.metadata == {"author": "me", "licence": "MIT"}
-    assert graph.opset == {"": 13, "ai.onnx.ml": 3}
-    exported = to_onnx(graph)
-    assert exported.graph.name == "named"
-    assert [(o.domain, o.version) for o in exported.opset_import] == [("", 13), ("ai.onnx.ml", 3)]
-    assert {p.key: p.value for p in exported.metadata_props} == {"author": "me", "licence": "MIT"}
-    assert [(v.name, v.type.tensor_type.elem_type, [d.dim_value for d in v.type.tensor_type.shape.dim])
-            for v in [*exported.graph.input, *exported.graph.value_info, *exported.graph.output]] == [
-        ("x", F, [2, 3]), ("y", F, [2, 3]), ("z", F, [2, 3])]
-
-
 def test_rt_info_travels_as_node_metadata():
     graph = Graph("g")
     x = graph.add_input("x", (2,), "float32")
@@ -282,53 +255,3 @@ def test_rt_info_travels_as_node_metadata():
     with pytest.raises(ModelLoadError, match=r"node 'r' \(Relu\): metadata 'subgraph.rt_info.bad' is not "
                                              r"JSON: '\{nope'"):
         from_onnx(model)
-
-
-def test_export_of_a_new_opset_uses_the_ir_version_it_needs():
-    graph = Graph("g", {"": 23})
-    x = graph.add_input("x", (2,), "float32")
-    graph.set_outputs([graph.add_node("Relu", [x], name="r").outputs[0]])
-    infer_shapes(graph)
-    model = to_onnx(graph)
-    assert model.ir_version == 11
-    onnx.checker.check_model(model, full_check=True)
-
-
-def test_export_of_hand_built_graph_round_trips():
-    graph = Graph("hand", {"": 17})
-    x = graph.add_input("x", (2, 4), "float32")
-    w = graph.add_constant("w", np.full((4, 3), 0.5, np.float32))
-    y = graph.add_node("Gemm", [x, w], name="gemm", attrs={"alpha": 0.5, "transB": 0}).outputs[0]
-    s = graph.add_node("Softmax", [y], name="softmax", attrs={"axis": -1}).outputs[0]
-    graph.set_outputs([s])
-    infer_shapes(graph)
-    again = from_onnx(to_onnx(graph))
-    assert again.equals(graph)
-    assert str(again) == str(graph)
-
-
-def test_fused_node_whose_subgraph_does_not_match_it_cannot_be_exported():
-    graph = Graph("g")  # fused nodes export as ONNX local functions: tests/test_export.py
-    x = graph.add_input("x", (2,), "float32")
-    fused = graph.add_node("Fused", [x], name="fused0", domain="subgraph")
-    fused.subgraph = Graph("inner")
-    graph.set_outputs([fused.outputs[0]])
-    with pytest.raises(SubgraphError, match=r"node 'fused0' \(Fused\) is a fused node with 1 input\(s\) and "
-                                            r"1 output\(s\), but its subgraph 'inner' takes 0 and returns 0"):
-        to_onnx(graph)
-
-
-def test_export_needs_input_dtypes_and_representable_attributes():
-    graph = Graph("g")
-    x = graph.add_input("x")
-    graph.set_outputs([graph.add_node("Relu", [x], name="r").outputs[0]])
-    with pytest.raises(ShapeError, match=r"value %x has no dtype; run subgraph.analysis.infer_shapes\(graph\) before export"):
-        to_onnx(graph)
-    graph = Graph("g")
-    x = graph.add_input("x", (1,), "float32")
-    out = graph.add_node("Custom", [x], name="c", domain="mine", attrs={"empty": []}).outputs[0]
-    out.shape, out.dtype = (1,), np.dtype("float32")
-    graph.set_outputs([out])
-    with pytest.raises(SubgraphError, match=r"node 'c' \(Custom\): cannot write its attributes to ONNX: "
-                                            r"ValueError: Could not infer attribute `empty` type"):
-        to_onnx(graph)

@@ -1,5 +1,6 @@
-"""Export of partitioned graphs: fused nodes become calls to ONNX local functions that
-onnxruntime runs, and that from_onnx reads back as fused nodes."""
+"""ONNX export: names, opsets, metadata and types of hand-built graphs; and partitioned
+graphs, whose fused nodes become calls to ONNX local functions that onnxruntime runs, and
+that from_onnx reads back as fused nodes."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 import subgraph
-from subgraph.errors import ModelLoadError, SubgraphError
-from subgraph.onnx.writer import node_to_onnx
+from onnx_protos import F, make_model, tensor
+from subgraph.errors import ModelLoadError, ShapeError, SubgraphError
+from subgraph.frontend import from_onnx
+from subgraph.onnx.writer import node_to_onnx, to_onnx
 from subgraph.onnx.attrs import CONSTANT_KEY, COPY_KEY
 from subgraph.ir import Graph
 from subgraph.partition import partition_graph
@@ -151,3 +154,72 @@ def test_a_call_without_property_is_refused_on_import():
     with pytest.raises(ModelLoadError, match="^node 'numpy_subgraph_0' \\(subgraph.numpy_subgraph_0\\) calls "
                                              "a local function of domain 'subgraph' but has no 'property'"):
         subgraph.from_onnx(proto)
+
+
+# --------------------------------------------------------------------------- hand-built graphs
+def test_export_keeps_name_opsets_metadata_and_types():
+    model = make_model([onnx.helper.make_node("Relu", ["x"], ["y"], name="r"),
+                        onnx.helper.make_node("Neg", ["y"], ["z"], name="n")],
+                       [tensor("x", shape=[2, 3])], [tensor("z")], opset=13, name="named")
+    model.opset_import.append(onnx.helper.make_opsetid("ai.onnx.ml", 3))
+    onnx.helper.set_model_props(model, {"author": "me", "licence": "MIT"})
+    graph = from_onnx(model)
+    assert graph.metadata == {"author": "me", "licence": "MIT"}
+    assert graph.opset == {"": 13, "ai.onnx.ml": 3}
+    exported = to_onnx(graph)
+    assert exported.graph.name == "named"
+    assert [(o.domain, o.version) for o in exported.opset_import] == [("", 13), ("ai.onnx.ml", 3)]
+    assert {p.key: p.value for p in exported.metadata_props} == {"author": "me", "licence": "MIT"}
+    assert [(v.name, v.type.tensor_type.elem_type, [d.dim_value for d in v.type.tensor_type.shape.dim])
+            for v in [*exported.graph.input, *exported.graph.value_info, *exported.graph.output]] == [
+        ("x", F, [2, 3]), ("y", F, [2, 3]), ("z", F, [2, 3])]
+
+
+def test_export_of_a_new_opset_uses_the_ir_version_it_needs():
+    graph = Graph("g", {"": 23})
+    x = graph.add_input("x", (2,), "float32")
+    graph.set_outputs([graph.add_node("Relu", [x], name="r").outputs[0]])
+    infer_shapes(graph)
+    model = to_onnx(graph)
+    assert model.ir_version == 11
+    onnx.checker.check_model(model, full_check=True)
+
+
+def test_export_of_hand_built_graph_round_trips():
+    graph = Graph("hand", {"": 17})
+    x = graph.add_input("x", (2, 4), "float32")
+    w = graph.add_constant("w", np.full((4, 3), 0.5, np.float32))
+    y = graph.add_node("Gemm", [x, w], name="gemm", attrs={"alpha": 0.5, "transB": 0}).outputs[0]
+    s = graph.add_node("Softmax", [y], name="softmax", attrs={"axis": -1}).outputs[0]
+    graph.set_outputs([s])
+    infer_shapes(graph)
+    again = from_onnx(to_onnx(graph))
+    assert again.equals(graph)
+    assert str(again) == str(graph)
+
+
+def test_fused_node_whose_subgraph_does_not_match_it_cannot_be_exported():
+    graph = Graph("g")  # fused nodes export as ONNX local functions: above
+    x = graph.add_input("x", (2,), "float32")
+    fused = graph.add_node("Fused", [x], name="fused0", domain="subgraph")
+    fused.subgraph = Graph("inner")
+    graph.set_outputs([fused.outputs[0]])
+    with pytest.raises(SubgraphError, match=r"node 'fused0' \(Fused\) is a fused node with 1 input\(s\) and "
+                                            r"1 output\(s\), but its subgraph 'inner' takes 0 and returns 0"):
+        to_onnx(graph)
+
+
+def test_export_needs_input_dtypes_and_representable_attributes():
+    graph = Graph("g")
+    x = graph.add_input("x")
+    graph.set_outputs([graph.add_node("Relu", [x], name="r").outputs[0]])
+    with pytest.raises(ShapeError, match=r"value %x has no dtype; run subgraph.analysis.infer_shapes\(graph\) before export"):
+        to_onnx(graph)
+    graph = Graph("g")
+    x = graph.add_input("x", (1,), "float32")
+    out = graph.add_node("Custom", [x], name="c", domain="mine", attrs={"empty": []}).outputs[0]
+    out.shape, out.dtype = (1,), np.dtype("float32")
+    graph.set_outputs([out])
+    with pytest.raises(SubgraphError, match=r"node 'c' \(Custom\): cannot write its attributes to ONNX: "
+                                            r"ValueError: Could not infer attribute `empty` type"):
+        to_onnx(graph)
