@@ -104,8 +104,9 @@ class Executor:
     check_shapes : bool
         Compare every kernel's outputs with the inferred shapes and dtypes.
     kernel_for : callable(node) -> kernel, optional
-        Where each node's code comes from; default :func:`op_kernel`. Asked once per
-        node, on the node's first run.
+        Where each node's code comes from; default :func:`op_kernel`. Asked on the
+        node's first run and remembered (threads that make their first runs together
+        may each ask once), so it must return equivalent kernels for the same node.
 
     Examples
     --------

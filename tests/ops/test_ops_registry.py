@@ -1,6 +1,11 @@
-"""The kernel registry: op_path, node_path, register_kernel predicates, get_kernel errors."""
+"""The kernel registry: op_path, node_path, register_kernel predicates, get_kernel errors, and
+its structure: a leaf registry filled by exactly the modules op_list names."""
 
 from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -8,6 +13,7 @@ import pytest
 from subgraph.errors import ExecutionError, UnsupportedOpError
 from subgraph.executor import Executor
 from subgraph.ir import Graph
+import subgraph.ops
 from subgraph.ops import (
     KERNELS,
     SUPPORTS,
@@ -109,12 +115,13 @@ def test_register_kernel_with_predicate_declines_to_reference():
     def only_float32(node):
         return node.inputs[0].dtype == np.float32
 
+    original = KERNELS["Softsign"], SUPPORTS["Softsign"]  # the real kernel, restored below
+
     @register_kernel("Softsign", supports=only_float32)
     def softsign(node, x):
         calls.append(x.dtype)
         return x / (1 + np.abs(x))
 
-    original = KERNELS.get("Softsign"), SUPPORTS.get("Softsign")
     try:
         g = Graph("g")
         a = g.add_input("a", (2,), "float32")
@@ -135,3 +142,45 @@ def test_default_predicate_is_native_dtypes():
     assert all(SUPPORTS[op] is not None for op in KERNELS)
     assert SUPPORTS["Relu"] is native_dtypes
     assert SUPPORTS["Reshape"] is any_dtype
+
+
+# --------------------------------------------------------------------------- structure
+OPS_DIR = Path(subgraph.ops.__file__).parent
+
+
+def listed_modules(import_graph) -> list[str]:
+    """The kernel modules subgraph/ops/op_list.py imports."""
+    return sorted(import_graph.find_modules_directly_imported_by("subgraph.ops.op_list"))
+
+
+def registers_kernels(path: Path) -> bool:
+    """Whether a module's source decorates anything with register_kernel(...)."""
+    return any(isinstance(d, ast.Call) and getattr(d.func, "id", None) == "register_kernel"
+               for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, ast.FunctionDef) for d in node.decorator_list)
+
+
+def test_the_registry_is_a_leaf(import_graph):
+    # it holds the dicts; the IR is all it needs (Node, for its signatures)
+    assert import_graph.find_modules_directly_imported_by("subgraph.ops.registry") == {"subgraph.ir"}
+    assert not {m for m in import_graph.find_upstream_modules("subgraph.ops.registry")
+                if m.startswith("subgraph.ops")}
+
+
+def test_every_listed_module_is_imported_and_registers_kernels(import_graph):
+    listed = listed_modules(import_graph)
+    assert listed == [f"subgraph.ops.{name}" for name in (
+        "activation", "constant", "conv", "convert", "elementwise", "index", "linalg", "norm", "pool",
+        "reduce", "tensor")]
+    registered = {kernel.__module__ for kernel in KERNELS.values()}
+    for module in listed:
+        assert module in sys.modules
+        assert module in registered, f"{module} registers no kernel"
+    assert registered <= set(listed), f"kernels registered outside op_list: {sorted(registered - set(listed))}"
+
+
+def test_no_kernel_module_is_missing_from_op_list(import_graph):
+    kernel_modules = sorted(f"subgraph.ops.{p.stem}" for p in OPS_DIR.glob("*.py") if registers_kernels(p))
+    assert kernel_modules == listed_modules(import_graph)
+    helpers = sorted(p.stem for p in OPS_DIR.glob("*.py") if not registers_kernels(p))
+    assert helpers == ["__init__", "common", "op_list", "reference", "registry", "window"]

@@ -1,0 +1,200 @@
+"""The executor: where kernels come from (kernel_for), output checks, liveness, profiling,
+threads, and a graph that is never modified by running it."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import subgraph
+from subgraph.errors import ExecutionError
+from subgraph.executor import Executor, ProfilingExecutor, RunStats, op_kernel, run
+from subgraph.partition import partition_graph
+from subgraph.properties import FusedKernels
+from subgraph.serialize import graph_to_dict
+from subgraph.testing import layered_dag, seed_example
+
+X = np.array([-1.5, -0.25, 0.5, 2.0], dtype=np.float32)
+SEED_ORDER = ["1", "2", "3", "4", "5", "6", "7"]
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-x))
+
+
+def seed_expected(x: np.ndarray) -> np.ndarray:
+    """seed_example by hand: r = relu(relu(x)); relu(relu(relu(r) + sigmoid(r)))."""
+    r = np.maximum(np.maximum(x, 0), 0)
+    return np.maximum(np.maximum(r, 0) + sigmoid(r), 0)
+
+
+def snapshot(graph) -> tuple:
+    """Everything running could touch: the JSON document, and each node's meta and rt_info."""
+    def nodes(g):
+        for node in g.nodes:
+            yield node
+            if node.subgraph is not None:
+                yield from nodes(node.subgraph)
+
+    return (json.dumps(graph_to_dict(graph), sort_keys=True),
+            [(n.name, dict(n.meta), dict(n.rt_info), sorted(n.attrs)) for n in nodes(graph)])
+
+
+# --------------------------------------------------------------------------- kernel_for
+def test_kernel_for_is_asked_once_per_node_in_graph_order():
+    asked, called = [], []
+
+    def kernel_for(node):
+        asked.append(node.name)
+        kernel = op_kernel(node)
+
+        def traced(n, *args):
+            called.append(n.name)
+            return kernel(n, *args)
+
+        return traced
+
+    executor = Executor(seed_example(), kernel_for=kernel_for)
+    first = executor.run({"x": X})["7"]
+    second = executor.run({"x": X})["7"]
+    assert asked == SEED_ORDER
+    assert called == SEED_ORDER * 2
+    np.testing.assert_allclose(first, seed_expected(X), rtol=1e-6)
+    np.testing.assert_array_equal(second, first)
+
+
+def test_kernel_for_replaces_what_a_node_computes():
+    def relu_is_seven(node):
+        if node.op == "Relu":
+            return lambda n, x: np.full_like(x, 7.0)
+        return op_kernel(node)
+
+    def last_relu_negates(node):
+        if node.name == "7":
+            return lambda n, x: -x
+        return op_kernel(node)
+
+    np.testing.assert_array_equal(run(seed_example(), {"x": X}, relu_is_seven)["7"], np.full(4, 7, np.float32))
+    np.testing.assert_allclose(run(seed_example(), {"x": X}, last_relu_negates)["7"], -seed_expected(X),
+                               rtol=1e-6)
+    np.testing.assert_allclose(run(seed_example(), {"x": X})["7"], seed_expected(X), rtol=1e-6)
+
+
+def replace(name: str, kernel):
+    """A kernel_for running ``kernel`` for node ``name`` and the op kernels elsewhere."""
+    return lambda node: kernel if node.name == name else op_kernel(node)
+
+
+def test_kernel_outputs_are_checked_against_the_inferred_types():
+    graph = seed_example()
+    short = replace("3", lambda n, x: x[:3])
+    wide = replace("3", lambda n, x: x.astype(np.float64))
+    with pytest.raises(ExecutionError, match=r"^node '3' \(Relu\) produced %3 with shape \[3\], expected \[4\]\n"
+                                             r"  %3: float32\[4\] = Relu\(%2\)  # 3$"):
+        Executor(graph, kernel_for=short).run({"x": X})
+    with pytest.raises(ExecutionError, match=r"^node '3' \(Relu\) produced %3 with dtype float64, "
+                                             r"expected float32\n"):
+        Executor(graph, kernel_for=wide).run({"x": X})
+    # unchecked, the wrong dtype flows on: Add promotes to float64
+    assert Executor(graph, check_shapes=False, kernel_for=wide).run({"x": X})["7"].dtype == np.float64
+
+
+def test_kernel_failures_name_the_node_and_its_inputs():
+    def boom(node, *args):
+        raise RuntimeError("boom")
+
+    with pytest.raises(ExecutionError, match=r"^node '5' \(Add\) failed: RuntimeError: boom\n"
+                                             r"  %5: float32\[4\] = Add\(%3, %4\)  # 5\n"
+                                             r"  input types: \['float32\[4\]', 'float32\[4\]'\]$"):
+        run(seed_example(), {"x": X}, replace("5", boom))
+    with pytest.raises(ExecutionError, match=r"^node '5' \(Add\) returned 0 output\(s\), expected 1\n"):
+        run(seed_example(), {"x": X}, replace("5", lambda n, a, b: ()))
+
+
+def test_a_fused_node_needs_a_kernel_for_that_knows_it():
+    partitioned = partition_graph(seed_example(), "numpy", ops=["Relu"])
+    message = (r"^node 'numpy_subgraph_0' \(Subgraph\) is a fused node: run the partitioned graph with "
+               r"subgraph.run or a compiled model, which compile its subgraph\n  %2: float32\[4\], %3: float32\[4\] "
+               r"= subgraph.Subgraph\(%x\) \{device='NUMPY', property='numpy', subgraph_id=0\}  # numpy_subgraph_0$")
+    with pytest.raises(ExecutionError, match=message):
+        Executor(partitioned).run({"x": X})
+    with pytest.raises(ExecutionError, match=message):
+        run(partitioned, {"x": X})
+    with pytest.raises(ExecutionError, match=message):
+        op_kernel(partitioned.nodes[0])
+    np.testing.assert_allclose(subgraph.run(partitioned, {"x": X})["7"], seed_expected(X), rtol=1e-6)
+
+
+# --------------------------------------------------------------------------- the graph stays data
+def test_running_never_modifies_the_graph():
+    plain = seed_example()
+    partitioned = partition_graph(seed_example(), "numpy", ops=["Relu", "Add"])
+    nested = partition_graph(partitioned, "numpy", ops=["Subgraph", "Sigmoid"])
+    runners = [lambda g: run(g, {"x": X}), lambda g: subgraph.run(g, {"x": X}),
+               lambda g: ProfilingExecutor(g, kernel_for=FusedKernels()).run({"x": X})]
+    for graph in (plain, partitioned, nested):
+        before, copy = snapshot(graph), graph.copy()
+        for runner in runners if graph is plain else runners[1:]:
+            for _ in range(2):
+                np.testing.assert_allclose(runner(graph)["7"], seed_expected(X), rtol=1e-6)
+        assert snapshot(graph) == before
+        assert graph.equals(copy)
+        assert not any(hasattr(node, "kernel") for node in graph.nodes)
+
+
+# --------------------------------------------------------------------------- stats
+def test_stats_record_the_peak_of_live_intermediates():
+    executor = Executor(seed_example())
+    assert executor.stats == RunStats(0, {})  # nothing run yet
+    executor.run({"x": X})
+    # 16 bytes per value; the most alive at once: %2, %3 and %4 while Sigmoid '4' runs
+    assert executor.stats.peak_bytes == 48
+    assert executor.stats.node_times == {}
+
+
+def test_profiling_executor_times_every_node_of_every_run():
+    executor = ProfilingExecutor(seed_example())
+    out = executor.run({"x": X})["7"]
+    first = executor.stats
+    assert list(first.node_times) == SEED_ORDER
+    assert all(isinstance(t, float) and t >= 0 for t in first.node_times.values())
+    assert first.peak_bytes == 48
+    np.testing.assert_allclose(out, seed_expected(X), rtol=1e-6)
+    executor.run({"x": X})
+    assert executor.stats is not first and list(executor.stats.node_times) == SEED_ORDER
+
+
+# --------------------------------------------------------------------------- threads
+def test_threads_share_one_executor_and_get_identical_results():
+    graph = layered_dag(300, seed=4, shape=(64,))
+    feeds = [{f"x{i}": np.random.default_rng(seed * 10 + i).standard_normal(64, dtype=np.float32)
+              for i in range(4)} for seed in range(2)]
+    executor = ProfilingExecutor(graph)
+    expected = [Executor(graph).run(f) for f in feeds]
+    barrier = threading.Barrier(2)
+
+    def work(k: int):
+        barrier.wait(timeout=30)
+        results = [executor.run(feeds[k]) for _ in range(10)]
+        return results, executor.stats
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads often, so their runs interleave node by node
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            outcomes = list(pool.map(work, [0, 1]))
+    finally:
+        sys.setswitchinterval(interval)
+    for k, (results, stats) in enumerate(outcomes):
+        for result in results:
+            assert list(result) == list(expected[k])
+            for name, array in result.items():
+                np.testing.assert_array_equal(array, expected[k][name])
+        assert list(stats.node_times) == [n.name for n in graph.nodes]  # each thread sees its own run
+    assert outcomes[0][1] is not outcomes[1][1]
+    assert executor.stats == RunStats(0, {})  # this thread ran nothing
