@@ -6,17 +6,7 @@ checked against the declared inputs, and a kernel failure is re-raised as
 :class:`~subgraph.errors.ExecutionError` with the failing node printed. The graph is data
 only: where each node's code comes from is the caller's ``kernel_for`` (plain ops: the
 numpy kernels of :mod:`subgraph.ops`; fused nodes: :func:`subgraph.run` and compiled
-models, which own their compiled kernels).
-
-Examples
---------
->>> import numpy as np
->>> from subgraph.ir import Graph
->>> g = Graph("g")
->>> x = g.add_input("x", (2,), "float32")
->>> g.set_outputs([g.add_node("Relu", [x], name="r").outputs[0]])
->>> run(g, {"x": np.array([-1.0, 2.0], dtype=np.float32)})["r"]
-array([0., 2.], dtype=float32)
+models, which own their compiled kernels). :class:`Executor` shows an example.
 """
 
 from __future__ import annotations

@@ -7,12 +7,8 @@ subgraph. ``rt_info`` entries persist when their values are JSON-compatible.
 
 Examples
 --------
->>> import numpy as np
->>> from subgraph.ir import Graph
->>> g = Graph("g")
->>> x = g.add_input("x", (2,), "float32")
->>> g.set_outputs([g.add_node("Relu", [x], name="r").outputs[0]])
->>> graph_from_dict(graph_to_dict(g)).equals(g)
+>>> from subgraph.testing import seed_example
+>>> graph_from_dict(graph_to_dict(seed_example())).equals(seed_example())
 True
 """
 
