@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from subgraph.analysis.inputs import draw_input
 from subgraph.fileio import write_atomic
 from zoo.builder import rng_for
 
@@ -102,15 +103,11 @@ def _draw(model: Any, seed: int, stream: str) -> dict[str, np.ndarray]:
         shape = tuple(d.dim_value if d.HasField("dim_value") else 1 for d in tensor_type.shape.dim)
         rng = rng_for(seed, f"{stream}/{info.name}")
         rule = rules.get(info.name, {})
-        if dtype.kind == "f":
-            feeds[info.name] = rng.standard_normal(shape).astype(dtype)
-        elif dtype.kind == "b":
-            feeds[info.name] = rng.integers(0, 2, shape).astype(dtype)
-        elif rule.get("kind") == "mask":
+        if rule.get("kind") == "mask":
             feeds[info.name] = _mask(rng, shape, dtype)
         else:
             high = int(rule.get("high", bounds.get(info.name, 2)))
-            feeds[info.name] = rng.integers(0, high, shape).astype(dtype)
+            feeds[info.name] = draw_input(rng, info.name, shape, dtype, high)
     return feeds
 
 

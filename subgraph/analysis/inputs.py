@@ -19,7 +19,7 @@ import numpy as np
 from subgraph.errors import InputError
 from subgraph.ir import Graph
 
-__all__ = ["INT_HIGH", "random_inputs"]
+__all__ = ["INT_HIGH", "draw_input", "random_inputs"]
 
 #: random integer inputs lie in [0, INT_HIGH) (lower where they index a smaller table)
 INT_HIGH = 10
@@ -34,6 +34,23 @@ def _gather_bounds(graph: Graph) -> dict[str, int]:
             size = node.inputs[0].shape[axis]
             bounds[node.inputs[1].name] = min(size, bounds.get(node.inputs[1].name, size))
     return bounds
+
+
+def draw_input(rng: np.random.Generator, name: str, shape: tuple[int, ...], dtype: np.dtype,
+               high: int) -> np.ndarray:
+    """One random array: floats from N(0, 1), integers in ``[0, high)``, booleans at random.
+
+    >>> draw_input(np.random.default_rng(0), "ids", (4,), np.dtype("int32"), 3).tolist()
+    [2, 1, 1, 0]
+    """
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype.kind in "iu":
+        return rng.integers(0, high, shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.random(shape) < 0.5
+    raise InputError(f"input {name!r} has dtype {dtype.name}, which cannot be drawn at random; "
+                     "give the arrays yourself (subgraph run: --inputs FILE.npz)")
 
 
 def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
@@ -68,14 +85,6 @@ def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
         if shape is None or dtype is None:
             raise InputError(f"input {value.name!r} of graph {graph.name!r} is {value.type_str()}: "
                              "random inputs need a static shape and a dtype")
-        if dtype.kind == "f":
-            feeds[value.name] = rng.standard_normal(shape).astype(dtype)
-        elif dtype.kind in "iu":
-            high = max(1, min(INT_HIGH, bounds.get(value.name, INT_HIGH)))
-            feeds[value.name] = rng.integers(0, high, shape).astype(dtype)
-        elif dtype.kind == "b":
-            feeds[value.name] = rng.random(shape) < 0.5
-        else:
-            raise InputError(f"input {value.name!r} has dtype {dtype.name}, which cannot be drawn at random; "
-                             "give the arrays yourself (subgraph run: --inputs FILE.npz)")
+        high = max(1, min(INT_HIGH, bounds.get(value.name, INT_HIGH)))
+        feeds[value.name] = draw_input(rng, value.name, shape, dtype, high)
     return feeds
