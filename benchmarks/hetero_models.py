@@ -67,13 +67,13 @@ def plain_tvm(model, feeds):
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
 
-    from subgraph.properties.tvm.engine import _as_target
-    from subgraph.properties.tvm.schedule import relax_pipeline
+    from subgraph.properties.tvm.target import as_target
+    from subgraph.properties.tvm.pipeline import relax_pipeline
 
     start = time.perf_counter()
     mod = from_onnx(model, shape_dict={k: list(v.shape) for k, v in feeds.items()},
                     dtype_dict={k: str(v.dtype) for k, v in feeds.items()}, keep_params_in_input=False)
-    target = _as_target("llvm")
+    target = as_target("llvm")
     try:
         executable = tvm.compile(mod, target=target, relax_pipeline=relax_pipeline(target, "cpu"))
     except Exception:  # noqa: BLE001 - the property falls back the same way
@@ -109,7 +109,8 @@ def main() -> None:
 
     import zoo
     from subgraph import compile_model, from_onnx, run
-    from subgraph.properties.tvm.tune import TuningDatabase, default_database_path, tune_graphs
+    from subgraph.properties.tvm.tuner import tune_graphs
+    from subgraph.properties.tvm.tuning_db import TuningDatabase, default_database_path
 
     peak = _nominal_peak_gflops(args.threads)
     print(f"{args.threads} thread(s) everywhere; median of {args.repeat} runs, ms; tuning budget "

@@ -62,13 +62,9 @@ def test_private_import_scan_finds_what_it_should():
 
 
 def package_modules() -> list:
-    """Every module of the package, a test parameter each; known offenders marked."""
+    """Every module of the package, a test parameter each."""
     package = Path(__file__).resolve().parents[1] / "subgraph"
-    known = {"properties/tvm/tune.py": "tune.py imports _as_target, _summary and _use_all_cpus from "
-                                       "subgraph.properties.tvm.engine (reported; fix in the package)"}
-    return [pytest.param(path, id=str(path.relative_to(package)),
-                         marks=[pytest.mark.xfail(strict=True, reason=known[key])] if key in known else [])
-            for path in sorted(package.rglob("*.py")) for key in [path.relative_to(package).as_posix()]]
+    return [pytest.param(path, id=path.relative_to(package).as_posix()) for path in sorted(package.rglob("*.py"))]
 
 
 @pytest.mark.parametrize("path", package_modules())

@@ -334,7 +334,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _tune(args: argparse.Namespace) -> int:
     from subgraph.api import partition_model
-    from subgraph.properties.tvm.tune import open_database, tune_graphs
+    from subgraph.properties.tvm.tuner import tune_graphs
+    from subgraph.properties.tvm.tuning_db import open_database
     from subgraph.cli.report import TuneProgress, format_tuning
 
     graph, label, devices, options, _ = _setup(args)

@@ -176,7 +176,7 @@ class Progress:
 
 
 class TuneProgress:
-    """The ``progress`` callback of :func:`~subgraph.properties.tvm.tune.tune_graphs`: tasks done and
+    """The ``progress`` callback of :func:`~subgraph.properties.tvm.tuner.tune_graphs`: tasks done and
     seconds spent of the budget, a bar on a terminal, else one line per task."""
 
     def __init__(self, budget: float, stream: IO[str] | None = None, width: int = 28) -> None:

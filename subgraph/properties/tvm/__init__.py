@@ -1,9 +1,20 @@
 """The ``tvm`` property: fused subgraphs compiled by Apache TVM (Relax, ``tvm.compile``).
 
 The support query is what TVM's ONNX importer really handles
-(:func:`~subgraph.properties.tvm.engine.unsupported_reason`), narrowed by the options
-``ops`` (only these op types) and ``exclude_ops``. Compiled functions are cached in
-memory and on disk (:mod:`~subgraph.properties.tvm.engine`).
+(:func:`~subgraph.properties.tvm.support.unsupported_reason`), narrowed by the options
+``ops`` (only these op types) and ``exclude_ops``; it does not import tvm. Compiling goes
+through one lazy seam, :meth:`TVMProperty.compile`, into the modules below, each one
+concern and each importing tvm at its top (the layers are checked by ``lint-imports``):
+
+- :mod:`~.compiler` -- ``compile_graph``: prepare, build, cache, return a function;
+  :mod:`~.tuner` -- measure tiles for this CPU (``subgraph tune``)
+- :mod:`~.build` -- one ``tvm.compile``; :mod:`~.tuning_db` -- the stored tiles
+- :mod:`~.cache` -- memory and disk caches; :mod:`~.importer` -- subgraph to Relax;
+  :mod:`~.runtime` -- the compiled function; :mod:`~.pipeline` -- the CPU pass pipeline
+- :mod:`~.schedules` -- TIR schedules and tiles; :mod:`~.tensors` -- zero-copy hand-over;
+  :mod:`~.target` -- host targets and threads
+- :mod:`~.messages` -- TVM's errors, shortened; :mod:`~.rewrites` -- graph rewrites before
+  import; :mod:`~.support` -- what TVM handles
 """
 
 from __future__ import annotations
@@ -28,9 +39,9 @@ class TVMProperty(SubgraphProperty):
         Where compiled libraries are kept (default: the user cache folder).
     schedule : str
         ``"cpu"`` (default), ``"dlight"`` or ``"none"``: how CPU builds are scheduled
-        (:mod:`~subgraph.properties.tvm.schedule`).
+        (:mod:`~subgraph.properties.tvm.pipeline`).
     tuning : bool or path
-        Tuning records (``subgraph tune``, :mod:`~subgraph.properties.tvm.tune`): ``True``
+        Tuning records (``subgraph tune``, :mod:`~subgraph.properties.tvm.tuner`): ``True``
         (default) those in the cache folder, a path that database, ``False`` none.
     ops, exclude_ops : list[str] | None
         Restrict the ops TVM takes (e.g. ``exclude_ops=["Softmax"]``).
@@ -42,7 +53,6 @@ class TVMProperty(SubgraphProperty):
     >>> [n.name for n in seed_example().nodes if prop.supports(n)]
     ['1', '2', '3', '5', '6', '7']
     """
-
     device = "TVM"
 
     def supports(self, node: Node) -> bool:
@@ -58,7 +68,7 @@ class TVMProperty(SubgraphProperty):
         return None if reason is None else reason.split("): ", 1)[-1]
 
     def compile(self, subgraph: Graph):
-        from subgraph.properties.tvm.engine import compile_graph  # the lazy seam: imports tvm
+        from subgraph.properties.tvm.compiler import compile_graph  # the lazy seam: imports tvm
 
         return compile_graph(subgraph, target=self.options.get("target", "llvm"),
                              cache_dir=self.options.get("cache_dir"),

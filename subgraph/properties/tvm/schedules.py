@@ -1,32 +1,14 @@
-"""CPU schedules for TVM builds: without them ``tvm.compile`` emits scalar, single-thread loops.
+"""Schedules of TIR functions for the CPU: contraction tiles, element-wise loops, their analysis.
 
-TVM 0.27's default ``llvm`` pipeline lowers every operator to naive loop nests. This module
-supplies the Relax pipeline :func:`relax_pipeline` that the engine passes to
-``tvm.compile``: the CPU backend's legalize-and-fuse passes, then one schedule per fused
-function, then the usual lowering. Scheduling is deterministic (no search, no measuring:
-:mod:`~subgraph.properties.tvm.tune` measures tiles ahead of time and stores the winners),
-so a build stays a matter of seconds:
-
-- ``"cpu"`` (default): convolutions are first rewritten to NHWC activations and HWIO
-  weights (``relax.transform.ConvertLayout``; the weight transposes fold into constants), so
-  that the output channel is contiguous in both the output and the weights (where TVM's
-  ConvertLayout fails, the graph stays NCHW). Then every fused function gets, in order of
-  preference, the contraction rule (:func:`schedule_contraction`: matmul, batch matmul,
-  convolution as a register-blocked micro-kernel, vector lanes over the innermost output
-  axis, rows over a second axis, parallel outer loops, epilogue fused in the tile; the
-  tile is a :class:`Tile`, tuned per function when a tuning record exists), TVM's own
-  ``s_tir.dlight.cpu`` rules (GEMV; softmax and layer-norm style row reductions) and :class:`ElementwiseRule` (fused, parallel, vectorised loops).
-- ``"dlight"``: only TVM's ``dlight.cpu`` rules (GEMV, row reductions).
-- ``"none"``: TVM's default pipeline, unscheduled.
-
-A rule that cannot handle a function leaves it alone (TVM then compiles the naive loops),
-so a schedule can make a build slower to run but never wrong: the schedule primitives keep
-the computation's meaning.
-
-Examples
---------
->>> SCHEDULES
-('cpu', 'dlight', 'none')
+:func:`schedule_contraction` schedules a matmul, batch matmul or convolution as a
+register-blocked micro-kernel: vector lanes over the innermost output axis, rows over a
+second axis, parallel outer loops, the epilogue fused in the tile. The tile is a
+:class:`Tile`, tuned per function (:func:`function_key`) when a tuning record exists.
+:func:`schedule_rules` gives the rules a schedule name applies, in order of preference:
+the contraction rule, TVM's own ``s_tir.dlight.cpu`` rules (GEMV; softmax and layer-norm
+style row reductions) and fused, parallel, vectorised element-wise loops. A rule that
+cannot handle a function leaves it alone, so a schedule can make a build slower to run
+but never wrong: the schedule primitives keep the computation's meaning.
 """
 
 from __future__ import annotations
@@ -37,15 +19,26 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import tvm
+import tvm_ffi
+from tvm import s_tir, tirx
+from tvm.s_tir import dlight as dl
+from tvm.s_tir.dlight.analysis import normalize_prim_func
+from tvm.s_tir.dlight.analysis.common_analysis import collect_vars_used_in_prim_expr
+from tvm.s_tir.dlight.base import try_inline
+from tvm.s_tir.dlight.cpu.base import CPUScheduleRule
+from tvm.target.codegen import llvm_cpu_has_features, llvm_get_vector_width
 
-__all__ = ["SCHEDULES", "Tile", "candidate_tiles", "contraction_flops", "function_key", "prepare_passes", "relax_pipeline",
-           "schedule_contraction", "vector_lanes"]
+__all__ = ["Tile", "candidate_tiles", "contraction_flops", "function_key", "make_rules",
+           "schedule_contraction", "schedule_rules", "vector_lanes", "vector_widths"]
 
-#: The schedule names :func:`relax_pipeline` accepts; the first is the default.
-SCHEDULES: tuple[str, ...] = ("cpu", "dlight", "none")
 
 _ROW_BLOCKS = (8, 7, 6, 4, 3, 2)  # rows of the register tile, the first that divides the axis wins
+
+
 _MIN_PARALLEL = 4096  # fewer output elements than this run on one thread...
+
+
 _MIN_PARALLEL_WORK = 1 << 20  # ...unless they take this many multiply-adds (a large matrix-vector product)
 
 
@@ -60,8 +53,6 @@ def vector_lanes(target: Any, bits: int = 32) -> int:
     >>> vector_lanes(tvm.target.Target({"kind": "llvm", "mcpu": "haswell"}))
     8
     """
-    from tvm.target.codegen import llvm_cpu_has_features, llvm_get_vector_width
-
     if "x86" in str(target.attrs.get("mtriple", "x86_64")):  # the width query ignores mcpu on x86
         width = next((w for feature, w in (("avx512f", 512), ("avx", 256))
                       if llvm_cpu_has_features([feature], target)), 128)
@@ -78,18 +69,17 @@ def _extent(sch: Any, loop: Any) -> int | None:
 
 def _iter_vars_of(regions: Any) -> set[str]:
     """Names of the variables in the start indices of buffer regions."""
-    from tvm.s_tir.dlight.analysis.common_analysis import collect_vars_used_in_prim_expr
 
     return {var.name for region in regions for rng in region.region
             for var in collect_vars_used_in_prim_expr(rng.min)}
 
 
-def _vector_widths(lanes: int, extent: int) -> list[int]:
+def vector_widths(lanes: int, extent: int) -> list[int]:
     """The register's lanes, or a half or quarter of them (at least 4), that divide ``extent``.
 
     Examples
     --------
-    >>> _vector_widths(16, 1000), _vector_widths(16, 68), _vector_widths(16, 13)
+    >>> vector_widths(16, 1000), vector_widths(16, 68), vector_widths(16, 13)
     ([8, 4], [4], [])
     """
     return [n for n in (lanes, lanes // 2, lanes // 4) if n >= min(4, lanes) and extent % n == 0]
@@ -97,9 +87,6 @@ def _vector_widths(lanes: int, extent: int) -> list[int]:
 
 def _divisors_of(regions: Any, name: str) -> set[int]:
     """Constant divisors ``c`` of ``floordiv(..., c)`` over variable ``name`` in the regions' indices."""
-    import tvm_ffi
-    from tvm import tirx
-    from tvm.s_tir.dlight.analysis.common_analysis import collect_vars_used_in_prim_expr
 
     found: set[int] = set()
 
@@ -139,14 +126,13 @@ class Tile:
     axis) times ``vectors`` vector registers along the innermost output axis; ``rows_axis``
     picks the spatial axis the rows run over (``None``: one the vector operand does not
     depend on). The default tile is what an untuned build uses; tuning
-    (:mod:`~subgraph.properties.tvm.tune`) measures others and stores the fastest.
+    (:mod:`~subgraph.properties.tvm.tuner`) measures others and stores the fastest.
 
     Examples
     --------
     >>> Tile(), Tile.from_json({"rows": 4, "vectors": 2, "rows_axis": 1})
     (Tile(rows=None, vectors=1, rows_axis=None), Tile(rows=4, vectors=2, rows_axis=1))
     """
-
     rows: int | None = None
     vectors: int = 1
     rows_axis: int | None = None
@@ -175,9 +161,6 @@ def function_key(func: Any, target: Any) -> str:
     >>> len(key), key == function_key(f.with_attr("global_symbol", "other"), tvm.target.Target("llvm"))
     (32, True)
     """
-    import tvm
-    import tvm_ffi
-
     if func.attrs is not None and "global_symbol" in func.attrs:
         func = func.without_attr("global_symbol")
     text = f"{tvm.__version__}|{target}|{tvm_ffi.structural_hash(func)}"
@@ -197,9 +180,6 @@ class _Contraction:
 
 
 def _analyse(sch: Any, lanes: int) -> _Contraction | None:
-    from tvm.s_tir.dlight.analysis import normalize_prim_func
-    from tvm.s_tir.dlight.base import try_inline
-
     infos = normalize_prim_func(sch)
     if infos is None:
         return None
@@ -223,7 +203,7 @@ def _analyse(sch: Any, lanes: int) -> _Contraction | None:
     # convolutions read input channel `out // group * group + ...`: lanes that divide the
     # group size keep each vector in one group (a broadcast rather than a gather)
     groups = _divisors_of(stmt.reads, names[n_spatial - 1])
-    widths = _vector_widths(lanes, extents[n_spatial - 1])
+    widths = vector_widths(lanes, extents[n_spatial - 1])
     lanes = next((n for n in widths if all(g % n == 0 for g in groups)), widths[0] if widths else 0)
     if not lanes:
         return None
@@ -240,7 +220,6 @@ def _analyse(sch: Any, lanes: int) -> _Contraction | None:
 
 def _try_analyse(func: Any, lanes: int) -> _Contraction | None:
     """What :func:`_analyse` finds in ``func`` (``None``: not a contraction)."""
-    from tvm import s_tir
 
     try:
         return _analyse(s_tir.Schedule(func), lanes)
@@ -295,19 +274,13 @@ def candidate_tiles(func: Any, lanes: int, limit: int = 12) -> list[Tile]:
     return [Tile(), *[t for *_, t in sorted(tiles, key=lambda item: item[:3])]][:limit]
 
 
-def _make_rules(lanes: int, tiles: Mapping[str, Tile], applied: list[str] | None) -> tuple[Any, Any]:
-    from tvm import s_tir
-    from tvm.s_tir.dlight.analysis import normalize_prim_func
-    from tvm.s_tir.dlight.base import try_inline
-    from tvm.s_tir.dlight.cpu.base import CPUScheduleRule
-
+def make_rules(lanes: int, tiles: Mapping[str, Tile], applied: list[str] | None) -> tuple[Any, Any]:
     class ContractionRule(CPUScheduleRule):
         """One reduction block (matmul, convolution) plus injective producers and epilogue.
 
         The tile comes from ``tiles`` (tuning records, by :func:`function_key`), else the
         default :class:`Tile`; the keys of functions given a tuned tile go to ``applied``.
         """
-
         def apply(self, func: Any, target: Any, _tunable: bool) -> Any:
             try:
                 key = function_key(func, target) if tiles else None
@@ -344,8 +317,6 @@ def schedule_contraction(func: Any, lanes: int, tile: Tile = Tile()) -> Any:
     the reduction loops between the parallel outer loops and the tile, the epilogue
     computed inside the tile's outer loop. Raises if ``tile`` does not fit ``func``.
     """
-    from tvm import s_tir
-
     sch = s_tir.Schedule(func)
     found = _analyse(sch, lanes)
     if found is None:
@@ -400,252 +371,11 @@ def schedule_contraction(func: Any, lanes: int, tile: Tile = Tile()) -> Any:
     return sch
 
 
-def _rules(schedule: str, lanes: int, tiles: Mapping[str, Tile] | None = None,
+def schedule_rules(schedule: str, lanes: int, tiles: Mapping[str, Tile] | None = None,
            applied: list[str] | None = None) -> list[Any]:
-    from tvm.s_tir import dlight as dl
 
     if schedule == "dlight":
         return [dl.cpu.GEMV(), dl.cpu.Reduction()]
-    contraction, elementwise = _make_rules(lanes, tiles or {}, applied)
+    contraction, elementwise = make_rules(lanes, tiles or {}, applied)
     return [contraction, dl.cpu.GEMV(), dl.cpu.Reduction(), elementwise]
 
-
-def prepare_passes(target: Any, schedule: str = "cpu") -> list[Any]:
-    """The passes before scheduling: layout (``"cpu"``), library dispatch, legalize and fuse.
-
-    Their output's TIR functions are what the schedule rules see and what tuning measures.
-    """
-    from tvm.relax.backend.cpu_generic import pipeline as cpu
-
-    if schedule != "cpu":
-        return cpu.library_dispatch_passes(target) + cpu.legalize_passes(target)
-    from tvm import relax
-
-    # TVM's legalize-and-fuse passes, with our erf and softmax in its LegalizeOps
-    legalize = [relax.transform.LegalizeOps(customize_legalize_map={"relax.erf": _fast_erf,
-                                                                    "relax.nn.softmax": _fast_softmax})
-                if p.info.name == "LegalizeOps" else p for p in cpu.legalize_passes(target)]
-    return [_ClampsAsRelaxOps(), _ConvertLayoutIfPossible(), *cpu.library_dispatch_passes(target), *legalize]
-
-
-def _ClampsAsRelaxOps() -> Any:  # noqa: N802 - a pass, named like TVM's
-    """``call_tir(maximum|minimum, (x, scalar))`` as ``R.maximum`` / ``R.minimum``; Dropout's
-    output as its input.
-
-    TVM's ONNX importer emits ``Clip`` as calls of ready-made TIR functions, which
-    ConvertLayout cannot see through: in an NHWC build every ReLU6 of MobileNetV2 was
-    wrapped in two transposes. The Relax ops compute the same (a scalar broadcasts) and
-    follow their input's layout. ``R.nn.dropout`` returns a tuple, on which TVM 0.27's
-    layout inference aborts ("Expected nested to match tuple", SqueezeNet); at inference
-    its first output is its input.
-    """
-    import re
-
-    import tvm
-    from tvm import relax
-
-    call_tir, dropout = tvm.ir.Op.get("relax.call_tir"), tvm.ir.Op.get("relax.nn.dropout")
-    ops = {"maximum": relax.op.maximum, "minimum": relax.op.minimum}
-
-    @relax.expr_functor.mutator
-    class _Rewrite(relax.PyExprMutator):
-        def visit_tuple_getitem_(self, op: Any) -> Any:
-            op = super().visit_tuple_getitem_(op)
-            source = self.lookup_binding(op.tuple_value) if isinstance(op.tuple_value, relax.Var) else None
-            if op.index == 0 and isinstance(source, relax.Call) and source.op == dropout:
-                return source.args[0]  # inference: Dropout is the identity
-            return op
-
-        def visit_call_(self, call: Any) -> Any:
-            call = super().visit_call_(call)
-            if call.op != call_tir or not isinstance(call.args[0], relax.GlobalVar):
-                return call
-            match = re.fullmatch(r"(maximum|minimum)\d*", call.args[0].name_hint)
-            args = call.args[1]
-            if match is None or not isinstance(args, relax.Tuple) or len(args.fields) != 2:
-                return call
-            x, bound = args.fields
-            if isinstance(bound, relax.Var):  # a constant bound to a variable first
-                bound = self.lookup_binding(bound)
-            if not isinstance(bound, tvm.ir.GenericConst) or len(bound.value.shape) != 0:
-                return call
-            return ops[match.group(1)](x, bound)
-
-    @tvm.transform.module_pass(opt_level=0, name="SubgraphClampsAsRelaxOps")
-    def _rewrite(mod: Any, _ctx: Any) -> Any:
-        for gvar, func in list(mod.functions.items()):
-            if isinstance(func, relax.Function):
-                mod[gvar] = _Rewrite().visit_expr(func)
-        return relax.transform.DeadCodeElimination()(mod)
-
-    return _rewrite
-
-
-def _fast_softmax(bb: Any, call: Any) -> Any:
-    """``softmax`` over the last axis of a float32 tensor as a TIR function scheduled here.
-
-    ``topi.fast_exp`` vectorises where libm's ``expf`` does not. The function is scheduled
-    by :func:`_schedule_softmax` and marked as such: dlight's Reduction rule, given a
-    one-row softmax, put the whole computation under a parallel loop over the columns
-    (every thread recomputing, and racing on, the row's max and sum).
-    """
-    import tvm
-    from tvm import relax
-
-    x = call.args[0]
-    shape = getattr(x.ty, "shape", None)
-    axis = int(call.attrs.axis)
-    try:
-        dims = [int(d) for d in shape.values]
-    except (AttributeError, TypeError):
-        dims = None
-    if str(getattr(x.ty, "dtype", "")) != "float32" or not dims or axis not in (-1, len(dims) - 1):
-        return tvm.ir.Op.get("relax.nn.softmax").get_attr("FLegalize")(bb, call)
-    func = _schedule_softmax(dims, vector_lanes(tvm.target.Target.current(allow_none=True)
-                                                or tvm.target.Target("llvm")))
-    gvar = bb.add_func(func, "softmax")
-    return relax.call_tir(gvar, [x], relax.TensorType(dims, "float32"))
-
-
-def _schedule_softmax(dims: list[int], lanes: int) -> Any:
-    """max, exp (fast), sum and divide per row: rows in parallel, the columns vectorised."""
-    from tvm import s_tir, te, topi
-
-    data = te.placeholder(dims, "float32", name="x")
-    shifted = topi.subtract(data, topi.max(data, axis=-1, keepdims=True))
-    exp = topi.fast_exp(shifted)
-    out = topi.divide(exp, topi.sum(exp, axis=-1, keepdims=True))
-    sch = s_tir.Schedule(te.create_prim_func([data, out]))
-    # topi's stage names: the max is named after its input, the sum after exp's output
-    red_max, sub, fexp, red_sum, div = (sch.get_sblock(name) for name in (
-        "x_red", "T_subtract", "T_fast_exp", "T_fast_exp_red", "T_divide"))
-    sch.compute_inline(sub)
-    loops = sch.get_loops(div)
-    if len(loops) > 1:
-        row = sch.fuse(*loops[:-1])
-        for block in (red_sum, fexp, red_max):  # consumers first
-            sch.compute_at(block, row)
-        if int(np.prod(dims[:-1])) > 1:
-            sch.parallel(row)
-    widths = _vector_widths(lanes, dims[-1])
-    for block in (fexp, div) if widths else ():
-        sch.vectorize(sch.split(sch.get_loops(block)[-1], factors=[None, widths[0]])[-1])
-    return sch.mod["main"].with_attr("tirx.is_scheduled", True)
-
-
-def _fast_erf(bb: Any, call: Any) -> Any:
-    """``erf`` on float32 as TVM's rational approximation (``topi.fast_erf``, max error ~1e-7):
-    it vectorises, where the libm call of the default legalization runs one element at a time
-    (GELU's erf took half of a BERT encoder's time)."""
-    import tvm
-    from tvm import topi
-
-    if str(getattr(call.args[0].ty, "dtype", "")) == "float32":
-        return bb.call_te(topi.fast_erf, call.args[0])
-    return tvm.ir.Op.get("relax.erf").get_attr("FLegalize")(bb, call)
-
-
-def _ConvertLayoutIfPossible() -> Any:  # noqa: N802 - a pass, named like TVM's
-    """NHWC activations and HWIO weights for ``conv2d``; the module unchanged where TVM's
-    ConvertLayout fails (it does on some Concat and channel-shuffle graphs)."""
-    import tvm
-    from tvm import relax
-
-    convert = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]})
-
-    @tvm.transform.module_pass(opt_level=0, name="SubgraphConvertLayout")
-    def _convert(mod: Any, _ctx: Any) -> Any:
-        for attempt in (lambda m: m, _opaque_concat_reshape):
-            try:
-                return relax.transform.FoldConstant()(convert(attempt(mod)))
-            except Exception:  # noqa: BLE001 - TVM's layout rules trip over concat and 5-D reshapes
-                continue
-        return mod  # keep NCHW; the rules still schedule it
-
-    return _convert
-
-
-def _opaque_concat_reshape(mod: Any) -> Any:
-    """``R.concat``, ``R.reshape`` and ``R.permute_dims`` as calls of TIR functions, which
-    ConvertLayout leaves alone.
-
-    TVM 0.27's layout inference aborts on 5-D reshapes and transposes (ShuffleNet's channel
-    shuffle: "Invalid SLayout"); as opaque calls they get NCHW inputs (a transpose each)
-    and every convolution still becomes NHWC. Only used when ConvertLayout fails as is.
-    """
-    import tvm
-    from tvm import relax, topi
-
-    concat, reshape = tvm.ir.Op.get("relax.concat"), tvm.ir.Op.get("relax.reshape")
-    permute = tvm.ir.Op.get("relax.permute_dims")
-
-    @relax.expr_functor.mutator
-    class _Rewrite(relax.PyExprMutator):
-        def visit_call_(self, call: Any) -> Any:
-            call = super().visit_call_(call)
-            shape = getattr(call.ty, "shape", None)
-            if call.op == concat and isinstance(call.args[0], relax.Tuple):
-                return self.builder_.call_te(topi.concatenate, list(call.args[0].fields), int(call.attrs.axis),
-                                             primfunc_name_hint="concat")
-            if call.op == reshape and shape is not None:
-                return self.builder_.call_te(topi.reshape, call.args[0], [int(d) for d in shape.values],
-                                             primfunc_name_hint="reshape")
-            if call.op == permute and call.attrs.axes is not None:
-                return self.builder_.call_te(topi.transpose, call.args[0], [int(a) for a in call.attrs.axes],
-                                             primfunc_name_hint="transpose")
-            return call
-
-    for gvar, func in list(mod.functions.items()):
-        if isinstance(func, relax.Function):
-            rewriter = _Rewrite(mod)
-            new_func = rewriter.visit_expr(func)
-            mod = rewriter.builder_.finalize()
-            mod[gvar] = new_func
-    return mod
-
-
-def relax_pipeline(target: Any, schedule: str = "cpu", tiles: Mapping[str, Tile] | None = None,
-                   applied: list[str] | None = None) -> Any:
-    """The Relax pipeline for ``tvm.compile(mod, target, relax_pipeline=...)`` on a CPU target.
-
-    Parameters
-    ----------
-    target : tvm.target.Target
-        An ``llvm`` target; its vector width decides the vector lanes.
-    schedule : str
-        One of :data:`SCHEDULES`; ``"none"`` returns ``"default"`` (TVM's own pipeline).
-    tiles : mapping, optional
-        Tuned tiles by :func:`function_key` (from :mod:`~subgraph.properties.tvm.tune`);
-        functions not in it get the default :class:`Tile`.
-    applied : list, optional
-        Receives the :func:`function_key` of every function that got a tile from ``tiles``.
-
-    Returns
-    -------
-    tvm.transform.Pass or str
-
-    Examples
-    --------
-    >>> import tvm
-    >>> relax_pipeline(tvm.target.Target("llvm"), "none")
-    'default'
-    """
-    if schedule not in SCHEDULES:
-        raise ValueError(f"unknown TVM schedule {schedule!r}; expected one of {list(SCHEDULES)}")
-    if schedule == "none":
-        return "default"
-    import tvm
-    from tvm.relax.backend.cpu_generic import pipeline as cpu
-    from tvm.s_tir import dlight as dl
-
-    rules = _rules(schedule, vector_lanes(target), tiles, applied)
-
-    @tvm.transform.module_pass(opt_level=0, name="SubgraphCPUPipeline")
-    def _pipeline(mod: Any, _ctx: Any) -> Any:
-        with target:
-            mod = tvm.transform.Sequential(
-                prepare_passes(target, schedule) + [dl.ApplyDefaultSchedule(*rules)]
-                + cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target))(mod)
-        return mod
-
-    return _pipeline

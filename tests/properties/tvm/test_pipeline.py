@@ -1,4 +1,4 @@
-"""Tests of :mod:`subgraph.properties.tvm.schedule`: scheduled CPU builds give the same numbers."""
+"""Tests of the TVM CPU pipeline and its schedules: scheduled builds give the same numbers."""
 
 from __future__ import annotations
 
@@ -13,82 +13,24 @@ import pytest
 
 from subgraph.errors import PropertyError
 from subgraph.ir import Graph
-from subgraph.properties.tvm import engine as te
-from subgraph.properties.tvm import schedule as ts
 from subgraph.analysis.shape_inference import infer_shapes
+from subgraph.properties.tvm.compiler import compile_graph
+from subgraph.properties.tvm.importer import onnx_for_tvm, relax_module
+from subgraph.properties.tvm.pipeline import SCHEDULES, prepare_passes, relax_pipeline
+from subgraph.properties.tvm.target import as_target, host_target
+from tvm_graphs import assert_matches_onnxruntime, attention_graph, conv_graph, linear_graph, rand
 
 pytestmark = [pytest.mark.tvm,
               pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="needs apache-tvm")]
 
 
-def _rand(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    return rng.standard_normal(shape).astype(np.float32)
-
-
-def linear_graph() -> Graph:
-    """MatMul + bias + Relu: one contraction with an epilogue (rows 96 = 8 x 12, columns 48)."""
-    rng = np.random.default_rng(3)
-    g = Graph("linear")
-    x = g.add_input("x", (96, 64), "float32")
-    y = g.add_node("MatMul", [x, g.add_constant("w", _rand(rng, (64, 48)))], name="mm").outputs[0]
-    y = g.add_node("Add", [y, g.add_constant("b", _rand(rng, (48,)))], name="add").outputs[0]
-    g.set_outputs([g.add_node("Relu", [y], name="relu").outputs[0]])
-    infer_shapes(g)
-    return g
-
-
-def conv_graph() -> Graph:
-    """Strided, padded, grouped and residual convolutions, as in ResNet and MobileNet."""
-    rng = np.random.default_rng(4)
-    g = Graph("convs")
-    x = g.add_input("x", (1, 8, 14, 14), "float32")
-    y = g.add_node("Conv", [x, g.add_constant("w1", _rand(rng, (32, 8, 3, 3))),
-                            g.add_constant("b1", _rand(rng, (32,)))],
-                   name="conv1", attrs={"pads": [1, 1, 1, 1], "strides": [2, 2]}).outputs[0]
-    y = g.add_node("Relu", [y], name="relu1").outputs[0]
-    d = g.add_node("Conv", [y, g.add_constant("w2", _rand(rng, (32, 1, 3, 3)))],
-                   name="depthwise", attrs={"pads": [1, 1, 1, 1], "group": 32}).outputs[0]
-    p = g.add_node("Conv", [d, g.add_constant("w3", _rand(rng, (32, 32, 1, 1)))], name="pointwise").outputs[0]
-    g.set_outputs([g.add_node("Add", [p, y], name="residual").outputs[0]])
-    infer_shapes(g)
-    return g
-
-
-def attention_graph() -> Graph:
-    """Batched Q K^T, softmax, times V: batch matmuls and a row reduction."""
-    rng = np.random.default_rng(5)
-    g = Graph("attention")
-    q = g.add_input("q", (2, 32, 16), "float32")
-    k = g.add_constant("k", _rand(rng, (2, 16, 32)))
-    v = g.add_constant("v", _rand(rng, (2, 32, 16)))
-    s = g.add_node("MatMul", [q, k], name="qk").outputs[0]
-    s = g.add_node("Softmax", [s], name="softmax", attrs={"axis": -1}).outputs[0]
-    g.set_outputs([g.add_node("MatMul", [s, v], name="sv").outputs[0]])
-    infer_shapes(g)
-    return g
-
-
-def onnxruntime_outputs(graph: Graph, *arrays: np.ndarray) -> list[np.ndarray]:
-    ort = pytest.importorskip("onnxruntime")
-    from subgraph import to_onnx
-
-    session = ort.InferenceSession(to_onnx(graph).SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, {v.name: a for v, a in zip(graph.inputs, arrays)})
-
-
-def assert_matches_onnxruntime(graph: Graph, got: list[np.ndarray], *arrays: np.ndarray) -> None:
-    """``got`` (a TVM build's outputs on ``arrays``) equals onnxruntime's within 1e-4 relative."""
-    for g, w in zip(got, onnxruntime_outputs(graph, *arrays)):
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5 * float(np.abs(w).max()))
-
-
-@pytest.mark.parametrize("schedule", ts.SCHEDULES)
+@pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("build", [linear_graph, conv_graph, attention_graph])
 def test_every_schedule_matches_onnxruntime(build, schedule):
     graph = build()
     rng = np.random.default_rng(0)
-    arrays = [_rand(rng, v.shape) for v in graph.inputs]
-    assert_matches_onnxruntime(graph, te.compile_graph(graph, schedule=schedule)(*arrays), *arrays)
+    arrays = [rand(rng, v.shape) for v in graph.inputs]
+    assert_matches_onnxruntime(graph, compile_graph(graph, schedule=schedule)(*arrays), *arrays)
 
 
 def _lowered_scripts(graph: Graph, schedule: str) -> dict[str, str]:
@@ -99,10 +41,10 @@ def _lowered_scripts(graph: Graph, schedule: str) -> dict[str, str]:
 
     from subgraph import to_onnx
 
-    target = te.host_target()
+    target = host_target()
     mod = from_onnx(to_onnx(graph), shape_dict={v.name: list(v.shape) for v in graph.inputs},
                     dtype_dict={v.name: v.dtype.name for v in graph.inputs})
-    mod = ts.relax_pipeline(target, schedule)(relax.transform.FoldConstant()(mod))
+    mod = relax_pipeline(target, schedule)(relax.transform.FoldConstant()(mod))
     return {gv.name_hint: f.script() for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
 
 
@@ -124,26 +66,26 @@ def test_cpu_schedule_rewrites_convolutions_to_nhwc():
 def test_unknown_schedule_is_refused():
     with pytest.raises(PropertyError, match=r"unknown TVM schedule 'fast' for graph 'linear'; expected one of "
                                             r"\['cpu', 'dlight', 'none'\]"):
-        te.compile_graph(linear_graph(), schedule="fast")
+        compile_graph(linear_graph(), schedule="fast")
 
 
 def test_schedule_is_part_of_the_cache_key():
     graph = linear_graph()
-    assert te.compile_graph(graph, schedule="cpu").key != te.compile_graph(graph, schedule="none").key
+    assert compile_graph(graph, schedule="cpu").key != compile_graph(graph, schedule="none").key
 
 
 def test_host_mcpu_is_added_to_llvm_targets_only_when_missing():
     from tvm.target.codegen import llvm_get_system_cpu
 
-    assert f'"mcpu":"{llvm_get_system_cpu()}"' in te.compile_graph(linear_graph()).target
-    assert '"mcpu":"haswell"' in te.compile_graph(linear_graph(), {"kind": "llvm", "mcpu": "haswell"}).target
+    assert f'"mcpu":"{llvm_get_system_cpu()}"' in compile_graph(linear_graph()).target
+    assert '"mcpu":"haswell"' in compile_graph(linear_graph(), {"kind": "llvm", "mcpu": "haswell"}).target
 
 
 def test_tvm_property_passes_the_schedule_option():
     from subgraph.properties.tvm import TVMProperty
 
     graph = linear_graph()
-    assert TVMProperty(schedule="none").compile(graph).key == te.compile_graph(graph, schedule="none").key
+    assert TVMProperty(schedule="none").compile(graph).key == compile_graph(graph, schedule="none").key
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
@@ -153,9 +95,9 @@ def test_parallel_loops_use_every_cpu_by_default(tmp_path):
         import os, sys
         sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
         import numpy as np
-        from test_tvm_schedule import linear_graph
-        from subgraph.properties.tvm import engine as te
-        fn = te.compile_graph(linear_graph(), cache_dir={str(tmp_path)!r})
+        from tvm_graphs import linear_graph
+        from subgraph.properties.tvm.compiler import compile_graph
+        fn = compile_graph(linear_graph(), cache_dir={str(tmp_path)!r})
         before = len(os.listdir("/proc/self/task"))
         fn(np.ones((96, 64), np.float32))
         print(os.environ["TVM_NUM_THREADS"], len(os.listdir("/proc/self/task")) - before)
@@ -171,10 +113,10 @@ def clip_graph() -> Graph:
     rng = np.random.default_rng(6)
     g = Graph("relu6")
     x = g.add_input("x", (1, 8, 14, 14), "float32")
-    y = g.add_node("Conv", [x, g.add_constant("w1", _rand(rng, (24, 8, 1, 1)))], name="conv1").outputs[0]
+    y = g.add_node("Conv", [x, g.add_constant("w1", rand(rng, (24, 8, 1, 1)))], name="conv1").outputs[0]
     y = g.add_node("Clip", [y, g.add_constant("lo", np.float32(0)), g.add_constant("hi", np.float32(6))],
                    name="relu6").outputs[0]
-    g.set_outputs([g.add_node("Conv", [y, g.add_constant("w2", _rand(rng, (24, 24, 1, 1)))], name="conv2").outputs[0]])
+    g.set_outputs([g.add_node("Conv", [y, g.add_constant("w2", rand(rng, (24, 24, 1, 1)))], name="conv2").outputs[0]])
     infer_shapes(g)
     return g
 
@@ -186,7 +128,7 @@ def gelu_classifier_graph() -> Graph:
     x = g.add_input("x", (1, 64), "float32")
     e = g.add_node("Erf", [g.add_node("Mul", [x, g.add_constant("s", np.float32(3.0))], name="scale").outputs[0]],
                    name="erf").outputs[0]
-    y = g.add_node("MatMul", [e, g.add_constant("w", _rand(rng, (64, 1000)))], name="fc").outputs[0]
+    y = g.add_node("MatMul", [e, g.add_constant("w", rand(rng, (64, 1000)))], name="fc").outputs[0]
     g.set_outputs([g.add_node("Softmax", [y], name="softmax", attrs={"axis": -1}).outputs[0]])
     infer_shapes(g)
     return g
@@ -195,8 +137,8 @@ def gelu_classifier_graph() -> Graph:
 @pytest.mark.parametrize("build", [clip_graph, gelu_classifier_graph])
 def test_rewritten_ops_match_onnxruntime(build):
     graph = build()
-    arrays = [_rand(np.random.default_rng(1), v.shape) for v in graph.inputs]
-    assert_matches_onnxruntime(graph, te.compile_graph(graph)(*arrays), *arrays)
+    arrays = [rand(np.random.default_rng(1), v.shape) for v in graph.inputs]
+    assert_matches_onnxruntime(graph, compile_graph(graph)(*arrays), *arrays)
 
 
 def test_relu6_stays_in_nhwc_and_narrow_convolutions_are_vectorised():
@@ -223,11 +165,11 @@ def test_grouped_convolution_vectors_stay_in_one_group():
     rng = np.random.default_rng(9)
     g = Graph("grouped")
     x = g.add_input("x", (1, 32, 6, 6), "float32")
-    g.set_outputs([g.add_node("Conv", [x, g.add_constant("w", _rand(rng, (32, 8, 1, 1)))], name="conv",
+    g.set_outputs([g.add_node("Conv", [x, g.add_constant("w", rand(rng, (32, 8, 1, 1)))], name="conv",
                               attrs={"group": 4}).outputs[0]])  # 8 output channels per group
     infer_shapes(g)
-    arrays = [_rand(rng, (1, 32, 6, 6))]
-    assert_matches_onnxruntime(g, te.compile_graph(g)(*arrays), *arrays)
+    arrays = [rand(rng, (1, 32, 6, 6))]
+    assert_matches_onnxruntime(g, compile_graph(g)(*arrays), *arrays)
     (conv,) = [s for name, s in _lowered_scripts(g, "cpu").items() if "conv2d" in name]
     assert "T.vectorized(T.int64(8))" in conv and "T.vectorized(T.int64(16))" not in conv
 
@@ -238,16 +180,16 @@ def shuffle_graph() -> Graph:
     rng = np.random.default_rng(8)
     g = Graph("shuffle")
     x = g.add_input("x", (1, 8, 6, 6), "float32")
-    y = g.add_node("Conv", [x, g.add_constant("w0", _rand(rng, (16, 8, 1, 1)))], name="conv0").outputs[0]
+    y = g.add_node("Conv", [x, g.add_constant("w0", rand(rng, (16, 8, 1, 1)))], name="conv0").outputs[0]
     y = g.add_node("Dropout", [y], name="drop").outputs[0]
-    a = g.add_node("Conv", [y, g.add_constant("wa", _rand(rng, (16, 16, 1, 1)))], name="conva").outputs[0]
-    b = g.add_node("Conv", [y, g.add_constant("wb", _rand(rng, (16, 16, 3, 3)))], name="convb",
+    a = g.add_node("Conv", [y, g.add_constant("wa", rand(rng, (16, 16, 1, 1)))], name="conva").outputs[0]
+    b = g.add_node("Conv", [y, g.add_constant("wb", rand(rng, (16, 16, 3, 3)))], name="convb",
                    attrs={"pads": [1, 1, 1, 1]}).outputs[0]
     c = g.add_node("Concat", [a, b], name="cat", attrs={"axis": 1}).outputs[0]
     s = g.add_node("Reshape", [c, g.add_constant("s5", np.array([1, 2, 16, 6, 6], np.int64))], name="split").outputs[0]
     s = g.add_node("Transpose", [s], name="shuffle", attrs={"perm": [0, 2, 1, 3, 4]}).outputs[0]
     s = g.add_node("Reshape", [s, g.add_constant("s4", np.array([1, 32, 6, 6], np.int64))], name="merge").outputs[0]
-    z = g.add_node("Conv", [s, g.add_constant("wz", _rand(rng, (16, 32, 1, 1)))], name="convz").outputs[0]
+    z = g.add_node("Conv", [s, g.add_constant("wz", rand(rng, (16, 32, 1, 1)))], name="convz").outputs[0]
     g.set_outputs([g.add_node("Sum", [z, a, y], name="total").outputs[0]])
     infer_shapes(g)
     return g
@@ -255,17 +197,16 @@ def shuffle_graph() -> Graph:
 
 def test_layout_survives_dropout_concat_shuffle_and_sum():
     graph = shuffle_graph()
-    arrays = [_rand(np.random.default_rng(2), v.shape) for v in graph.inputs]
-    assert_matches_onnxruntime(graph, te.compile_graph(graph)(*arrays), *arrays)
-    folded, model = te.onnx_for_tvm(graph)
+    arrays = [rand(np.random.default_rng(2), v.shape) for v in graph.inputs]
+    assert_matches_onnxruntime(graph, compile_graph(graph)(*arrays), *arrays)
+    folded, model = onnx_for_tvm(graph)
     assert [n.op for n in folded.nodes].count("Add") == 2 and "Sum" not in [n.op for n in folded.nodes]
     import tvm
 
-    from subgraph.properties.tvm.schedule import prepare_passes
 
-    target = te._as_target("llvm")
+    target = as_target("llvm")
     with target:
-        mod = tvm.transform.Sequential(prepare_passes(target))(te.relax_module(folded, model))
+        mod = tvm.transform.Sequential(prepare_passes(target))(relax_module(folded, model))
     convs = [f.script() for gv, f in mod.functions_items() if "conv2d" in gv.name_hint]
     assert len(convs) == 4 and all("conv2d_nhwc" in s for s in convs)
 
@@ -274,10 +215,10 @@ def test_prime_sized_maps_accumulate_along_the_channels():
     rng = np.random.default_rng(10)
     g = Graph("prime")
     x = g.add_input("x", (1, 16, 13, 13), "float32")  # 13: no row count divides it
-    g.set_outputs([g.add_node("Conv", [x, g.add_constant("w", _rand(rng, (40, 16, 3, 3)))], name="conv",
+    g.set_outputs([g.add_node("Conv", [x, g.add_constant("w", rand(rng, (40, 16, 3, 3)))], name="conv",
                               attrs={"pads": [1, 1, 1, 1]}).outputs[0]])
     infer_shapes(g)
-    arrays = [_rand(rng, (1, 16, 13, 13))]
-    assert_matches_onnxruntime(g, te.compile_graph(g)(*arrays), *arrays)
+    arrays = [rand(rng, (1, 16, 13, 13))]
+    assert_matches_onnxruntime(g, compile_graph(g)(*arrays), *arrays)
     (conv,) = [s for name, s in _lowered_scripts(g, "cpu").items() if "conv2d" in name]
     assert "T.unroll(T.int64(5))" in conv and "T.vectorized(T.int64(8))" in conv  # 40 channels = 5 x 8 lanes

@@ -1,142 +1,49 @@
 """Tune TVM builds for this CPU: measure register tiles per function, store the fastest.
 
 An untuned build schedules every contraction (matmul, convolution) with the default
-:class:`~subgraph.properties.tvm.schedule.Tile`. :func:`tune_graphs` takes the graphs the
+:class:`~subgraph.properties.tvm.schedules.Tile`. :func:`tune_graphs` takes the graphs the
 ``tvm`` property would compile, runs the same passes up to scheduling, and for each
-distinct TIR function (by :func:`~subgraph.properties.tvm.schedule.function_key`) builds
-and times the candidate tiles of :func:`~subgraph.properties.tvm.schedule.candidate_tiles`
+distinct TIR function (by :func:`~subgraph.properties.tvm.schedules.function_key`) builds
+and times the candidate tiles of :func:`~subgraph.properties.tvm.schedules.candidate_tiles`
 on this CPU, biggest functions first, until the time budget is spent. Every candidate's
 results are compared with the default tile's before its time counts. The winners go to a
-:class:`TuningDatabase` (one JSON file next to the compiled libraries); later compiles
-read it and use the tuned tiles (``TVMFunction.tuned`` names the functions that got one).
+:class:`~subgraph.properties.tvm.tuning_db.TuningDatabase` (one JSON file next to the compiled
+libraries); later compiles read it and use the tuned tiles (``TVMFunction.tuned`` names
+the functions that got one).
 
 Why not ``meta_schedule``: in the apache-tvm 0.27 wheel, serialising a TIR module
 (``tvm.ir.save_json``, which its builders and JSON database use) crashes the process, and
 two of its CPU mutators crash on initialisation; a search over the hand-written schedule's
 tile is also what fits a budget of minutes on a small CPU.
-
-Examples
---------
->>> db = TuningDatabase(None)
->>> len(db), db.tiles()
-(0, {})
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+import tvm
+from tvm import relax, tirx
 
 from subgraph.errors import PropertyError
-from subgraph.fileio import write_atomic
 from subgraph.ir import Graph
-from subgraph.properties.tvm.schedule import Tile
+from subgraph.properties.tvm.importer import onnx_for_tvm, relax_module
+from subgraph.properties.tvm.messages import error_summary
+from subgraph.properties.tvm.pipeline import prepare_passes
+from subgraph.properties.tvm.schedules import (Tile, candidate_tiles, contraction_flops, function_key,
+                                               schedule_contraction, vector_lanes)
+from subgraph.properties.tvm.target import as_target, use_all_cpus
+from subgraph.properties.tvm.tuning_db import TuningDatabase, TuningRecord, default_database_path
 
-__all__ = ["TuningDatabase", "TuningRecord", "TuneTask", "TUNING_FILE", "default_database_path",
-           "extract_tasks", "open_database", "tune_graphs"]
+__all__ = ["Progress", "TileBench", "TuneTask", "extract_tasks", "tune_graphs"]
 
-#: the database's file name inside the TVM cache folder
-TUNING_FILE = "tuning.json"
-_FORMAT = "subgraph-tuning-1"
+
 _MARGIN = 0.97  # a tile must be 3% faster than the best so far: timing noise does not pick tiles
-
-
-@dataclass(frozen=True)
-class TuningRecord:
-    """The measured best tile of one TIR function."""
-
-    key: str
-    name: str
-    tile: Tile
-    seconds: float
-    default_seconds: float
-    candidates: int
-    flops: int = 0  # of one call
-
-    @property
-    def speedup(self) -> float:
-        return self.default_seconds / self.seconds if self.seconds > 0 else 1.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "tile": self.tile.to_json(), "seconds": self.seconds,
-                "default_seconds": self.default_seconds, "candidates": self.candidates, "flops": self.flops}
-
-    @classmethod
-    def from_json(cls, key: str, data: dict[str, Any]) -> TuningRecord:
-        return cls(key, str(data["name"]), Tile.from_json(data["tile"]), float(data["seconds"]),
-                   float(data["default_seconds"]), int(data["candidates"]), int(data.get("flops", 0)))
-
-
-def default_database_path(cache_dir: str | Path | None = None) -> Path:
-    """``<cache_dir>/tuning.json``; the cache folder defaults to the TVM cache's."""
-    from subgraph.properties.tvm.engine import default_cache_dir
-
-    return Path(cache_dir if cache_dir is not None else default_cache_dir()) / TUNING_FILE
-
-
-def open_database(tuning: bool | str | Path, cache_dir: str | Path | None = None) -> TuningDatabase | None:
-    """The database the ``tuning`` option names: ``True`` the cache folder's, a path that file, ``False`` none."""
-    if tuning is False:
-        return None
-    return TuningDatabase(default_database_path(cache_dir) if tuning is True else tuning)
-
-
-class TuningDatabase:
-    """Tuning records by function key, kept in a JSON file (``None``: in memory only).
-
-    Reading a damaged file warns and starts empty; :meth:`save` merges with what is on
-    disk (another process may have tuned meanwhile) and replaces the file atomically.
-    """
-
-    def __init__(self, path: str | Path | None) -> None:
-        self.path = None if path is None else Path(path)
-        self.records: dict[str, TuningRecord] = self._read()
-
-    def _read(self) -> dict[str, TuningRecord]:
-        if self.path is None or not self.path.exists():
-            return {}
-        try:
-            data = json.loads(self.path.read_text())
-            if data.get("format") != _FORMAT:
-                raise ValueError(f"format {data.get('format')!r}, expected {_FORMAT!r}")
-            return {key: TuningRecord.from_json(key, value) for key, value in sorted(data["records"].items())}
-        except Exception as exc:  # noqa: BLE001 - a damaged database must not stop a compile
-            warnings.warn(f"ignoring damaged tuning database {self.path}: {type(exc).__name__}: {exc}",
-                          RuntimeWarning, stacklevel=3)
-            return {}
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    def tiles(self) -> dict[str, Tile]:
-        """Function key -> tuned tile, for :func:`~subgraph.properties.tvm.schedule.relax_pipeline`."""
-        return {key: record.tile for key, record in self.records.items()}
-
-    def digest(self) -> str:
-        """A text that changes whenever a tile changes (part of the compiled libraries' cache key)."""
-        return json.dumps({k: t.to_json() for k, t in self.tiles().items()}, sort_keys=True)
-
-    def add(self, record: TuningRecord) -> None:
-        self.records[record.key] = record
-
-    def save(self) -> None:
-        """Write the records (merged over the file's current ones) atomically."""
-        if self.path is None:
-            return
-        merged = {**self._read(), **self.records}
-        self.records = dict(sorted(merged.items()))
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.path, json.dumps(
-            {"format": _FORMAT, "records": {k: r.to_json() for k, r in self.records.items()}},
-            indent=1, sort_keys=True))
 
 
 @dataclass
@@ -155,17 +62,11 @@ def extract_tasks(graphs: Sequence[Graph], target: Any = "llvm") -> list[TuneTas
     """The distinct contraction functions of ``graphs`` as the ``tvm`` property compiles them.
 
     Each graph goes through the property's own preparation (BN folding, ONNX import,
-    layout, legalize and fuse) for ``target`` as :func:`~subgraph.properties.tvm.engine.compile_graph` sees it;
+    layout, legalize and fuse) for ``target`` as :func:`~subgraph.properties.tvm.compiler.compile_graph` sees it;
     functions with more than one candidate tile are tasks, in order of first appearance,
     with their calls counted over all graphs.
     """
-    import tvm
-    from tvm import tirx
-
-    from subgraph.properties.tvm.engine import _as_target, onnx_for_tvm, relax_module
-
-    target = _as_target(target)
-    from subgraph.properties.tvm.schedule import candidate_tiles, contraction_flops, function_key, prepare_passes, vector_lanes
+    target = as_target(target)
 
     lanes = vector_lanes(target)
     tasks: dict[str, TuneTask] = {}
@@ -192,7 +93,6 @@ def extract_tasks(graphs: Sequence[Graph], target: Any = "llvm") -> list[TuneTas
 
 def _call_counts(mod: Any) -> dict[str, int]:
     """How many times ``main`` calls each TIR function (``call_tir`` bindings)."""
-    from tvm import relax
 
     counts: dict[str, int] = {}
     for block in mod["main"].body.blocks:
@@ -204,12 +104,10 @@ def _call_counts(mod: Any) -> dict[str, int]:
     return counts
 
 
-class _Bench:
+class TileBench:
     """Builds one function with one tile and times it on fixed random arguments."""
 
     def __init__(self, func: Any, target: Any, lanes: int, repeat: int) -> None:
-        import tvm
-
         self.func, self.target, self.lanes, self.repeat = func, target, lanes, repeat
         self.device = tvm.cpu()
         rng = np.random.default_rng(0)
@@ -225,9 +123,6 @@ class _Bench:
 
     def run(self, tile: Tile) -> float:
         """Median seconds of ``tile``'s build; raises if its results differ from the default tile's."""
-        import tvm
-
-        from subgraph.properties.tvm.schedule import schedule_contraction
 
         sch = schedule_contraction(self.func, self.lanes, tile)
         if sch is None:
@@ -264,7 +159,7 @@ def tune_graphs(graphs: Sequence[Graph], budget: float, *, target: Any = "llvm",
         Seconds of tuning; the task running when it runs out finishes its current
         candidate, and tasks not reached keep the default tile.
     target : str, dict or tvm.target.Target
-        As for :func:`~subgraph.properties.tvm.engine.compile_graph` (a CPU target).
+        As for :func:`~subgraph.properties.tvm.compiler.compile_graph` (a CPU target).
     database : TuningDatabase, optional
         Where the winners go (saved after every task); default the cache folder's.
     retune : bool
@@ -279,13 +174,10 @@ def tune_graphs(graphs: Sequence[Graph], budget: float, *, target: Any = "llvm",
     list of TuningRecord
         The records made by this call, in tuning order.
     """
-    from subgraph.properties.tvm.engine import _as_target, _summary, _use_all_cpus
-    from subgraph.properties.tvm.schedule import vector_lanes
-
     if not budget > 0:
         raise PropertyError(f"tuning budget must be a positive number of seconds, got {budget!r}")
-    _use_all_cpus()
-    tgt = _as_target(target)
+    use_all_cpus()
+    tgt = as_target(target)
     if tgt.kind.name != "llvm":
         raise PropertyError(f"tuning measures on this CPU; target {tgt.kind.name!r} is not 'llvm'")
     deadline = time.perf_counter() + budget
@@ -295,12 +187,12 @@ def tune_graphs(graphs: Sequence[Graph], budget: float, *, target: Any = "llvm",
     # the default tile of every task first: its time x count orders the search, biggest first
     benches, weights = {}, {}
     for task in tasks:
-        bench = _Bench(task.func, tgt, lanes, repeat)
+        bench = TileBench(task.func, tgt, lanes, repeat)
         try:
             weights[task.key] = bench.run(task.tiles[0]) * task.count
             benches[task.key] = bench
         except Exception as exc:  # noqa: BLE001 - TVM cannot build it alone: nothing to tune
-            warnings.warn(f"cannot time {task.name} on its own ({_summary(exc, 1)}); it keeps the default tile",
+            warnings.warn(f"cannot time {task.name} on its own ({error_summary(exc, 1)}); it keeps the default tile",
                           RuntimeWarning, stacklevel=2)
     order = sorted((t for t in tasks if t.key in benches), key=lambda t: -weights[t.key])
     made = []
@@ -316,7 +208,7 @@ def tune_graphs(graphs: Sequence[Graph], budget: float, *, target: Any = "llvm",
     return made
 
 
-def _tune_task(task: TuneTask, bench: _Bench, default_seconds: float, deadline: float) -> TuningRecord:
+def _tune_task(task: TuneTask, bench: TileBench, default_seconds: float, deadline: float) -> TuningRecord:
     best, best_seconds, tried = task.tiles[0], default_seconds, 1
     for tile in task.tiles[1:]:
         if time.perf_counter() >= deadline:
@@ -329,3 +221,4 @@ def _tune_task(task: TuneTask, bench: _Bench, default_seconds: float, deadline: 
         if seconds < best_seconds * _MARGIN:
             best, best_seconds = tile, seconds
     return TuningRecord(task.key, task.name, best, best_seconds, default_seconds, tried, task.flops)
+

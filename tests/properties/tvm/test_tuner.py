@@ -1,4 +1,4 @@
-"""Tests of :mod:`subgraph.properties.tvm.tune`: tiles are measured, stored, found and correct."""
+"""Tests of the TVM tuner and tuning database: tiles are measured, stored, found and correct."""
 
 from __future__ import annotations
 
@@ -12,14 +12,16 @@ import pytest
 
 from subgraph.errors import PropertyError
 from subgraph.analysis.inputs import random_inputs
-from subgraph.properties.tvm import engine as te
-from subgraph.properties.tvm import schedule as ts
-from subgraph.properties.tvm import tune as tt
+from subgraph.properties.tvm.compiler import compile_graph
+from subgraph.properties.tvm.schedules import Tile, vector_lanes
+from subgraph.properties.tvm.target import as_target
+from subgraph.properties.tvm.tuner import TileBench, extract_tasks, tune_graphs
+from subgraph.properties.tvm.tuning_db import TUNING_FILE, TuningDatabase, TuningRecord
+from tvm_graphs import assert_matches_onnxruntime, conv_graph, linear_graph
 
 pytestmark = [pytest.mark.tvm,
               pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="needs apache-tvm")]
 
-from test_tvm_schedule import assert_matches_onnxruntime, conv_graph, linear_graph  # noqa: E402
 
 
 def _assert_matches_onnxruntime(graph, fn):
@@ -32,27 +34,27 @@ def tuned_linear(tmp_path_factory):
     """linear_graph tuned once (every candidate measured) into a database of its own."""
     path = tmp_path_factory.mktemp("tuning") / "tuning.json"
     calls = []
-    records = tt.tune_graphs([linear_graph()], 120, database=tt.TuningDatabase(path),
+    records = tune_graphs([linear_graph()], 120, database=TuningDatabase(path),
                              progress=lambda *args: calls.append(args))
     return path, records, calls
 
 
 def test_tasks_are_the_distinct_contractions_with_their_call_counts():
-    (task,) = tt.extract_tasks([linear_graph()])
+    (task,) = extract_tasks([linear_graph()])
     assert task.name.startswith("linear/fused_matmul") and task.count == 1
     assert task.flops == 2 * 96 * 48 * 64
-    assert task.tiles[0] == ts.Tile() and len(task.tiles) > 1
-    twice = tt.extract_tasks([linear_graph(), linear_graph()])
+    assert task.tiles[0] == Tile() and len(task.tiles) > 1
+    twice = extract_tasks([linear_graph(), linear_graph()])
     assert [(t.key, t.count) for t in twice] == [(task.key, 2)]
 
 
 def test_every_candidate_tile_computes_the_same_numbers():
     import tvm
 
-    target = te._as_target("llvm")
-    lanes = ts.vector_lanes(target)
-    for task in tt.extract_tasks([linear_graph(), conv_graph()]):
-        bench = tt._Bench(task.func, target, lanes, repeat=1)
+    target = as_target("llvm")
+    lanes = vector_lanes(target)
+    for task in extract_tasks([linear_graph(), conv_graph()]):
+        bench = TileBench(task.func, target, lanes, repeat=1)
         for tile in task.tiles:  # the first call sets the reference; the others raise if they differ
             assert bench.run(tile) > 0, (task.name, tile)
         assert bench.reference is not None and isinstance(bench.args[0], tvm.runtime.Tensor)
@@ -61,39 +63,39 @@ def test_every_candidate_tile_computes_the_same_numbers():
 def test_tuning_stores_one_record_per_function_and_reports_progress(tuned_linear):
     path, records, calls = tuned_linear
     (record,) = records
-    assert record.candidates == len(tt.extract_tasks([linear_graph()])[0].tiles)
+    assert record.candidates == len(extract_tasks([linear_graph()])[0].tiles)
     assert record.seconds <= record.default_seconds and record.flops == 2 * 96 * 48 * 64
     assert [(done, total, rec) for done, total, _, rec in calls] == [(1, 1, record)]
     stored = json.loads(path.read_text())
     assert stored["format"] == "subgraph-tuning-1"
     assert list(stored["records"]) == [record.key]
-    assert tt.TuningDatabase(path).records == {record.key: record}
+    assert TuningDatabase(path).records == {record.key: record}
 
 
 def test_later_compiles_use_the_records_and_still_match_onnxruntime(tuned_linear, cache_dir):
     path, (record,), _ = tuned_linear
     graph = linear_graph()
-    tuned = te.compile_graph(graph, tuning=path)
+    tuned = compile_graph(graph, tuning=path)
     assert tuned.tuned == [record.name]
     _assert_matches_onnxruntime(graph, tuned)
-    untuned = te.compile_graph(graph, tuning=False)
+    untuned = compile_graph(graph, tuning=False)
     assert untuned.tuned == [] and untuned.key != tuned.key
     # the default database is the one in the cache folder
-    assert te.compile_graph(graph).tuned == []
+    assert compile_graph(graph).tuned == []
     cache_dir.mkdir(exist_ok=True)
-    (cache_dir / tt.TUNING_FILE).write_bytes(path.read_bytes())
-    assert te.compile_graph(graph).key == tuned.key
+    (cache_dir / TUNING_FILE).write_bytes(path.read_bytes())
+    assert compile_graph(graph).key == tuned.key
 
 
 def test_a_forced_tile_is_applied_and_correct(tmp_path):
     graph = conv_graph()
-    database = tt.TuningDatabase(tmp_path / "tuning.json")
-    tasks = tt.extract_tasks([graph])
+    database = TuningDatabase(tmp_path / "tuning.json")
+    tasks = extract_tasks([graph])
     assert len(tasks) >= 2
     for task in tasks:  # the last candidate, whatever the timings say
-        database.add(tt.TuningRecord(task.key, task.name, task.tiles[-1], 1.0, 1.0, 1))
+        database.add(TuningRecord(task.key, task.name, task.tiles[-1], 1.0, 1.0, 1))
     database.save()
-    fn = te.compile_graph(graph, tuning=tmp_path / "tuning.json")
+    fn = compile_graph(graph, tuning=tmp_path / "tuning.json")
     assert fn.tuned == sorted(t.name for t in tasks)
     _assert_matches_onnxruntime(graph, fn)
 
@@ -102,8 +104,8 @@ def test_a_new_process_finds_the_records(tuned_linear, tmp_path):
     path, (record,), _ = tuned_linear
     code = textwrap.dedent(f"""
         import sys; sys.path.insert(0, {str(__import__('pathlib').Path(__file__).parent)!r})
-        from test_tvm_schedule import linear_graph
-        from subgraph.properties.tvm.engine import compile_graph
+        from tvm_graphs import linear_graph
+        from subgraph.properties.tvm.compiler import compile_graph
         print(compile_graph(linear_graph(), cache_dir={str(tmp_path)!r}, tuning={str(path)!r}).tuned)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
@@ -114,15 +116,15 @@ def test_known_functions_are_skipped_unless_retuned(tuned_linear, tmp_path):
     path, (record,), _ = tuned_linear
     copy = tmp_path / "tuning.json"
     copy.write_bytes(path.read_bytes())
-    assert tt.tune_graphs([linear_graph()], 60, database=tt.TuningDatabase(copy)) == []
-    (again,) = tt.tune_graphs([linear_graph()], 60, database=tt.TuningDatabase(copy), retune=True)
+    assert tune_graphs([linear_graph()], 60, database=TuningDatabase(copy)) == []
+    (again,) = tune_graphs([linear_graph()], 60, database=TuningDatabase(copy), retune=True)
     assert again.key == record.key
 
 
 def test_a_spent_budget_leaves_the_default_tile(tmp_path):
     calls = []
-    database = tt.TuningDatabase(tmp_path / "tuning.json")
-    made = tt.tune_graphs([linear_graph()], 1e-9, database=database, progress=lambda *a: calls.append(a))
+    database = TuningDatabase(tmp_path / "tuning.json")
+    made = tune_graphs([linear_graph()], 1e-9, database=database, progress=lambda *a: calls.append(a))
     assert made == [] and len(database) == 0 and not (tmp_path / "tuning.json").exists()
     assert [(done, total, rec) for done, total, _, rec in calls] == [(1, 1, None)]
 
@@ -130,26 +132,26 @@ def test_a_spent_budget_leaves_the_default_tile(tmp_path):
 @pytest.mark.parametrize("budget", [0, -5, float("nan")])
 def test_bad_budget_is_refused(budget):
     with pytest.raises(PropertyError, match=r"tuning budget must be a positive number of seconds, got "):
-        tt.tune_graphs([linear_graph()], budget, database=tt.TuningDatabase(None))
+        tune_graphs([linear_graph()], budget, database=TuningDatabase(None))
 
 
 def test_damaged_database_warns_and_compiles_untuned(tmp_path):
     path = tmp_path / "tuning.json"
     path.write_text("{not json")
     with pytest.warns(RuntimeWarning, match=r"ignoring damaged tuning database .*tuning.json: JSONDecodeError"):
-        fn = te.compile_graph(linear_graph(), tuning=path)
+        fn = compile_graph(linear_graph(), tuning=path)
     assert fn.tuned == []
     assert path.read_text() == "{not json"  # the caller's file is left as it was
     path.write_text(json.dumps({"format": "other", "records": {}}))
     with pytest.warns(RuntimeWarning, match=r"format 'other', expected 'subgraph-tuning-1'"):
-        assert len(tt.TuningDatabase(path)) == 0
+        assert len(TuningDatabase(path)) == 0
 
 
 def test_save_merges_with_records_another_process_wrote(tmp_path):
     path = tmp_path / "tuning.json"
-    mine, theirs = tt.TuningDatabase(path), tt.TuningDatabase(path)
-    mine.add(tt.TuningRecord("a" * 32, "g/f", ts.Tile(4, 1, 0), 1.0, 2.0, 3))
-    theirs.add(tt.TuningRecord("b" * 32, "g/h", ts.Tile(8, 2, 1), 1.0, 1.5, 5))
+    mine, theirs = TuningDatabase(path), TuningDatabase(path)
+    mine.add(TuningRecord("a" * 32, "g/f", Tile(4, 1, 0), 1.0, 2.0, 3))
+    theirs.add(TuningRecord("b" * 32, "g/h", Tile(8, 2, 1), 1.0, 1.5, 5))
     theirs.save()
     mine.save()
-    assert sorted(tt.TuningDatabase(path).records) == ["a" * 32, "b" * 32]
+    assert sorted(TuningDatabase(path).records) == ["a" * 32, "b" * 32]

@@ -1,4 +1,4 @@
-"""Shared fixtures of the TVM engine and schedule tests."""
+"""Every TVM test gets caches of its own."""
 
 import pytest
 
@@ -6,10 +6,10 @@ import pytest
 @pytest.fixture(autouse=True)
 def cache_dir(tmp_path, monkeypatch):
     """Every test gets an empty disk cache of its own and an empty memory cache."""
-    from subgraph.properties.tvm import engine as te
+    from subgraph.properties.tvm.cache import clear_memory_cache
 
     directory = tmp_path / "cache"
     monkeypatch.setenv("SUBGRAPH_CACHE_DIR", str(directory))
-    te.clear_memory_cache()
+    clear_memory_cache()
     yield directory
-    te.clear_memory_cache()
+    clear_memory_cache()

@@ -1,0 +1,125 @@
+"""Compile a (sub)graph with Apache TVM: the entry point the ``tvm`` property calls.
+
+:func:`compile_graph` prepares the graph (:mod:`~subgraph.properties.tvm.importer`),
+builds it (:mod:`~subgraph.properties.tvm.build`; on CPU targets through the scheduling
+pipeline of :mod:`~subgraph.properties.tvm.pipeline`, for the host's ``mcpu``, with tuned
+tiles from :mod:`~subgraph.properties.tvm.tuning_db` where there are any: TVM's default
+pipeline leaves loops scalar and single-threaded), caches it
+(:mod:`~subgraph.properties.tvm.cache`) and returns a
+:class:`~subgraph.properties.tvm.runtime.TVMFunction`, callable from several threads.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import tvm
+
+from subgraph.errors import PropertyError
+from subgraph.ir import Graph
+from subgraph.properties.tvm.build import build
+from subgraph.properties.tvm.cache import (BUILD_LOCK, MEMORY, cache_key, default_cache_dir, load_entry,
+                                           store_entry)
+from subgraph.properties.tvm.importer import onnx_for_tvm
+from subgraph.properties.tvm.pipeline import SCHEDULES
+from subgraph.properties.tvm.runtime import TVMFunction
+from subgraph.properties.tvm.target import as_target, use_all_cpus
+from subgraph.properties.tvm.tuning_db import open_database
+
+__all__ = ["compile_graph"]
+
+
+def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: str | os.PathLike | None = None,
+                  use_cache: bool = True, schedule: str = "cpu", tuning: bool | str | os.PathLike = True
+                  ) -> TVMFunction:
+    """Compile ``graph`` with TVM for ``target``; cached in memory and on disk.
+
+    Parameters
+    ----------
+    graph : Graph
+        A graph with static shapes and dtypes on its inputs and outputs.
+    target : str, dict or tvm.target.Target
+        ``"llvm"`` (default), ``"cuda"``, or a dict such as ``{"kind": "llvm", "mcpu": ...}``;
+        the device (``tvm.cpu()``, ``tvm.cuda()``...) follows the target's kind. An ``llvm``
+        target for this machine without ``mcpu`` gets the host CPU's (:func:`host_target`).
+    cache_dir : path, optional
+        Where compiled libraries live; default :func:`default_cache_dir`.
+    use_cache : bool
+        False compiles afresh and stores nothing.
+    schedule : str
+        How CPU loops are scheduled (:data:`~subgraph.properties.tvm.pipeline.SCHEDULES`):
+        ``"cpu"`` (default; vectorised, register-blocked, multi-threaded), ``"dlight"`` (TVM's
+        dlight CPU rules only) or ``"none"`` (TVM's naive loops). Ignored for GPU targets.
+    tuning : bool or path
+        Tuning records to use (:mod:`~subgraph.properties.tvm.tuner`, written by ``subgraph
+        tune``): ``True`` (default) the database in ``cache_dir``, a path that file,
+        ``False`` none. A change of the records changes the cache key, so libraries built
+        before tuning are rebuilt with the tuned tiles.
+
+    Returns
+    -------
+    TVMFunction
+
+    Notes
+    -----
+    Compiled CPU code runs its parallel loops on TVM's thread pool; unless ``TVM_NUM_THREADS``
+    is set, the first call of this function sets it to the CPUs this process may use (TVM
+    would otherwise take half the hardware threads on x86). The pool is sized once per process.
+
+    Raises
+    ------
+    PropertyError
+        TVM cannot import or build the graph; the message names the graph (and the op when
+        the importer says which) and summarises TVM's message.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> g = Graph("relu")
+    >>> x = g.add_input("x", (3,), "float32")
+    >>> g.set_outputs([g.add_node("Relu", [x], name="r").outputs[0]])
+    >>> from subgraph.analysis.shape_inference import infer_shapes
+    >>> infer_shapes(g)
+    >>> fn = compile_graph(g, use_cache=False)
+    >>> fn(np.array([-1.0, 0.5, 2.0], dtype=np.float32))
+    [array([0. , 0.5, 2. ], dtype=float32)]
+    """
+    if schedule not in SCHEDULES:
+        raise PropertyError(f"unknown TVM schedule {schedule!r} for graph {graph.name!r}; "
+                            f"expected one of {list(SCHEDULES)}")
+    use_all_cpus()
+    tgt = as_target(target)
+    device = tvm.device(tgt.get_target_device_type(), 0)
+    graph, model = onnx_for_tvm(graph)
+    directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    database = open_database(tuning, directory) if tgt.kind.name == "llvm" and schedule == "cpu" else None
+    tiles = database.tiles() if database else None
+    key = cache_key(model.SerializeToString(deterministic=True), str(tgt),
+                    schedule + (f"|tuned:{database.digest()}" if database else ""))
+    if use_cache and key in MEMORY:
+        return MEMORY[key]
+    with BUILD_LOCK:
+        if use_cache and key in MEMORY:
+            return MEMORY[key]
+        entry = load_entry(directory, key, device) if use_cache else None
+        if entry is not None:
+            module, meta = entry
+            constant_outputs, tuned, source = list(meta.get("constant_outputs", [])), meta.get("tuned", []), "disk"
+        else:
+            module, constant_outputs, keys = build(graph, model, tgt, schedule, tiles)
+            tuned = sorted(database.records[k].name for k in keys) if database else []
+            source = "compiled"
+            if use_cache:
+                store_entry(directory, key, module, {
+                    "graph": graph.name, "target": str(tgt), "schedule": schedule, "tvm": tvm.__version__,
+                    "constant_outputs": constant_outputs, "tuned": tuned})
+        fn = TVMFunction(module, device, name=graph.name, key=key, target=str(tgt),
+                         inputs=[(v.name, v.shape, v.dtype) for v in graph.inputs],
+                         output_names=[v.name for v in graph.outputs],
+                         constant_outputs=constant_outputs, source=source, tuned=tuned)
+        if use_cache:
+            MEMORY[key] = fn
+        return fn
+

@@ -1,0 +1,264 @@
+"""The Relax pipeline of CPU builds: without it ``tvm.compile`` emits scalar, single-thread loops.
+
+TVM 0.27's default ``llvm`` pipeline lowers every operator to naive loop nests.
+:func:`relax_pipeline` is what the build passes to ``tvm.compile``: the CPU backend's
+legalize-and-fuse passes (:func:`prepare_passes`), then one schedule per fused function
+(:mod:`~subgraph.properties.tvm.schedules`), then the usual lowering. Scheduling is
+deterministic (no search, no measuring: :mod:`~subgraph.properties.tvm.tuner` measures
+tiles ahead of time and stores the winners), so a build stays a matter of seconds:
+
+- ``"cpu"`` (default): convolutions are first rewritten to NHWC activations and HWIO
+  weights (``relax.transform.ConvertLayout``; the weight transposes fold into constants), so
+  that the output channel is contiguous in both the output and the weights (where TVM's
+  ConvertLayout fails, the graph stays NCHW); then every fused function gets the rules of
+  :func:`~subgraph.properties.tvm.schedules.schedule_rules`; ``erf`` and ``softmax`` go
+  through TVM's fast (vectorisable) approximations.
+- ``"dlight"``: only TVM's ``dlight.cpu`` rules (GEMV, row reductions).
+- ``"none"``: TVM's default pipeline, unscheduled.
+
+Examples
+--------
+>>> SCHEDULES
+('cpu', 'dlight', 'none')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax, s_tir, te, topi
+from tvm.relax.backend.cpu_generic import pipeline as cpu
+from tvm.s_tir import dlight as dl
+
+from subgraph.properties.tvm.schedules import Tile, schedule_rules, vector_lanes, vector_widths
+
+__all__ = ["SCHEDULES", "prepare_passes", "relax_pipeline"]
+
+
+#: The schedule names :func:`relax_pipeline` accepts; the first is the default.
+SCHEDULES: tuple[str, ...] = ("cpu", "dlight", "none")
+
+
+def prepare_passes(target: Any, schedule: str = "cpu") -> list[Any]:
+    """The passes before scheduling: layout (``"cpu"``), library dispatch, legalize and fuse.
+
+    Their output's TIR functions are what the schedule rules see and what tuning measures.
+    """
+    if schedule != "cpu":
+        return cpu.library_dispatch_passes(target) + cpu.legalize_passes(target)
+
+    # TVM's legalize-and-fuse passes, with our erf and softmax in its LegalizeOps
+    legalize = [relax.transform.LegalizeOps(customize_legalize_map={"relax.erf": _fast_erf,
+                                                                    "relax.nn.softmax": _fast_softmax})
+                if p.info.name == "LegalizeOps" else p for p in cpu.legalize_passes(target)]
+    return [_ClampsAsRelaxOps(), _ConvertLayoutIfPossible(), *cpu.library_dispatch_passes(target), *legalize]
+
+
+def _ClampsAsRelaxOps() -> Any:  # noqa: N802 - a pass, named like TVM's
+    """``call_tir(maximum|minimum, (x, scalar))`` as ``R.maximum`` / ``R.minimum``; Dropout's
+    output as its input.
+
+    TVM's ONNX importer emits ``Clip`` as calls of ready-made TIR functions, which
+    ConvertLayout cannot see through: in an NHWC build every ReLU6 of MobileNetV2 was
+    wrapped in two transposes. The Relax ops compute the same (a scalar broadcasts) and
+    follow their input's layout. ``R.nn.dropout`` returns a tuple, on which TVM 0.27's
+    layout inference aborts ("Expected nested to match tuple", SqueezeNet); at inference
+    its first output is its input.
+    """
+    import re
+
+    call_tir, dropout = tvm.ir.Op.get("relax.call_tir"), tvm.ir.Op.get("relax.nn.dropout")
+    ops = {"maximum": relax.op.maximum, "minimum": relax.op.minimum}
+
+    @relax.expr_functor.mutator
+    class _Rewrite(relax.PyExprMutator):
+        def visit_tuple_getitem_(self, op: Any) -> Any:
+            op = super().visit_tuple_getitem_(op)
+            source = self.lookup_binding(op.tuple_value) if isinstance(op.tuple_value, relax.Var) else None
+            if op.index == 0 and isinstance(source, relax.Call) and source.op == dropout:
+                return source.args[0]  # inference: Dropout is the identity
+            return op
+
+        def visit_call_(self, call: Any) -> Any:
+            call = super().visit_call_(call)
+            if call.op != call_tir or not isinstance(call.args[0], relax.GlobalVar):
+                return call
+            match = re.fullmatch(r"(maximum|minimum)\d*", call.args[0].name_hint)
+            args = call.args[1]
+            if match is None or not isinstance(args, relax.Tuple) or len(args.fields) != 2:
+                return call
+            x, bound = args.fields
+            if isinstance(bound, relax.Var):  # a constant bound to a variable first
+                bound = self.lookup_binding(bound)
+            if not isinstance(bound, tvm.ir.GenericConst) or len(bound.value.shape) != 0:
+                return call
+            return ops[match.group(1)](x, bound)
+
+    @tvm.transform.module_pass(opt_level=0, name="SubgraphClampsAsRelaxOps")
+    def _rewrite(mod: Any, _ctx: Any) -> Any:
+        for gvar, func in list(mod.functions.items()):
+            if isinstance(func, relax.Function):
+                mod[gvar] = _Rewrite().visit_expr(func)
+        return relax.transform.DeadCodeElimination()(mod)
+
+    return _rewrite
+
+
+def _fast_softmax(bb: Any, call: Any) -> Any:
+    """``softmax`` over the last axis of a float32 tensor as a TIR function scheduled here.
+
+    ``topi.fast_exp`` vectorises where libm's ``expf`` does not. The function is scheduled
+    by :func:`_schedule_softmax` and marked as such: dlight's Reduction rule, given a
+    one-row softmax, put the whole computation under a parallel loop over the columns
+    (every thread recomputing, and racing on, the row's max and sum).
+    """
+    x = call.args[0]
+    shape = getattr(x.ty, "shape", None)
+    axis = int(call.attrs.axis)
+    try:
+        dims = [int(d) for d in shape.values]
+    except (AttributeError, TypeError):
+        dims = None
+    if str(getattr(x.ty, "dtype", "")) != "float32" or not dims or axis not in (-1, len(dims) - 1):
+        return tvm.ir.Op.get("relax.nn.softmax").get_attr("FLegalize")(bb, call)
+    func = _schedule_softmax(dims, vector_lanes(tvm.target.Target.current(allow_none=True)
+                                                or tvm.target.Target("llvm")))
+    gvar = bb.add_func(func, "softmax")
+    return relax.call_tir(gvar, [x], relax.TensorType(dims, "float32"))
+
+
+def _schedule_softmax(dims: list[int], lanes: int) -> Any:
+    """max, exp (fast), sum and divide per row: rows in parallel, the columns vectorised."""
+
+    data = te.placeholder(dims, "float32", name="x")
+    shifted = topi.subtract(data, topi.max(data, axis=-1, keepdims=True))
+    exp = topi.fast_exp(shifted)
+    out = topi.divide(exp, topi.sum(exp, axis=-1, keepdims=True))
+    sch = s_tir.Schedule(te.create_prim_func([data, out]))
+    # topi's stage names: the max is named after its input, the sum after exp's output
+    red_max, sub, fexp, red_sum, div = (sch.get_sblock(name) for name in (
+        "x_red", "T_subtract", "T_fast_exp", "T_fast_exp_red", "T_divide"))
+    sch.compute_inline(sub)
+    loops = sch.get_loops(div)
+    if len(loops) > 1:
+        row = sch.fuse(*loops[:-1])
+        for block in (red_sum, fexp, red_max):  # consumers first
+            sch.compute_at(block, row)
+        if int(np.prod(dims[:-1])) > 1:
+            sch.parallel(row)
+    widths = vector_widths(lanes, dims[-1])
+    for block in (fexp, div) if widths else ():
+        sch.vectorize(sch.split(sch.get_loops(block)[-1], factors=[None, widths[0]])[-1])
+    return sch.mod["main"].with_attr("tirx.is_scheduled", True)
+
+
+def _fast_erf(bb: Any, call: Any) -> Any:
+    """``erf`` on float32 as TVM's rational approximation (``topi.fast_erf``, max error ~1e-7):
+    it vectorises, where the libm call of the default legalization runs one element at a time
+    (GELU's erf took half of a BERT encoder's time)."""
+
+    if str(getattr(call.args[0].ty, "dtype", "")) == "float32":
+        return bb.call_te(topi.fast_erf, call.args[0])
+    return tvm.ir.Op.get("relax.erf").get_attr("FLegalize")(bb, call)
+
+
+def _ConvertLayoutIfPossible() -> Any:  # noqa: N802 - a pass, named like TVM's
+    """NHWC activations and HWIO weights for ``conv2d``; the module unchanged where TVM's
+    ConvertLayout fails (it does on some Concat and channel-shuffle graphs)."""
+
+    convert = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]})
+
+    @tvm.transform.module_pass(opt_level=0, name="SubgraphConvertLayout")
+    def _convert(mod: Any, _ctx: Any) -> Any:
+        for attempt in (lambda m: m, _opaque_concat_reshape):
+            try:
+                return relax.transform.FoldConstant()(convert(attempt(mod)))
+            except Exception:  # noqa: BLE001 - TVM's layout rules trip over concat and 5-D reshapes
+                continue
+        return mod  # keep NCHW; the rules still schedule it
+
+    return _convert
+
+
+def _opaque_concat_reshape(mod: Any) -> Any:
+    """``R.concat``, ``R.reshape`` and ``R.permute_dims`` as calls of TIR functions, which
+    ConvertLayout leaves alone.
+
+    TVM 0.27's layout inference aborts on 5-D reshapes and transposes (ShuffleNet's channel
+    shuffle: "Invalid SLayout"); as opaque calls they get NCHW inputs (a transpose each)
+    and every convolution still becomes NHWC. Only used when ConvertLayout fails as is.
+    """
+    concat, reshape = tvm.ir.Op.get("relax.concat"), tvm.ir.Op.get("relax.reshape")
+    permute = tvm.ir.Op.get("relax.permute_dims")
+
+    @relax.expr_functor.mutator
+    class _Rewrite(relax.PyExprMutator):
+        def visit_call_(self, call: Any) -> Any:
+            call = super().visit_call_(call)
+            shape = getattr(call.ty, "shape", None)
+            if call.op == concat and isinstance(call.args[0], relax.Tuple):
+                return self.builder_.call_te(topi.concatenate, list(call.args[0].fields), int(call.attrs.axis),
+                                             primfunc_name_hint="concat")
+            if call.op == reshape and shape is not None:
+                return self.builder_.call_te(topi.reshape, call.args[0], [int(d) for d in shape.values],
+                                             primfunc_name_hint="reshape")
+            if call.op == permute and call.attrs.axes is not None:
+                return self.builder_.call_te(topi.transpose, call.args[0], [int(a) for a in call.attrs.axes],
+                                             primfunc_name_hint="transpose")
+            return call
+
+    for gvar, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function):
+            rewriter = _Rewrite(mod)
+            new_func = rewriter.visit_expr(func)
+            mod = rewriter.builder_.finalize()
+            mod[gvar] = new_func
+    return mod
+
+
+def relax_pipeline(target: Any, schedule: str = "cpu", tiles: Mapping[str, Tile] | None = None,
+                   applied: list[str] | None = None) -> Any:
+    """The Relax pipeline for ``tvm.compile(mod, target, relax_pipeline=...)`` on a CPU target.
+
+    Parameters
+    ----------
+    target : tvm.target.Target
+        An ``llvm`` target; its vector width decides the vector lanes.
+    schedule : str
+        One of :data:`SCHEDULES`; ``"none"`` returns ``"default"`` (TVM's own pipeline).
+    tiles : mapping, optional
+        Tuned tiles by :func:`function_key` (from :mod:`~subgraph.properties.tvm.tuner`);
+        functions not in it get the default :class:`Tile`.
+    applied : list, optional
+        Receives the :func:`function_key` of every function that got a tile from ``tiles``.
+
+    Returns
+    -------
+    tvm.transform.Pass or str
+
+    Examples
+    --------
+    >>> import tvm
+    >>> relax_pipeline(tvm.target.Target("llvm"), "none")
+    'default'
+    """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown TVM schedule {schedule!r}; expected one of {list(SCHEDULES)}")
+    if schedule == "none":
+        return "default"
+
+    rules = schedule_rules(schedule, vector_lanes(target), tiles, applied)
+
+    @tvm.transform.module_pass(opt_level=0, name="SubgraphCPUPipeline")
+    def _pipeline(mod: Any, _ctx: Any) -> Any:
+        with target:
+            mod = tvm.transform.Sequential(
+                prepare_passes(target, schedule) + [dl.ApplyDefaultSchedule(*rules)]
+                + cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target))(mod)
+        return mod
+
+    return _pipeline
+

@@ -1,0 +1,115 @@
+"""The compiled function at run time: one Relax VM per thread over a shared executable.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from subgraph.errors import ExecutionError, InputError
+from subgraph.properties.tvm.messages import error_summary
+from subgraph.properties.tvm.tensors import as_tvm_tensor, to_numpy
+
+__all__ = ["TVMFunction"]
+
+
+class TVMFunction:
+    """A compiled graph: ``fn(*arrays) -> list of arrays`` in graph output order.
+
+    Thread safety: a Relax ``VirtualMachine`` keeps per-call state, so each thread gets its
+    own VM (``threading.local``) over the one shared, immutable executable; calls from
+    several threads never share a VM.
+
+    Attributes
+    ----------
+    name : str
+        The graph's name.
+    key : str
+        The cache key (sha256 hex digest).
+    target : str
+        The canonical TVM target (JSON).
+    input_names, output_names : list[str]
+        In graph order.
+    source : str
+        ``"compiled"`` (built by this process) or ``"disk"`` (loaded from the disk cache).
+    constant_outputs : list[int]
+        Outputs TVM returns as its own constants; ``fn(...)`` copies them so callers cannot
+        change the compiled function (tensors from :meth:`run_tensors` must not be written).
+    tuned : list[str]
+        The tuning records (their names, ``graph/function`` as tuned) whose tiles this
+        build used; empty for an untuned build.
+    """
+    def __init__(self, module: Any, device: Any, *, name: str, key: str, target: str,
+                 inputs: list[tuple[str, tuple[int, ...], np.dtype]], output_names: list[str],
+                 constant_outputs: list[int], source: str, tuned: list[str] | None = None) -> None:
+        self.tuned = list(tuned or [])
+        self._module = module
+        self.device = device
+        self.name = name
+        self.key = key
+        self.target = target
+        self._inputs = inputs
+        self.input_names = [name for name, _, _ in inputs]
+        self.output_names = output_names
+        self.constant_outputs = constant_outputs
+        self.source = source
+        self._local = threading.local()
+
+    def _entry(self) -> Any:
+        entry = getattr(self._local, "entry", None)
+        if entry is None:
+
+            vm = relax.VirtualMachine(self._module, self.device)
+            entry = self._local.entry = vm["main"]
+            self._local.vm = vm
+        return entry
+
+    def run_tensors(self, *tensors: Any) -> list[Any]:
+        """Run on TVM tensors already on the device; returns TVM tensors (no copies)."""
+
+        if len(tensors) != len(self._inputs):
+            raise InputError(f"TVM function for graph {self.name!r} takes {len(self._inputs)} "
+                             f"input(s) {self.input_names}, got {len(tensors)}")
+        try:
+            result = self._entry()(*tensors)
+        except Exception as exc:  # TVM raises its own error types
+            raise ExecutionError(f"TVM function for graph {self.name!r} failed: "
+                                 f"{error_summary(exc)}") from None
+        items = [result] if isinstance(result, (tvm.runtime.Tensor, tvm.runtime.ShapeTuple)) \
+            else list(result)
+        return [tvm.runtime.tensor(np.array(list(t), dtype=np.int64), self.device)
+                if isinstance(t, tvm.runtime.ShapeTuple) else t for t in items]
+
+    def __call__(self, *arrays: Any) -> list[np.ndarray]:
+        """Run on numpy arrays (shared with TVM when aligned, see :func:`as_tvm_tensor`)."""
+        if len(arrays) != len(self._inputs):
+            raise InputError(f"TVM function for graph {self.name!r} takes {len(self._inputs)} "
+                             f"input(s) {self.input_names}, got {len(arrays)}")
+        clock = time.perf_counter
+        start = clock()
+        tensors = []
+        for (name, shape, dtype), array in zip(self._inputs, arrays):
+            array = np.asarray(array)
+            if array.dtype != dtype or array.shape != shape:
+                raise InputError(f"TVM function for graph {self.name!r}: input {name!r} expects "
+                                 f"{dtype.name}{list(shape)}, got {array.dtype.name}{list(array.shape)}")
+            tensors.append(as_tvm_tensor(array, self.device))
+        ran = clock()
+        outs = self.run_tensors(*tensors)
+        back = clock()
+        result = [to_numpy(t, copy=i in self.constant_outputs) for i, t in enumerate(outs)]
+        self._local.transfers = {"input transfer": ran - start, "output transfer": clock() - back}
+        return result
+
+    def transfer_times(self) -> dict[str, float]:
+        """Seconds this thread's last call spent handing inputs to TVM and outputs back."""
+        return dict(getattr(self._local, "transfers", {}))
+
+    def __repr__(self) -> str:
+        return f"<TVMFunction {self.name} ({self.source}) {self.key[:12]}>"
+

@@ -1,0 +1,75 @@
+"""Numpy arrays and TVM tensors: 64-byte aligned buffers handed over without copies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import numpy as np
+import tvm
+
+__all__ = ["ALIGNMENT", "DL_CPU", "aligned_empty", "as_tvm_tensor", "to_numpy"]
+
+
+ALIGNMENT = 64  # TVM's compiled code assumes buffers aligned to this many bytes
+
+
+DL_CPU = 1  # DLPack device type of the host
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An uninitialised C-contiguous array whose data is 64-byte aligned.
+
+    TVM accepts such arrays without a copy (see :func:`as_tvm_tensor`); numpy's own
+    allocations are usually only 16-byte aligned.
+
+    Examples
+    --------
+    >>> a = aligned_empty((3, 5), "float32")
+    >>> a.shape, a.dtype.name, a.ctypes.data % 64
+    ((3, 5), 'float32', 0)
+    """
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def as_tvm_tensor(array: Any, device: Any = None) -> Any:
+    """``array`` as a TVM tensor on ``device`` (default CPU), without a copy when possible.
+
+    A writeable, C-contiguous, 64-byte aligned numpy array on the CPU is shared through
+    DLPack (``tvm.runtime.from_dlpack``); anything else is copied (on the CPU into a new
+    aligned numpy array, then shared). TVM tensors pass through.
+
+    Examples
+    --------
+    >>> a = aligned_empty((4,), "float32"); a[:] = 1.0
+    >>> t = as_tvm_tensor(a)
+    >>> np.shares_memory(np.from_dlpack(t), a)
+    True
+    """
+    if isinstance(array, tvm.runtime.Tensor):
+        return array
+    device = tvm.cpu() if device is None else device
+    array = np.asarray(array)
+    if device.dlpack_device_type() == DL_CPU and array.dtype.kind in "biuf":
+        if not (array.flags.c_contiguous and array.flags.writeable and array.ctypes.data % ALIGNMENT == 0):
+            copy = aligned_empty(array.shape, array.dtype)  # a numpy copy is ~2.5x faster than TVM's
+            copy[...] = array
+            array = copy
+        with contextlib.suppress(Exception):
+            return tvm.runtime.from_dlpack(array)
+    return tvm.runtime.tensor(np.asarray(array, order="C"), device)
+
+
+def to_numpy(tensor: Any, copy: bool) -> np.ndarray:
+    if isinstance(tensor, tvm.runtime.ShapeTuple):
+        return np.array(list(tensor), dtype=np.int64)
+    if not copy and tensor.device.dlpack_device_type() == DL_CPU:
+        with contextlib.suppress(Exception):
+            return np.from_dlpack(tensor)
+    return tensor.numpy()
+

@@ -1,0 +1,114 @@
+"""Small graphs the TVM tests compile, their inputs, and onnxruntime's outputs for them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from subgraph.analysis.shape_inference import infer_shapes
+from subgraph.ir import Graph
+
+
+def conv_relu_graph() -> Graph:
+    rng = np.random.default_rng(1)
+    g = Graph("conv_relu")
+    x = g.add_input("x", (1, 3, 8, 8), "float32")
+    w = g.add_constant("w", rng.standard_normal((4, 3, 3, 3)).astype(np.float32))
+    b = g.add_constant("b", rng.standard_normal(4).astype(np.float32))
+    y = g.add_node("Conv", [x, w, b], name="conv", attrs={"pads": [1, 1, 1, 1]}).outputs[0]
+    g.set_outputs([g.add_node("Relu", [y], name="relu").outputs[0]])
+    infer_shapes(g)
+    return g
+
+
+def mm_softmax_graph() -> Graph:
+    rng = np.random.default_rng(2)
+    g = Graph("mm_softmax")
+    x = g.add_input("x", (4, 8), "float32")
+    w = g.add_constant("w", rng.standard_normal((8, 5)).astype(np.float32))
+    b = g.add_constant("b", rng.standard_normal(5).astype(np.float32))
+    y = g.add_node("MatMul", [x, w], name="mm").outputs[0]
+    y = g.add_node("Add", [y, b], name="add").outputs[0]
+    g.set_outputs([g.add_node("Softmax", [y], name="softmax", attrs={"axis": -1}).outputs[0]])
+    infer_shapes(g)
+    return g
+
+
+def multi_output_graph() -> Graph:
+    """Three outputs, declared in an order unlike the order they are computed in."""
+    g = Graph("multi")
+    x = g.add_input("x", (2, 6), "float32")
+    shape = g.add_constant("shape", np.array([3, 4], dtype=np.int64))
+    relu = g.add_node("Relu", [x], name="relu").outputs[0]
+    sig = g.add_node("Sigmoid", [x], name="sig").outputs[0]
+    prod = g.add_node("Mul", [relu, sig], name="mul").outputs[0]
+    flat = g.add_node("Reshape", [prod, shape], name="reshape").outputs[0]
+    total = g.add_node("ReduceSum", [x], name="sum", attrs={"keepdims": 0}).outputs[0]
+    g.set_outputs([flat, total, relu])
+    infer_shapes(g)
+    return g
+
+
+def sample(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def rand(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def linear_graph() -> Graph:
+    """MatMul + bias + Relu: one contraction with an epilogue (rows 96 = 8 x 12, columns 48)."""
+    rng = np.random.default_rng(3)
+    g = Graph("linear")
+    x = g.add_input("x", (96, 64), "float32")
+    y = g.add_node("MatMul", [x, g.add_constant("w", rand(rng, (64, 48)))], name="mm").outputs[0]
+    y = g.add_node("Add", [y, g.add_constant("b", rand(rng, (48,)))], name="add").outputs[0]
+    g.set_outputs([g.add_node("Relu", [y], name="relu").outputs[0]])
+    infer_shapes(g)
+    return g
+
+
+def conv_graph() -> Graph:
+    """Strided, padded, grouped and residual convolutions, as in ResNet and MobileNet."""
+    rng = np.random.default_rng(4)
+    g = Graph("convs")
+    x = g.add_input("x", (1, 8, 14, 14), "float32")
+    y = g.add_node("Conv", [x, g.add_constant("w1", rand(rng, (32, 8, 3, 3))),
+                            g.add_constant("b1", rand(rng, (32,)))],
+                   name="conv1", attrs={"pads": [1, 1, 1, 1], "strides": [2, 2]}).outputs[0]
+    y = g.add_node("Relu", [y], name="relu1").outputs[0]
+    d = g.add_node("Conv", [y, g.add_constant("w2", rand(rng, (32, 1, 3, 3)))],
+                   name="depthwise", attrs={"pads": [1, 1, 1, 1], "group": 32}).outputs[0]
+    p = g.add_node("Conv", [d, g.add_constant("w3", rand(rng, (32, 32, 1, 1)))], name="pointwise").outputs[0]
+    g.set_outputs([g.add_node("Add", [p, y], name="residual").outputs[0]])
+    infer_shapes(g)
+    return g
+
+
+def attention_graph() -> Graph:
+    """Batched Q K^T, softmax, times V: batch matmuls and a row reduction."""
+    rng = np.random.default_rng(5)
+    g = Graph("attention")
+    q = g.add_input("q", (2, 32, 16), "float32")
+    k = g.add_constant("k", rand(rng, (2, 16, 32)))
+    v = g.add_constant("v", rand(rng, (2, 32, 16)))
+    s = g.add_node("MatMul", [q, k], name="qk").outputs[0]
+    s = g.add_node("Softmax", [s], name="softmax", attrs={"axis": -1}).outputs[0]
+    g.set_outputs([g.add_node("MatMul", [s, v], name="sv").outputs[0]])
+    infer_shapes(g)
+    return g
+
+
+def onnxruntime_outputs(graph: Graph, *arrays: np.ndarray) -> list[np.ndarray]:
+    ort = pytest.importorskip("onnxruntime")
+    from subgraph import to_onnx
+
+    session = ort.InferenceSession(to_onnx(graph).SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {v.name: a for v, a in zip(graph.inputs, arrays)})
+
+
+def assert_matches_onnxruntime(graph: Graph, got: list[np.ndarray], *arrays: np.ndarray) -> None:
+    """``got`` (a TVM build's outputs on ``arrays``) equals onnxruntime's within 1e-4 relative."""
+    for g, w in zip(got, onnxruntime_outputs(graph, *arrays)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5 * float(np.abs(w).max()))
