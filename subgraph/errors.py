@@ -19,8 +19,7 @@ __all__ = [
     "PropertyError",
     "RegistryError",
     "DeviceError",
-    "call_hook",
-]
+]  # the exception classes, re-exported by subgraph; call_hook is for the passes, not users
 
 
 class SubgraphError(Exception):
