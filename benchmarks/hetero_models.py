@@ -67,8 +67,8 @@ def plain_tvm(model, feeds):
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
 
-    from subgraph.properties.tvm.target import as_target
     from subgraph.properties.tvm.pipeline import relax_pipeline
+    from subgraph.properties.tvm.target import as_target
 
     start = time.perf_counter()
     mod = from_onnx(model, shape_dict={k: list(v.shape) for k, v in feeds.items()},

@@ -18,7 +18,7 @@ __all__ = ["build"]
 
 
 def build(graph: Graph, model: Any, target: Any, schedule: str,
-           tiles: dict | None = None) -> tuple[Any, list[int], list[str]]:
+          tiles: dict | None = None) -> tuple[Any, list[int], list[str]]:
     """Import, then ``tvm.compile`` with the :mod:`~subgraph.properties.tvm.pipeline` pipeline on CPU targets.
 
     Returns the executable, the outputs TVM returns as constants and the function keys of

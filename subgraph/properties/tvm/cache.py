@@ -23,8 +23,8 @@ from tvm import relax
 from subgraph.fileio import atomic_path, write_atomic
 from subgraph.properties.tvm.messages import error_summary
 
-__all__ = ["BUILD_LOCK", "MEMORY", "cache_key", "clear_memory_cache", "default_cache_dir", "file_sha256",
-           "load_entry", "store_entry"]
+__all__ = ["BUILD_LOCK", "MEMORY", "cache_key", "clear_memory_cache", "default_cache_dir", "load_entry",
+           "store_entry"]
 
 
 #: Bump when the way a build is made or stored changes, so old disk entries are not reused.
@@ -73,7 +73,7 @@ def clear_memory_cache() -> None:
     MEMORY.clear()
 
 
-def file_sha256(path: Path) -> str:
+def _file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -83,13 +83,12 @@ def file_sha256(path: Path) -> str:
 
 def load_entry(directory: Path, key: str, device: Any) -> tuple[Any, dict] | None:
     """The cached library and its metadata, or None; a damaged entry warns and is ignored."""
-
     lib, meta_path = directory / f"{key}.so", directory / f"{key}.json"
     if not (lib.exists() and meta_path.exists()):
         return None
     try:
         meta = json.loads(meta_path.read_text())
-        if meta.get("sha256") != file_sha256(lib):
+        if meta.get("sha256") != _file_sha256(lib):
             raise ValueError("the library's checksum does not match its metadata")
         module = tvm.runtime.load_module(str(lib))
         relax.VirtualMachine(module, device)  # fails here rather than on the first call
@@ -106,7 +105,7 @@ def store_entry(directory: Path, key: str, executable: Any, meta: dict) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         with atomic_path(directory / f"{key}.so") as tmp:
             executable.export_library(tmp)
-            digest = file_sha256(Path(tmp))
+            digest = _file_sha256(Path(tmp))
         write_atomic(directory / f"{key}.json", json.dumps(dict(meta, sha256=digest), indent=1, sort_keys=True))
     except Exception as exc:  # a read-only or full disk must not stop the run
         warnings.warn(f"could not write the TVM cache in {directory}: {error_summary(exc, 1)}",

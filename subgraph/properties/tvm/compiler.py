@@ -20,8 +20,14 @@ import tvm
 from subgraph.errors import PropertyError
 from subgraph.ir import Graph
 from subgraph.properties.tvm.build import build
-from subgraph.properties.tvm.cache import (BUILD_LOCK, MEMORY, cache_key, default_cache_dir, load_entry,
-                                           store_entry)
+from subgraph.properties.tvm.cache import (
+    BUILD_LOCK,
+    MEMORY,
+    cache_key,
+    default_cache_dir,
+    load_entry,
+    store_entry,
+)
 from subgraph.properties.tvm.importer import onnx_for_tvm
 from subgraph.properties.tvm.pipeline import SCHEDULES
 from subgraph.properties.tvm.runtime import TVMFunction
@@ -43,9 +49,10 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
     target : str, dict or tvm.target.Target
         ``"llvm"`` (default), ``"cuda"``, or a dict such as ``{"kind": "llvm", "mcpu": ...}``;
         the device (``tvm.cpu()``, ``tvm.cuda()``...) follows the target's kind. An ``llvm``
-        target for this machine without ``mcpu`` gets the host CPU's (:func:`host_target`).
+        target for this machine without ``mcpu`` gets the host CPU's
+        (:func:`~subgraph.properties.tvm.target.host_target`).
     cache_dir : path, optional
-        Where compiled libraries live; default :func:`default_cache_dir`.
+        Where compiled libraries live; default :func:`~subgraph.properties.tvm.cache.default_cache_dir`.
     use_cache : bool
         False compiles afresh and stores nothing.
     schedule : str

@@ -24,12 +24,11 @@ from subgraph.onnx.writer import to_onnx
 from subgraph.properties.tvm.messages import error_summary
 from subgraph.properties.tvm.rewrites import sum_as_adds
 
-__all__ = ["check_outputs", "import_relax", "onnx_for_tvm", "relax_module"]
+__all__ = ["check_outputs", "onnx_for_tvm", "relax_module"]
 
 
-def import_relax(graph: Graph, model: Any, shapes: dict[str, list[int]], dtypes: dict[str, str]) -> Any:
+def _import_relax(graph: Graph, model: Any, shapes: dict[str, list[int]], dtypes: dict[str, str]) -> Any:
     """The Relax module of ``model``; a :class:`PropertyError` naming the op if TVM refuses."""
-
     printed = io.StringIO()
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(printed):
@@ -47,7 +46,6 @@ def import_relax(graph: Graph, model: Any, shapes: dict[str, list[int]], dtypes:
 
 def check_outputs(graph: Graph, func: Any) -> list[int]:
     """Positions of outputs TVM returns as constants; raises if types disagree with the graph."""
-
     ret = func.ret_ty
     types = list(ret.fields) if isinstance(ret, relax.TupleType) else [ret]
     if len(types) != len(graph.outputs):
@@ -101,5 +99,5 @@ def relax_module(graph: Graph, model: Any) -> Any:
     """The Relax module of ``model`` (from :func:`onnx_for_tvm`), with the graph's static input types."""
     shapes = {v.name: list(v.shape) for v in graph.inputs}
     dtypes = {v.name: v.dtype.name for v in graph.inputs}
-    return import_relax(graph, model, shapes, dtypes)
+    return _import_relax(graph, model, shapes, dtypes)
 

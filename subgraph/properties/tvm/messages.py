@@ -9,7 +9,6 @@ Examples
 
 from __future__ import annotations
 
-
 __all__ = ["error_summary"]
 
 

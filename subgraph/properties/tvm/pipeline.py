@@ -24,6 +24,7 @@ Examples
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -68,8 +69,6 @@ def _ClampsAsRelaxOps() -> Any:  # noqa: N802 - a pass, named like TVM's
     layout inference aborts ("Expected nested to match tuple", SqueezeNet); at inference
     its first output is its input.
     """
-    import re
-
     call_tir, dropout = tvm.ir.Op.get("relax.call_tir"), tvm.ir.Op.get("relax.nn.dropout")
     ops = {"maximum": relax.op.maximum, "minimum": relax.op.minimum}
 
@@ -132,7 +131,6 @@ def _fast_softmax(bb: Any, call: Any) -> Any:
 
 def _schedule_softmax(dims: list[int], lanes: int) -> Any:
     """max, exp (fast), sum and divide per row: rows in parallel, the columns vectorised."""
-
     data = te.placeholder(dims, "float32", name="x")
     shifted = topi.subtract(data, topi.max(data, axis=-1, keepdims=True))
     exp = topi.fast_exp(shifted)
@@ -159,7 +157,6 @@ def _fast_erf(bb: Any, call: Any) -> Any:
     """``erf`` on float32 as TVM's rational approximation (``topi.fast_erf``, max error ~1e-7):
     it vectorises, where the libm call of the default legalization runs one element at a time
     (GELU's erf took half of a BERT encoder's time)."""
-
     if str(getattr(call.args[0].ty, "dtype", "")) == "float32":
         return bb.call_te(topi.fast_erf, call.args[0])
     return tvm.ir.Op.get("relax.erf").get_attr("FLegalize")(bb, call)
@@ -168,7 +165,6 @@ def _fast_erf(bb: Any, call: Any) -> Any:
 def _ConvertLayoutIfPossible() -> Any:  # noqa: N802 - a pass, named like TVM's
     """NHWC activations and HWIO weights for ``conv2d``; the module unchanged where TVM's
     ConvertLayout fails (it does on some Concat and channel-shuffle graphs)."""
-
     convert = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]})
 
     @tvm.transform.module_pass(opt_level=0, name="SubgraphConvertLayout")
@@ -230,10 +226,12 @@ def relax_pipeline(target: Any, schedule: str = "cpu", tiles: Mapping[str, Tile]
     schedule : str
         One of :data:`SCHEDULES`; ``"none"`` returns ``"default"`` (TVM's own pipeline).
     tiles : mapping, optional
-        Tuned tiles by :func:`function_key` (from :mod:`~subgraph.properties.tvm.tuner`);
-        functions not in it get the default :class:`Tile`.
+        Tuned tiles by :func:`~subgraph.properties.tvm.schedules.function_key` (from
+        :mod:`~subgraph.properties.tvm.tuner`); functions not in it get the default
+        :class:`~subgraph.properties.tvm.schedules.Tile`.
     applied : list, optional
-        Receives the :func:`function_key` of every function that got a tile from ``tiles``.
+        Receives the :func:`~subgraph.properties.tvm.schedules.function_key` of every
+        function that got a tile from ``tiles``.
 
     Returns
     -------

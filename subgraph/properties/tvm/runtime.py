@@ -63,7 +63,6 @@ class TVMFunction:
     def _entry(self) -> Any:
         entry = getattr(self._local, "entry", None)
         if entry is None:
-
             vm = relax.VirtualMachine(self._module, self.device)
             entry = self._local.entry = vm["main"]
             self._local.vm = vm
@@ -71,7 +70,6 @@ class TVMFunction:
 
     def run_tensors(self, *tensors: Any) -> list[Any]:
         """Run on TVM tensors already on the device; returns TVM tensors (no copies)."""
-
         if len(tensors) != len(self._inputs):
             raise InputError(f"TVM function for graph {self.name!r} takes {len(self._inputs)} "
                              f"input(s) {self.input_names}, got {len(tensors)}")
@@ -86,7 +84,8 @@ class TVMFunction:
                 if isinstance(t, tvm.runtime.ShapeTuple) else t for t in items]
 
     def __call__(self, *arrays: Any) -> list[np.ndarray]:
-        """Run on numpy arrays (shared with TVM when aligned, see :func:`as_tvm_tensor`)."""
+        """Run on numpy arrays (shared with TVM when aligned, see
+        :func:`~subgraph.properties.tvm.tensors.as_tvm_tensor`)."""
         if len(arrays) != len(self._inputs):
             raise InputError(f"TVM function for graph {self.name!r} takes {len(self._inputs)} "
                              f"input(s) {self.input_names}, got {len(arrays)}")

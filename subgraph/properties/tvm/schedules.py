@@ -29,8 +29,8 @@ from tvm.s_tir.dlight.base import try_inline
 from tvm.s_tir.dlight.cpu.base import CPUScheduleRule
 from tvm.target.codegen import llvm_cpu_has_features, llvm_get_vector_width
 
-__all__ = ["Tile", "candidate_tiles", "contraction_flops", "function_key", "make_rules",
-           "schedule_contraction", "schedule_rules", "vector_lanes", "vector_widths"]
+__all__ = ["Tile", "candidate_tiles", "contraction_flops", "function_key", "schedule_contraction",
+           "schedule_rules", "vector_lanes", "vector_widths"]
 
 
 _ROW_BLOCKS = (8, 7, 6, 4, 3, 2)  # rows of the register tile, the first that divides the axis wins
@@ -69,7 +69,6 @@ def _extent(sch: Any, loop: Any) -> int | None:
 
 def _iter_vars_of(regions: Any) -> set[str]:
     """Names of the variables in the start indices of buffer regions."""
-
     return {var.name for region in regions for rng in region.region
             for var in collect_vars_used_in_prim_expr(rng.min)}
 
@@ -87,7 +86,6 @@ def vector_widths(lanes: int, extent: int) -> list[int]:
 
 def _divisors_of(regions: Any, name: str) -> set[int]:
     """Constant divisors ``c`` of ``floordiv(..., c)`` over variable ``name`` in the regions' indices."""
-
     found: set[int] = set()
 
     def visit(expr: Any) -> None:
@@ -220,7 +218,6 @@ def _analyse(sch: Any, lanes: int) -> _Contraction | None:
 
 def _try_analyse(func: Any, lanes: int) -> _Contraction | None:
     """What :func:`_analyse` finds in ``func`` (``None``: not a contraction)."""
-
     try:
         return _analyse(s_tir.Schedule(func), lanes)
     except Exception:  # noqa: BLE001 - not a function the rule can read
@@ -274,7 +271,7 @@ def candidate_tiles(func: Any, lanes: int, limit: int = 12) -> list[Tile]:
     return [Tile(), *[t for *_, t in sorted(tiles, key=lambda item: item[:3])]][:limit]
 
 
-def make_rules(lanes: int, tiles: Mapping[str, Tile], applied: list[str] | None) -> tuple[Any, Any]:
+def _make_rules(lanes: int, tiles: Mapping[str, Tile], applied: list[str] | None) -> tuple[Any, Any]:
     class ContractionRule(CPUScheduleRule):
         """One reduction block (matmul, convolution) plus injective producers and epilogue.
 
@@ -372,10 +369,15 @@ def schedule_contraction(func: Any, lanes: int, tile: Tile = Tile()) -> Any:
 
 
 def schedule_rules(schedule: str, lanes: int, tiles: Mapping[str, Tile] | None = None,
-           applied: list[str] | None = None) -> list[Any]:
+                   applied: list[str] | None = None) -> list[Any]:
+    """The TIR schedule rules of ``schedule`` (a name of
+    :data:`~subgraph.properties.tvm.pipeline.SCHEDULES`), in order of preference.
 
+    ``tiles`` are tuned tiles by :func:`function_key`; the keys of the functions scheduled
+    with one of them are appended to ``applied``.
+    """
     if schedule == "dlight":
         return [dl.cpu.GEMV(), dl.cpu.Reduction()]
-    contraction, elementwise = make_rules(lanes, tiles or {}, applied)
+    contraction, elementwise = _make_rules(lanes, tiles or {}, applied)
     return [contraction, dl.cpu.GEMV(), dl.cpu.Reduction(), elementwise]
 

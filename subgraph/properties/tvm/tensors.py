@@ -9,13 +9,13 @@ from typing import Any
 import numpy as np
 import tvm
 
-__all__ = ["ALIGNMENT", "DL_CPU", "aligned_empty", "as_tvm_tensor", "to_numpy"]
+__all__ = ["aligned_empty", "as_tvm_tensor", "to_numpy"]
 
 
-ALIGNMENT = 64  # TVM's compiled code assumes buffers aligned to this many bytes
+_ALIGNMENT = 64  # TVM's compiled code assumes buffers aligned to this many bytes
 
 
-DL_CPU = 1  # DLPack device type of the host
+_DL_CPU = 1  # DLPack device type of the host
 
 
 def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
@@ -32,8 +32,8 @@ def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
-    start = -raw.ctypes.data % ALIGNMENT
+    raw = np.empty(nbytes + _ALIGNMENT, dtype=np.uint8)
+    start = -raw.ctypes.data % _ALIGNMENT
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
@@ -55,8 +55,8 @@ def as_tvm_tensor(array: Any, device: Any = None) -> Any:
         return array
     device = tvm.cpu() if device is None else device
     array = np.asarray(array)
-    if device.dlpack_device_type() == DL_CPU and array.dtype.kind in "biuf":
-        if not (array.flags.c_contiguous and array.flags.writeable and array.ctypes.data % ALIGNMENT == 0):
+    if device.dlpack_device_type() == _DL_CPU and array.dtype.kind in "biuf":
+        if not (array.flags.c_contiguous and array.flags.writeable and array.ctypes.data % _ALIGNMENT == 0):
             copy = aligned_empty(array.shape, array.dtype)  # a numpy copy is ~2.5x faster than TVM's
             copy[...] = array
             array = copy
@@ -66,9 +66,11 @@ def as_tvm_tensor(array: Any, device: Any = None) -> Any:
 
 
 def to_numpy(tensor: Any, copy: bool) -> np.ndarray:
+    """A TVM output as a numpy array: shared through DLPack on the CPU unless ``copy``
+    (then, or on another device, copied); a ``ShapeTuple`` becomes an int64 vector."""
     if isinstance(tensor, tvm.runtime.ShapeTuple):
         return np.array(list(tensor), dtype=np.int64)
-    if not copy and tensor.device.dlpack_device_type() == DL_CPU:
+    if not copy and tensor.device.dlpack_device_type() == _DL_CPU:
         with contextlib.suppress(Exception):
             return np.from_dlpack(tensor)
     return tensor.numpy()

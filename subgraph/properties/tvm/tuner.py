@@ -35,8 +35,14 @@ from subgraph.ir import Graph
 from subgraph.properties.tvm.importer import onnx_for_tvm, relax_module
 from subgraph.properties.tvm.messages import error_summary
 from subgraph.properties.tvm.pipeline import prepare_passes
-from subgraph.properties.tvm.schedules import (Tile, candidate_tiles, contraction_flops, function_key,
-                                               schedule_contraction, vector_lanes)
+from subgraph.properties.tvm.schedules import (
+    Tile,
+    candidate_tiles,
+    contraction_flops,
+    function_key,
+    schedule_contraction,
+    vector_lanes,
+)
 from subgraph.properties.tvm.target import as_target, use_all_cpus
 from subgraph.properties.tvm.tuning_db import TuningDatabase, TuningRecord, default_database_path
 
@@ -67,7 +73,6 @@ def extract_tasks(graphs: Sequence[Graph], target: Any = "llvm") -> list[TuneTas
     with their calls counted over all graphs.
     """
     target = as_target(target)
-
     lanes = vector_lanes(target)
     tasks: dict[str, TuneTask] = {}
     for graph in graphs:
@@ -93,7 +98,6 @@ def extract_tasks(graphs: Sequence[Graph], target: Any = "llvm") -> list[TuneTas
 
 def _call_counts(mod: Any) -> dict[str, int]:
     """How many times ``main`` calls each TIR function (``call_tir`` bindings)."""
-
     counts: dict[str, int] = {}
     for block in mod["main"].body.blocks:
         for binding in block.bindings:
@@ -123,7 +127,6 @@ class TileBench:
 
     def run(self, tile: Tile) -> float:
         """Median seconds of ``tile``'s build; raises if its results differ from the default tile's."""
-
         sch = schedule_contraction(self.func, self.lanes, tile)
         if sch is None:
             raise ValueError("not a contraction")

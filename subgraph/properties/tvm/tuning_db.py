@@ -60,7 +60,6 @@ class TuningRecord:
 
 def default_database_path(cache_dir: str | Path | None = None) -> Path:
     """``<cache_dir>/tuning.json``; the cache folder defaults to the TVM cache's."""
-
     return Path(cache_dir if cache_dir is not None else default_cache_dir()) / TUNING_FILE
 
 

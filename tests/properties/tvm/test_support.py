@@ -1,12 +1,19 @@
-"""Tests of :mod:`subgraph.properties.tvm.support`: the support table and the reasons (no tvm needed)."""
+"""Tests of :mod:`subgraph.properties.tvm.support`: the support table and the reasons.
+
+They import no tvm, but without it installed the table answers no for every op."""
 
 from __future__ import annotations
+
+import importlib.util
 
 import numpy as np
 import pytest
 
 from subgraph.ir import Graph
 from subgraph.properties.tvm.support import tvm_supports, unsupported_reason
+
+pytestmark = [pytest.mark.tvm,
+              pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="needs apache-tvm")]
 
 
 @pytest.mark.parametrize("op, domain, opset, expected", [
@@ -41,10 +48,10 @@ def test_unsupported_reason_messages():
     assert unsupported_reason(_node("Reshape", reshape, {"y": ((3, 4), f32)})) == (
         "node 'reshape' (Reshape): input 1 (%s) must be a constant: the importer needs its value")
     assert unsupported_reason(_node("Reshape", reshape, {"y": ((3, 4), f32)},
-                                       constants={"s": np.array([3, 4])})) is None
+                                    constants={"s": np.array([3, 4])})) is None
     assert unsupported_reason(_node("MaxPool", {"x": ((1, 1, 4, 4), f32)},
-                                       {"y": ((1, 1, 2, 2), f32), "i": ((1, 1, 2, 2), "int64")},
-                                       attrs={"kernel_shape": [2, 2], "strides": [2, 2]})) == (
+                                    {"y": ((1, 1, 2, 2), f32), "i": ((1, 1, 2, 2), "int64")},
+                                    attrs={"kernel_shape": [2, 2], "strides": [2, 2]})) == (
         "node 'maxpool' (MaxPool): only the first output of MaxPool is right in TVM, but %i is read")
     assert unsupported_reason(_node("Det", {"x": ((3, 3), f32)}, {"y": ((), f32)})) == (
         "node 'det' (Det): TVM's Relax ONNX importer has no converter for it")
@@ -61,5 +68,5 @@ def test_unsupported_reason_messages():
                    {"y": ((1, 1, 1, 2), f32)}, constants={"roi": np.zeros(0, np.float32),
                                                           "scales": np.array([1, 1, 0.6, 0.6], np.float32)})
     assert unsupported_reason(resize) == ("node 'resize' (Resize): scales that do not give whole output "
-                                             "sizes give wrong results")
+                                          "sizes give wrong results")
 

@@ -1,4 +1,4 @@
-"""Small graphs the TVM tests compile, their inputs, and onnxruntime's outputs for them."""
+"""Small graphs the TVM tests compile, their inputs, onnxruntime's outputs for them, and their TIR."""
 
 from __future__ import annotations
 
@@ -112,3 +112,20 @@ def assert_matches_onnxruntime(graph: Graph, got: list[np.ndarray], *arrays: np.
     """``got`` (a TVM build's outputs on ``arrays``) equals onnxruntime's within 1e-4 relative."""
     for g, w in zip(got, onnxruntime_outputs(graph, *arrays)):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5 * float(np.abs(w).max()))
+
+
+def lowered_scripts(graph: Graph, schedule: str) -> dict[str, str]:
+    """The TIR of every function after the pipeline, by function name."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+
+    from subgraph import to_onnx
+    from subgraph.properties.tvm.pipeline import relax_pipeline
+    from subgraph.properties.tvm.target import host_target
+
+    target = host_target()
+    mod = from_onnx(to_onnx(graph), shape_dict={v.name: list(v.shape) for v in graph.inputs},
+                    dtype_dict={v.name: v.dtype.name for v in graph.inputs})
+    mod = relax_pipeline(target, schedule)(relax.transform.FoldConstant()(mod))
+    return {gv.name_hint: f.script() for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}

@@ -1,0 +1,51 @@
+"""Tests of :mod:`subgraph.properties.tvm.schedules`: contractions get vectorised, parallel register tiles."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tvm", reason="needs apache-tvm")  # the backend's modules import tvm at their tops
+
+from tvm_graphs import assert_matches_onnxruntime, linear_graph, lowered_scripts, rand
+
+from subgraph.analysis.shape_inference import infer_shapes
+from subgraph.ir import Graph
+from subgraph.properties.tvm.compiler import compile_graph
+
+pytestmark = pytest.mark.tvm
+
+
+def test_cpu_schedule_vectorises_and_parallelises_the_contraction():
+    scripts = lowered_scripts(linear_graph(), "cpu")
+    (matmul,) = [s for name, s in scripts.items() if "matmul" in name]
+    assert "T.parallel" in matmul and "T.vectorized" in matmul and "T.unroll(T.int64(8))" in matmul
+    assert "T.max(matmul_intermediate" in matmul  # bias and Relu run in the same function's tiles
+    plain = lowered_scripts(linear_graph(), "dlight")
+    assert not any("T.vectorized" in s for name, s in plain.items() if "matmul" in name)
+
+
+def test_grouped_convolution_vectors_stay_in_one_group():
+    rng = np.random.default_rng(9)
+    g = Graph("grouped")
+    x = g.add_input("x", (1, 32, 6, 6), "float32")
+    g.set_outputs([g.add_node("Conv", [x, g.add_constant("w", rand(rng, (32, 8, 1, 1)))], name="conv",
+                              attrs={"group": 4}).outputs[0]])  # 8 output channels per group
+    infer_shapes(g)
+    arrays = [rand(rng, (1, 32, 6, 6))]
+    assert_matches_onnxruntime(g, compile_graph(g)(*arrays), *arrays)
+    (conv,) = [s for name, s in lowered_scripts(g, "cpu").items() if "conv2d" in name]
+    assert "T.vectorized(T.int64(8))" in conv and "T.vectorized(T.int64(16))" not in conv
+
+
+def test_prime_sized_maps_accumulate_along_the_channels():
+    rng = np.random.default_rng(10)
+    g = Graph("prime")
+    x = g.add_input("x", (1, 16, 13, 13), "float32")  # 13: no row count divides it
+    g.set_outputs([g.add_node("Conv", [x, g.add_constant("w", rand(rng, (40, 16, 3, 3)))], name="conv",
+                              attrs={"pads": [1, 1, 1, 1]}).outputs[0]])
+    infer_shapes(g)
+    arrays = [rand(rng, (1, 16, 13, 13))]
+    assert_matches_onnxruntime(g, compile_graph(g)(*arrays), *arrays)
+    (conv,) = [s for name, s in lowered_scripts(g, "cpu").items() if "conv2d" in name]
+    assert "T.unroll(T.int64(5))" in conv and "T.vectorized(T.int64(8))" in conv  # 40 channels = 5 x 8 lanes

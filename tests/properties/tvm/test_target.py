@@ -1,0 +1,53 @@
+"""Tests of :mod:`subgraph.properties.tvm.target`: targets, the host's ``mcpu``, threads on every CPU."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("tvm", reason="needs apache-tvm")  # the backend's modules import tvm at their tops
+
+from tvm_graphs import linear_graph, mm_softmax_graph
+
+from subgraph.errors import PropertyError
+from subgraph.properties.tvm.compiler import compile_graph
+
+pytestmark = pytest.mark.tvm
+
+
+def test_targets():
+    graph = mm_softmax_graph()
+    assert compile_graph(graph, {"kind": "llvm"}) is compile_graph(graph, "llvm")
+    with pytest.raises(PropertyError, match=r"invalid TVM target 'llvm -mcpu=skylake' \(use a kind"):
+        compile_graph(graph, "llvm -mcpu=skylake")
+
+
+def test_host_mcpu_is_added_to_llvm_targets_only_when_missing():
+    from tvm.target.codegen import llvm_get_system_cpu
+
+    assert f'"mcpu":"{llvm_get_system_cpu()}"' in compile_graph(linear_graph()).target
+    assert '"mcpu":"haswell"' in compile_graph(linear_graph(), {"kind": "llvm", "mcpu": "haswell"}).target
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_parallel_loops_use_every_cpu_by_default(tmp_path):
+    """TVM alone would start one thread on a 2-vCPU x86 machine (it halves for hyper-threading)."""
+    script = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+        import numpy as np
+        from tvm_graphs import linear_graph
+        from subgraph.properties.tvm.compiler import compile_graph
+        fn = compile_graph(linear_graph(), cache_dir={str(tmp_path)!r})
+        before = len(os.listdir("/proc/self/task"))
+        fn(np.ones((96, 64), np.float32))
+        print(os.environ["TVM_NUM_THREADS"], len(os.listdir("/proc/self/task")) - before)
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    cpus = len(os.sched_getaffinity(0))
+    assert out.stdout.split() == [str(cpus), str(cpus - 1)]  # the caller plus cpus - 1 workers
