@@ -88,8 +88,11 @@ def test_device_table_follows_registration_order(registry):
 # --------------------------------------------------------------------------- decline reasons
 @pytest.mark.parametrize("options, op, domain, reason", [
     ({}, "Relu", "", None),
-    ({}, "Celu", "", "Celu has no numpy kernel"),  # onnx.reference runs it, not a NUMPY subgraph
-    ({}, "Relu", "com.example", "NUMPY has no kernels for domain 'com.example'"),
+    ({}, "Celu", "", None),  # no numpy kernel: onnx.reference runs it, NUMPY is the universal fallback
+    ({"reference": False}, "Celu", "", "Celu has no numpy kernel (NUMPY.reference is off)"),
+    ({"reference": False}, "Relu", "", None),
+    ({}, "Relu", "com.example",
+     "Relu (domain 'com.example') has no numpy kernel and onnx.reference cannot run it"),
     ({"ops": ["Relu"]}, "Relu", "", None),
     ({"ops": ["Relu"]}, "Sigmoid", "", "Sigmoid is not in NUMPY.ops"),
 ])

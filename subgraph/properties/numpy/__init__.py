@@ -6,7 +6,7 @@ import numpy as np
 
 from subgraph.executor import Executor, ProfilingExecutor
 from subgraph.ir import Graph, Node
-from subgraph.ops import op_path
+from subgraph.ops import node_path
 from subgraph.properties.base import SubgraphProperty, time_kernel
 from subgraph.properties.registry import register_property
 from subgraph.properties.runtime import FusedKernels
@@ -16,15 +16,21 @@ __all__ = ["NumpyProperty"]
 
 @register_property("numpy")
 class NumpyProperty(SubgraphProperty):
-    """Runs a fused subgraph with :class:`~subgraph.executor.Executor`.
+    """Runs a fused subgraph with :class:`~subgraph.executor.Executor`: the universal CPU
+    fallback, like OpenVINO's CPU plugin in HETERO or ONNX Runtime's CPU provider.
 
-    It supports every op with a numpy kernel (``op_path(op) == "numpy"``), or, with
-    ``ops=[...]``, just those op types.
+    It supports every node the executor can run: a numpy kernel, else ``onnx.reference``
+    (:func:`~subgraph.ops.node_path` says which). Options: ``ops=[...]`` takes just those op
+    types; ``reference=False`` takes only nodes with a numpy kernel (fast path only).
 
     Examples
     --------
-    >>> NumpyProperty().device
-    'NUMPY'
+    >>> from subgraph.testing import seed_example
+    >>> node = seed_example().node("4")
+    >>> NumpyProperty().decline_reason(node) is None
+    True
+    >>> NumpyProperty(ops=["Relu"]).decline_reason(node)
+    'Sigmoid is not in NUMPY.ops'
     """
 
     device = "NUMPY"
@@ -36,11 +42,13 @@ class NumpyProperty(SubgraphProperty):
         ops = self.options.get("ops")
         if ops is not None:
             return None if node.op in ops else f"{node.op} is not in {self.device}.ops"
-        if node.domain not in ("", "ai.onnx"):
-            return f"NUMPY has no kernels for domain {node.domain!r}"
-        if op_path(node.op, node.domain) != "numpy":
-            return f"{node.op} has no numpy kernel"
-        return None
+        path = node_path(node)
+        if path == "numpy" or (path == "reference" and self.options.get("reference", True)):
+            return None
+        where = f"{node.op}" + (f" (domain {node.domain!r})" if node.domain not in ("", "ai.onnx") else "")
+        if path == "reference":
+            return f"{where} has no numpy kernel ({self.device}.reference is off)"
+        return f"{where} has no numpy kernel and onnx.reference cannot run it"
 
     def compile(self, subgraph: Graph):
         return _SubgraphRunner(subgraph, bool(self.options.get("profile", False)))
