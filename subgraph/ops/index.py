@@ -1,4 +1,4 @@
-"""Indexing kernels: Gather, GatherElements and GatherND (negative indices count from the end).
+"""Indexing kernels: Gather, GatherElements, GatherND and ScatterND (negative indices count from the end).
 
 Examples
 --------
@@ -48,3 +48,26 @@ def _gather_nd(node: Node, data: np.ndarray, indices: np.ndarray) -> np.ndarray:
     index = (np.arange(batches)[:, None],) + tuple(rows[..., j] for j in range(depth))
     picked = flat[index]  # (batches, rows, *data.shape[batch_dims + depth:])
     return picked.reshape(indices.shape[:-1] + data.shape[batch_dims + depth:])
+
+
+_SCATTER_REDUCTIONS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+@register_kernel("ScatterND", supports=any_dtype)
+def _scatter_nd(node: Node, data: np.ndarray, indices: np.ndarray, updates: np.ndarray) -> np.ndarray:
+    depth = indices.shape[-1]
+    rows = indices.reshape(-1, depth).astype(np.intp, copy=False)
+    rows = np.where(rows < 0, rows + np.array(data.shape[:depth], dtype=np.intp), rows)
+    where = tuple(rows.T)
+    values = updates.reshape((rows.shape[0],) + data.shape[depth:])
+    out = data.copy()
+    reduction = node.attrs.get("reduction", "none")
+    if isinstance(reduction, bytes):
+        reduction = reduction.decode()
+    if reduction == "none":
+        out[where] = values
+    elif reduction in _SCATTER_REDUCTIONS:
+        _SCATTER_REDUCTIONS[reduction].at(out, where, values)  # repeated indices all count
+    else:
+        raise ValueError(f"unknown reduction {reduction!r}")
+    return out

@@ -1,5 +1,5 @@
 """Normalisation kernels: BatchNormalization (inference), LayerNormalization,
-InstanceNormalization and LRN.
+InstanceNormalization, GroupNormalization and LRN.
 
 BatchNormalization folds its four parameter vectors into one scale and one shift per
 channel, so the data is touched twice. Training mode (batch statistics and running
@@ -106,3 +106,21 @@ def _lrn(node: Node, x: np.ndarray) -> np.ndarray:
     total *= np.asarray(alpha / size, x.dtype)
     total += np.asarray(bias, x.dtype)
     return x / total ** np.asarray(beta, x.dtype)
+
+
+@register_kernel("GroupNormalization", supports=float_inputs)
+def _group_norm(node: Node, x: np.ndarray, scale: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    groups = int(node.attrs["num_groups"])
+    channels = x.shape[1]
+    if groups <= 0 or channels % groups:
+        raise ValueError(f"num_groups={groups} does not divide the {channels} channels")
+    work = np.float32 if x.dtype == np.float16 else x.dtype  # stash_type 1: statistics in float32
+    grouped = x.astype(work, copy=False).reshape(x.shape[0], groups, -1)
+    mean = grouped.mean(axis=-1, keepdims=True)
+    centred = grouped - mean
+    variance = np.square(centred).mean(axis=-1, keepdims=True)
+    y = (centred / np.sqrt(variance + np.asarray(node.attrs.get("epsilon", 1e-5), work))).reshape(x.shape)
+    if scale.size != channels:  # opset 18 gives one scale and bias per group, opset 21 per channel
+        scale, bias = np.repeat(scale, channels // groups), np.repeat(bias, channels // groups)
+    y = y * scale.reshape(_channel_shape(x)) + bias.reshape(_channel_shape(x))
+    return y.astype(x.dtype, copy=False)

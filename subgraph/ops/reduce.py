@@ -1,4 +1,4 @@
-"""Reduction kernels: the ReduceXxx family, ArgMax and ArgMin.
+"""Reduction kernels: the ReduceXxx family, ArgMax and ArgMin; along-an-axis CumSum and TopK.
 
 ``axes`` is an attribute up to opset 17 (ReduceSum: 12) and an optional input after;
 with no axes every axis is reduced, unless ``noop_with_empty_axes`` is set. Results keep
@@ -119,3 +119,36 @@ def _argmax(node: Node, x: np.ndarray) -> np.ndarray:
 @register_kernel("ArgMin")
 def _argmin(node: Node, x: np.ndarray) -> np.ndarray:
     return _arg(node, x, np.argmin)
+
+
+@register_kernel("CumSum")
+def _cumsum(node: Node, x: np.ndarray, axis: np.ndarray) -> np.ndarray:
+    ax = normalize_axis(int(np.asarray(axis).reshape(-1)[0]), x.ndim)
+    reverse, exclusive = node.attrs.get("reverse", 0), node.attrs.get("exclusive", 0)
+    y = np.flip(x, ax) if reverse else x
+    total = np.cumsum(y, axis=ax, dtype=x.dtype)
+    if exclusive:  # each position sums the ones before it: shift by one, zero first
+        shifted = np.zeros_like(total)
+        body = [slice(None)] * x.ndim
+        head = list(body)
+        body[ax], head[ax] = slice(1, None), slice(None, -1)
+        shifted[tuple(body)] = total[tuple(head)]
+        total = shifted
+    return np.flip(total, ax) if reverse else total
+
+
+@register_kernel("TopK")
+def _topk(node: Node, x: np.ndarray, k: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    count = int(np.asarray(k).reshape(-1)[0]) if k is not None else int(node.attrs["k"])  # opset 1: attribute
+    ax = normalize_axis(node.attrs.get("axis", -1), x.ndim)
+    n = x.shape[ax]
+    if not 0 <= count <= n:
+        raise ValueError(f"k={count} is outside [0, {n}] for axis {ax} of shape {list(x.shape)}")
+    if node.attrs.get("largest", 1):
+        # descending, equal values in increasing index order: a stable ascending sort of the
+        # reversed axis, read backwards, then indices mapped back
+        order = (n - 1) - np.flip(np.argsort(np.flip(x, ax), axis=ax, kind="stable"), ax)
+    else:
+        order = np.argsort(x, axis=ax, kind="stable")
+    indices = np.take(order, np.arange(count), axis=ax)
+    return np.take_along_axis(x, indices, axis=ax), indices.astype(np.int64)

@@ -185,3 +185,9 @@ def _space_to_depth(node: Node, x: np.ndarray) -> np.ndarray:
     else:
         y = blocks.transpose(0, 1, 3, 5, 2, 4)
     return y.reshape(n, c * b * b, h // b, w // b)
+
+
+@register_kernel("Trilu", supports=any_dtype)
+def _trilu(node: Node, x: np.ndarray, k: np.ndarray | None = None) -> np.ndarray:
+    diagonal = 0 if k is None else int(np.asarray(k).reshape(-1)[0])
+    return np.triu(x, diagonal) if node.attrs.get("upper", 1) else np.tril(x, diagonal)

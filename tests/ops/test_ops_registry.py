@@ -13,6 +13,7 @@ import pytest
 from subgraph.errors import ExecutionError, UnsupportedOpError
 from subgraph.executor import Executor
 from subgraph.ir import Graph
+import subgraph
 import subgraph.ops
 from subgraph.ops import (
     KERNELS,
@@ -184,3 +185,23 @@ def test_no_kernel_module_is_missing_from_op_list(import_graph):
     assert kernel_modules == listed_modules(import_graph)
     helpers = sorted(p.stem for p in OPS_DIR.glob("*.py") if not registers_kernels(p))
     assert helpers == ["__init__", "common", "op_list", "reference", "registry", "window"]
+
+
+def test_topk_ties_keep_the_lower_index_first_like_onnxruntime():
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+
+    x = np.array([[3, 1, 3, 2, 3, 1]], np.float32)
+    for largest in (1, 0):
+        model = helper.make_model(helper.make_graph(
+            [helper.make_node("TopK", ["x", "k"], ["v", "i"], largest=largest)], "topk",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6])],
+            [helper.make_tensor_value_info("v", TensorProto.FLOAT, [1, 4]),
+             helper.make_tensor_value_info("i", TensorProto.INT64, [1, 4])],
+            [helper.make_tensor("k", TensorProto.INT64, [1], [4])]), opset_imports=[helper.make_opsetid("", 17)])
+        want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        graph = subgraph.from_onnx(model)
+        assert node_path(graph.node("TopK_0")) == "numpy"
+        got = subgraph.run(graph, {"x": x})
+        np.testing.assert_array_equal(got["v"], want[0])
+        np.testing.assert_array_equal(got["i"], want[1])
