@@ -24,6 +24,7 @@ from subgraph.ops import (  # noqa: F401  (imported for their registrations; sub
     norm,
     pool,
     reduce,
+    resize,
     tensor,
 )
 

@@ -33,6 +33,14 @@ REFERENCE_CASES = {
     "test_maxpool_with_argmax_2d_precomputed_strides": "MaxPool Indices output",
     "test_batchnorm_example_training_mode": "BatchNormalization training mode",
     "test_batchnorm_epsilon_training_mode": "BatchNormalization training mode",
+    **{f"test_resize_{case}": "Resize antialias" for case in (
+        "downsample_scales_cubic_antialias", "downsample_scales_linear_antialias",
+        "downsample_sizes_cubic_antialias", "downsample_sizes_linear_antialias")},
+    **{f"test_resize_{case}": "Resize keep_aspect_ratio_policy" for case in (
+        "downsample_sizes_nearest_not_larger", "downsample_sizes_nearest_not_smaller",
+        "upsample_sizes_nearest_not_larger", "upsample_sizes_nearest_not_smaller")},
+    **{f"test_resize_tf_crop_and_resize{case}": "Resize tf_crop_and_resize" for case in (
+        "", "_axes_2_3", "_axes_3_2", "_extrapolation_value")},
 }
 
 #: Cases whose expected output is written down rounded, with the tolerance that allows.

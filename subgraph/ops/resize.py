@@ -1,0 +1,137 @@
+"""Resize (opset 11 on): nearest, linear and cubic, every coordinate transform but
+``tf_crop_and_resize``, separably one axis at a time.
+
+Along each resized axis every output position ``o`` maps to a source coordinate ``x``
+(``coordinate_transformation_mode``); its neighbours are read with edge padding and
+weighted: nearest picks one (``nearest_mode``), linear two, cubic four (``cubic_coeff_a``,
+``exclude_outside``). The weights depend only on the axis, so each axis is one gather and
+one weighted sum over whole arrays, where onnx.reference loops in Python over every
+output element. ``tf_crop_and_resize``, ``antialias`` and ``keep_aspect_ratio_policy``
+other than ``stretch`` run on onnx.reference.
+
+Examples
+--------
+>>> import numpy as np
+>>> from subgraph.ir import Graph
+>>> g = Graph("g")
+>>> x = g.add_input("x", (1, 1, 2, 2), "float32")
+>>> node = g.add_node("Resize", [x, None, "x"], attrs={"mode": "linear"})
+>>> KERNELS["Resize"](node, np.array([[[[0, 1], [2, 3]]]], np.float32), None,
+...                   np.array([1, 1, 2, 2], np.float32))[0, 0]
+array([[0.  , 0.25, 0.75, 1.  ],
+       [0.5 , 0.75, 1.25, 1.5 ],
+       [1.5 , 1.75, 2.25, 2.5 ],
+       [2.  , 2.25, 2.75, 3.  ]], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from subgraph.ir import Node
+from subgraph.ops.common import float_inputs, normalize_axes, opset
+from subgraph.ops.registry import KERNELS, native_dtypes, register_kernel  # noqa: F401  (KERNELS: doctest)
+
+__all__: list[str] = []
+
+_TRANSFORMS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
+               "tf_half_pixel_for_nn")
+
+
+def _text(node: Node, name: str, default: str) -> str:
+    value = node.attrs.get(name, default)
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _supported(node: Node) -> bool:
+    mode = _text(node, "mode", "nearest")
+    return (opset(node) >= 11 and native_dtypes(node) and mode in ("nearest", "linear", "cubic")
+            and (mode == "nearest" or float_inputs(node))
+            and _text(node, "coordinate_transformation_mode", "half_pixel") in _TRANSFORMS
+            and not node.attrs.get("antialias", 0)
+            and _text(node, "keep_aspect_ratio_policy", "stretch") == "stretch")
+
+
+def _source(node: Node, out: int, size: int, scale: float) -> np.ndarray:
+    """Source coordinate of each output position along one axis (float64)."""
+    o = np.arange(out, dtype=np.float64)
+    mode = _text(node, "coordinate_transformation_mode", "half_pixel")
+    width = scale * size  # the real-valued output length (not rounded), as ONNX defines it
+    if mode == "align_corners":
+        return np.zeros(out) if width == 1 else o * (size - 1) / (width - 1)
+    if mode == "asymmetric":
+        return o / scale
+    if mode == "pytorch_half_pixel":
+        return np.full(out, -0.5) if width == 1 else (o + 0.5) / scale - 0.5
+    if mode == "tf_half_pixel_for_nn":
+        return (o + 0.5) / scale
+    if mode == "half_pixel_symmetric":
+        offset = size / 2 * (1 - out / width)
+        return offset + (o + 0.5) / scale - 0.5
+    return (o + 0.5) / scale - 0.5  # half_pixel
+
+
+def _taps(node: Node, x: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Neighbour indices (edge-clamped) and weights, each ``(out, taps)``."""
+    integral = np.floor(x) == x
+    base = np.where(integral, x - 1, np.floor(x)).astype(np.int64)  # the left pixel is preferred
+    ratio = x - base  # in (0, 1]
+    mode = _text(node, "mode", "nearest")
+    if mode == "nearest":
+        rule = _text(node, "nearest_mode", "round_prefer_floor")
+        upper = {"round_prefer_floor": ratio > 0.5, "round_prefer_ceil": ratio >= 0.5,
+                 "floor": np.zeros_like(ratio, bool), "ceil": np.ones_like(ratio, bool)}[rule] | integral
+        index = np.clip(base + upper, 0, size - 1)
+        return index[:, None], np.ones((len(x), 1))
+    if mode == "linear":
+        offsets, weights = np.array([0, 1]), np.stack([1 - ratio, ratio], axis=1)
+    else:
+        a, r, s = float(node.attrs.get("cubic_coeff_a", -0.75)), ratio, 1 - ratio
+        offsets = np.array([-1, 0, 1, 2])
+        weights = np.stack([((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a,
+                            ((a + 2) * r - (a + 3)) * r * r + 1,
+                            ((a + 2) * s - (a + 3)) * s * s + 1,
+                            ((a * (s + 1) - 5 * a) * (s + 1) + 8 * a) * (s + 1) - 4 * a], axis=1)
+    index = base[:, None] + offsets
+    if node.attrs.get("exclude_outside", 0):
+        weights = np.where((index < 0) | (index >= size), 0.0, weights)
+        weights = weights / weights.sum(axis=1, keepdims=True)
+    return np.clip(index, 0, size - 1), weights
+
+
+def _resize_axis(node: Node, data: np.ndarray, axis: int, out: int, scale: float) -> np.ndarray:
+    size = data.shape[axis]
+    index, weights = _taps(node, _source(node, out, size, scale), size)
+    if weights.shape[1] == 1:
+        return np.take(data, index[:, 0], axis=axis)
+    shape = [1] * data.ndim
+    shape[axis] = out
+    result = None
+    for k in range(weights.shape[1]):
+        term = np.take(data, index[:, k], axis=axis) * weights[:, k].astype(data.dtype).reshape(shape)
+        result = term if result is None else result + term
+    return result
+
+
+@register_kernel("Resize", supports=_supported)
+def _resize(node: Node, x: np.ndarray, roi: np.ndarray | None = None, scales: np.ndarray | None = None,
+            sizes: np.ndarray | None = None) -> np.ndarray:
+    axes = node.attrs.get("axes")
+    axes = list(range(x.ndim)) if axes is None else normalize_axes(axes, x.ndim)
+    if sizes is not None and sizes.size:
+        outs = [int(v) for v in sizes]
+        factors = [o / x.shape[a] for o, a in zip(outs, axes)]
+    elif scales is not None and scales.size:
+        factors = [float(v) for v in scales]
+        outs = [int(np.floor(x.shape[a] * f)) for a, f in zip(axes, factors)]
+    else:
+        raise ValueError("needs scales or sizes")
+    if len(outs) != len(axes):
+        raise ValueError(f"has {len(outs)} scales or sizes for {len(axes)} axes")
+    if any(f <= 0 for f in factors):
+        raise ValueError(f"scales must be positive, got {factors}")
+    work = x if x.dtype.kind == "f" or _text(node, "mode", "nearest") == "nearest" else x.astype(np.float64)
+    for axis, out, factor in zip(axes, outs, factors):
+        if out != work.shape[axis] or factor != 1:
+            work = _resize_axis(node, work, axis, out, factor)
+    return work.astype(x.dtype, copy=False)
