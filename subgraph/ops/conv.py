@@ -1,4 +1,4 @@
-"""Convolution through one matrix multiply.
+"""Convolution (and its transpose) through one matrix multiply.
 
 * 1x1 kernels with stride 1 and no padding are a plain ``W @ X`` per image.
 * Other kernels gather every window into columns (im2col, one strided copy of the
@@ -30,7 +30,7 @@ from subgraph.ops.registry import register_kernel
 from subgraph.ops.common import float_inputs, node_error
 from subgraph.ops.window import Geometry, node_geometry, pad_spatial, windows
 
-__all__ = ["conv"]
+__all__ = ["conv", "conv_transpose"]
 
 
 @register_kernel("Conv", supports=float_inputs)
@@ -95,3 +95,61 @@ def _depthwise(x: np.ndarray, w: np.ndarray, g: Geometry) -> np.ndarray:
             np.multiply(shifted, tap, out=scratch)
             out += scratch
     return out
+
+
+def _transpose_pads(node: Node, size: tuple[int, ...], kernel: tuple[int, ...], strides: list[int],
+                    dilations: list[int], extra: list[int]) -> tuple[list[int], list[int]]:
+    """Pads before and after each spatial axis, from ``pads``, ``auto_pad`` or ``output_shape``."""
+    spatial = len(size)
+    auto_pad = node.attrs.get("auto_pad", "NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    shape = node.attrs.get("output_shape")
+    if shape is None and auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        shape = [n * s for n, s in zip(size, strides)]
+    if shape is None:
+        pads = list(node.attrs.get("pads") or [0] * (2 * spatial))
+        return pads[:spatial], pads[spatial:]
+    shape = list(shape)[-spatial:]  # output_shape may list batch and channels too
+    total = [s * (n - 1) + e + (k - 1) * d + 1 - o
+             for s, n, e, k, d, o in zip(strides, size, extra, kernel, dilations, shape)]
+    if auto_pad == "SAME_UPPER":
+        return [t // 2 for t in total], [t - t // 2 for t in total]
+    return [t - t // 2 for t in total], [t // 2 for t in total]
+
+
+@register_kernel("ConvTranspose", supports=float_inputs)
+def conv_transpose(node: Node, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """ONNX ConvTranspose: one matrix multiply per group (``W^T @ X``), then each kernel tap's
+    columns added into the output at its strided, dilated place (col2im)."""
+    dtype = x.dtype
+    if dtype == np.float16:
+        x, w = x.astype(np.float32), w.astype(np.float32)
+        bias = None if bias is None else bias.astype(np.float32)
+    groups = int(node.attrs.get("group", 1))
+    n, channels, size = x.shape[0], x.shape[1], x.shape[2:]
+    kernel, spatial = w.shape[2:], x.ndim - 2
+    if w.shape[0] != channels or channels % groups:
+        raise node_error(node, f"input with {channels} channels, weights of shape {list(w.shape)} "
+                               f"and group={groups} do not fit together")
+    strides = list(node.attrs.get("strides") or [1] * spatial)
+    dilations = list(node.attrs.get("dilations") or [1] * spatial)
+    extra = list(node.attrs.get("output_padding") or [0] * spatial)
+    begin, end = _transpose_pads(node, size, kernel, strides, dilations, extra)
+    per_group, m_group = channels // groups, w.shape[1]
+    # columns: (N, groups, m_group * taps, pixels)
+    weights = w.reshape(groups, per_group, m_group * int(np.prod(kernel, dtype=np.int64))).transpose(0, 2, 1)
+    cols = np.matmul(weights, x.reshape(n, groups, per_group, -1))
+    cols = cols.reshape((n, groups * m_group) + tuple(kernel) + tuple(size))
+    full = [s * (i - 1) + (k - 1) * d + 1 + e for s, i, k, d, e in zip(strides, size, kernel, dilations, extra)]
+    lead = [max(0, -b) for b in begin]  # negative pads grow the output: room before and after
+    room = [f + lo + max(0, -e) for f, lo, e in zip(full, lead, end)]
+    y = np.zeros((n, groups * m_group) + tuple(room), dtype=cols.dtype)
+    for tap in np.ndindex(*kernel):
+        place = tuple(slice(lo + t * d, lo + t * d + s * (i - 1) + 1, s)
+                      for lo, t, d, s, i in zip(lead, tap, dilations, strides, size))
+        y[(slice(None), slice(None)) + place] += cols[(slice(None), slice(None)) + tap]
+    crop = tuple(slice(lo + b, lo + f - e) for lo, b, e, f in zip(lead, begin, end, full))
+    y = y[(slice(None), slice(None)) + crop]
+    if bias is not None:
+        y = y + bias.reshape((-1,) + (1,) * spatial)
+    return np.ascontiguousarray(y).astype(dtype, copy=False)

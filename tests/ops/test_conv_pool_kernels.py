@@ -53,6 +53,50 @@ def test_conv_matches_reference(name):
     compare_with_reference("Conv", inputs, attrs)
 
 
+
+CONV_TRANSPOSES = {
+    # name: (x shape, w shape [C_in, M / group, *k], attrs, with bias) -- UNet, FPN and detector heads
+    "2x2_stride2": ((1, 8, 6, 6), (8, 4, 2, 2), {"strides": [2, 2]}, True),
+    "4x4_stride2_pad1": ((2, 6, 5, 7), (6, 3, 4, 4), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, True),
+    "3x3_stride2_output_padding": ((1, 4, 5, 5), (4, 2, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1],
+                                                                 "output_padding": [1, 1]}, False),
+    "groups2_dilated": ((1, 6, 5, 5), (6, 2, 3, 3), {"group": 2, "dilations": [2, 2]}, True),
+    "asymmetric_pads_stride3": ((1, 3, 4, 5), (3, 2, 3, 2), {"strides": [3, 2], "pads": [0, 1, 2, 0]}, False),
+    "output_shape": ((1, 2, 3, 3), (2, 3, 3, 3), {"strides": [2, 2], "output_shape": [6, 7]}, True),
+    "same_upper": ((1, 2, 4, 5), (2, 2, 3, 3), {"strides": [2, 2], "auto_pad": "SAME_UPPER"}, False),
+    "same_lower": ((1, 2, 4, 5), (2, 2, 2, 3), {"strides": [2, 2], "auto_pad": "SAME_LOWER"}, True),
+    "1d": ((2, 3, 9), (3, 4, 3), {"strides": [2]}, True),
+    "3d": ((1, 2, 3, 4, 3), (2, 2, 2, 2, 2), {"strides": [2, 2, 2]}, True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONV_TRANSPOSES))
+def test_conv_transpose_matches_onnxruntime(name):
+    """onnxruntime is the oracle: onnx.reference fails on grouped and output_shape cases."""
+    ort = pytest.importorskip("onnxruntime")
+    import onnx
+    from onnx import helper, numpy_helper
+
+    import subgraph
+    from subgraph.ops import node_path
+
+    x_shape, w_shape, attrs, bias = CONV_TRANSPOSES[name]
+    x = _data(*x_shape)
+    inits = [numpy_helper.from_array(_data(*w_shape), "w")]
+    if bias:
+        inits.append(numpy_helper.from_array(_data(w_shape[1] * attrs.get("group", 1)), "b"))
+    node = helper.make_node("ConvTranspose", ["x", "w"] + (["b"] if bias else []), ["y"], name="up", **attrs)
+    model = helper.make_model(helper.make_graph(
+        [node], "up", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, list(x_shape))],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], inits),
+        opset_imports=[helper.make_opsetid("", 17)])
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    graph = subgraph.from_onnx(model)
+    assert node_path(graph.node("up")) == "numpy"
+    got = subgraph.run(graph, {"x": x})["y"]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
 @pytest.mark.parametrize("dtype, rtol", [(np.float16, 2e-2), (np.float64, 1e-10)])
 def test_conv_keeps_dtype(dtype, rtol):
     inputs = [_data(1, 3, 6, 6, dtype=dtype), _data(4, 3, 3, 3, dtype=dtype), _data(4, dtype=dtype)]
