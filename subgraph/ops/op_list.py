@@ -17,6 +17,7 @@ from subgraph.ops import (  # noqa: F401  (imported for their registrations; sub
     activation,
     constant,
     conv,
+    detection,
     convert,
     elementwise,
     index,

@@ -1,0 +1,90 @@
+"""Detection kernels: NonMaxSuppression.
+
+Greedy NMS per batch and class, as ONNX defines it: candidates above ``score_threshold``
+in order of score (equal scores: lower box index first); a candidate is kept unless its
+IoU with a box already kept exceeds ``iou_threshold``; at most
+``max_output_boxes_per_class`` per class (absent or 0: none). The IoU of a kept box is
+computed against all remaining candidates at once, so the Python loop only walks the
+candidates, where onnx.reference compares box pairs one by one.
+
+Examples
+--------
+>>> import numpy as np
+>>> from subgraph.ir import Graph
+>>> g = Graph("g")
+>>> node = g.add_node("NonMaxSuppression", [g.add_input("b", (1, 3, 4), "float32"),
+...                                         g.add_input("s", (1, 1, 3), "float32")])
+>>> boxes = np.array([[[0, 0, 1, 1], [0, 0.1, 1, 1.1], [0, 2, 1, 3]]], np.float32)
+>>> KERNELS["NonMaxSuppression"](node, boxes, np.array([[[0.9, 0.8, 0.7]]], np.float32),
+...                              np.array([3]), np.array([0.5], np.float32)).tolist()
+[[0, 0, 0], [0, 0, 2]]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from subgraph.ir import Node
+from subgraph.ops.common import float_inputs
+from subgraph.ops.registry import KERNELS, register_kernel  # noqa: F401  (KERNELS: doctest)
+
+__all__: list[str] = []
+
+
+def _scalar(value: np.ndarray | None, default: float) -> float:
+    return default if value is None or value.size == 0 else float(np.asarray(value).reshape(-1)[0])
+
+
+def _extents(boxes: np.ndarray, center: bool) -> tuple[np.ndarray, ...]:
+    """x_min, x_max, y_min, y_max of ``boxes`` [N, 4] (corners in any diagonal order)."""
+    boxes = boxes.astype(np.float64)
+    if center:  # [x_center, y_center, width, height]
+        x, y, w, h = boxes.T
+        return x - w / 2, x + w / 2, y - h / 2, y + h / 2
+    y1, x1, y2, x2 = boxes.T  # [y1, x1, y2, x2]
+    return np.minimum(x1, x2), np.maximum(x1, x2), np.minimum(y1, y2), np.maximum(y1, y2)
+
+
+def _suppressed_by(k: int, rest: np.ndarray, ext: tuple[np.ndarray, ...], threshold: float) -> np.ndarray:
+    """Which boxes ``rest`` box ``k`` suppresses: IoU above ``threshold`` (ONNX's strict tests)."""
+    x0, x1, y0, y1 = ext
+    iw = np.minimum(x1[k], x1[rest]) - np.maximum(x0[k], x0[rest])
+    ih = np.minimum(y1[k], y1[rest]) - np.maximum(y0[k], y0[rest])
+    inter = iw * ih
+    area_k = (x1[k] - x0[k]) * (y1[k] - y0[k])
+    areas = (x1[rest] - x0[rest]) * (y1[rest] - y0[rest])
+    union = area_k + areas - inter
+    overlap = (iw > 0) & (ih > 0) & (inter > 0) & (area_k > 0) & (areas > 0) & (union > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return overlap & (inter / np.where(union > 0, union, 1) > threshold)
+
+
+@register_kernel("NonMaxSuppression", supports=float_inputs)
+def _nms(node: Node, boxes: np.ndarray, scores: np.ndarray, max_boxes: np.ndarray | None = None,
+         iou_threshold: np.ndarray | None = None, score_threshold: np.ndarray | None = None) -> np.ndarray:
+    if boxes.ndim != 3 or boxes.shape[2] != 4 or scores.ndim != 3 or scores.shape[::2] != boxes.shape[:2]:
+        raise ValueError(f"boxes {list(boxes.shape)} and scores {list(scores.shape)} must be "
+                         "[batch, boxes, 4] and [batch, classes, boxes]")
+    limit = max(int(_scalar(max_boxes, 0)), 0)
+    threshold = _scalar(iou_threshold, 0.0)
+    center = bool(node.attrs.get("center_point_box", 0))
+    selected: list[tuple[int, int, int]] = []
+    for b in range(boxes.shape[0] if limit else 0):
+        ext = _extents(boxes[b], center)
+        for c in range(scores.shape[1]):
+            s = scores[b, c]
+            candidates = np.arange(s.shape[0])
+            if score_threshold is not None and score_threshold.size:
+                candidates = candidates[s > _scalar(score_threshold, 0.0)]
+            order = candidates[np.lexsort((candidates, -s[candidates]))]  # score down, index up
+            alive = np.ones(len(order), bool)
+            kept = 0
+            for i, k in enumerate(order):
+                if not alive[i]:
+                    continue
+                selected.append((b, c, int(k)))
+                kept += 1
+                if kept == limit:
+                    break
+                alive[i + 1:] &= ~_suppressed_by(k, order[i + 1:], ext, threshold)
+    return np.array(selected, dtype=np.int64).reshape(-1, 3)
