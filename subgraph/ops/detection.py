@@ -1,4 +1,4 @@
-"""Detection kernels: NonMaxSuppression.
+"""Detection kernels: NonMaxSuppression and RoiAlign.
 
 Greedy NMS per batch and class, as ONNX defines it: candidates above ``score_threshold``
 in order of score (equal scores: lower box index first); a candidate is kept unless its
@@ -6,6 +6,11 @@ IoU with a box already kept exceeds ``iou_threshold``; at most
 ``max_output_boxes_per_class`` per class (absent or 0: none). The IoU of a kept box is
 computed against all remaining candidates at once, so the Python loop only walks the
 candidates, where onnx.reference compares box pairs one by one.
+
+RoiAlign in ``avg`` mode is linear in the feature map and separable: each output bin
+averages bilinear samples, so one ROI is ``Ay @ X[c] @ Ax.T`` with per-axis matrices of
+averaged sample weights (ONNX's boundary rules: a sample beyond -1 or the edge adds
+nothing, coordinates clamp at 0 and the last pixel). ``max`` mode runs on onnx.reference.
 
 Examples
 --------
@@ -25,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from subgraph.ir import Node
-from subgraph.ops.common import float_inputs
+from subgraph.ops.common import float_inputs, opset
 from subgraph.ops.registry import KERNELS, register_kernel  # noqa: F401  (KERNELS: doctest)
 
 __all__: list[str] = []
@@ -88,3 +93,52 @@ def _nms(node: Node, boxes: np.ndarray, scores: np.ndarray, max_boxes: np.ndarra
                     break
                 alive[i + 1:] &= ~_suppressed_by(k, order[i + 1:], ext, threshold)
     return np.array(selected, dtype=np.int64).reshape(-1, 3)
+
+
+def _text(node: Node, name: str, default: str) -> str:
+    value = node.attrs.get(name, default)
+    return (value.decode() if isinstance(value, bytes) else value).lower()
+
+
+def _roi_align_supported(node: Node) -> bool:
+    return float_inputs(node) and _text(node, "mode", "avg") == "avg"
+
+
+def _bin_weights(start: float, bin_size: float, grid: int, pooled: int, size: int) -> np.ndarray:
+    """``(pooled, size)``: each bin's bilinear sample weights along one axis, averaged."""
+    weights = np.zeros((pooled, size))
+    if grid <= 0:
+        return weights  # no samples: the bin is 0
+    coord = start + np.arange(pooled)[:, None] * bin_size + (np.arange(grid)[None, :] + 0.5) * bin_size / grid
+    outside = (coord < -1.0) | (coord > size)
+    coord = np.maximum(coord, 0.0)
+    low = np.floor(coord).astype(np.int64)
+    edge = low >= size - 1
+    low = np.where(edge, size - 1, low)
+    high = np.where(edge, size - 1, low + 1)
+    frac = np.where(edge, 0.0, coord - low)
+    rows = np.broadcast_to(np.arange(pooled)[:, None], low.shape)
+    np.add.at(weights, (rows, low), np.where(outside, 0.0, 1.0 - frac))
+    np.add.at(weights, (rows, high), np.where(outside, 0.0, frac))
+    return weights / grid
+
+
+@register_kernel("RoiAlign", supports=_roi_align_supported)
+def _roi_align(node: Node, x: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray) -> np.ndarray:
+    height, width = x.shape[2:]
+    out_h, out_w = int(node.attrs.get("output_height", 1)), int(node.attrs.get("output_width", 1))
+    ratio, scale = int(node.attrs.get("sampling_ratio", 0)), float(node.attrs.get("spatial_scale", 1.0))
+    half_pixel = opset(node) >= 16 and _text(node, "coordinate_transformation_mode", "half_pixel") == "half_pixel"
+    offset = 0.5 if half_pixel else 0.0
+    y = np.empty((rois.shape[0], x.shape[1], out_h, out_w), dtype=np.float64)
+    for r, (roi, b) in enumerate(zip(rois.astype(np.float64), batch_indices.reshape(-1))):
+        x0, y0, x1, y1 = roi * scale - offset
+        roi_w, roi_h = x1 - x0, y1 - y0
+        if not half_pixel:  # malformed ROIs become 1x1
+            roi_w, roi_h = max(roi_w, 1.0), max(roi_h, 1.0)
+        grid_h = ratio if ratio > 0 else int(np.ceil(roi_h / out_h))
+        grid_w = ratio if ratio > 0 else int(np.ceil(roi_w / out_w))
+        rows = _bin_weights(y0, roi_h / out_h, grid_h, out_h, height)
+        cols = _bin_weights(x0, roi_w / out_w, grid_w, out_w, width)
+        y[r] = rows @ x[int(b)].astype(np.float64) @ cols.T
+    return y.astype(x.dtype)

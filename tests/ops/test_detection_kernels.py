@@ -1,0 +1,38 @@
+"""RoiAlign and NonMaxSuppression against onnx.reference on the inputs detectors feed them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from reference_compare import compare_with_reference
+
+RNG = np.random.default_rng(11)
+
+
+def rois(count: int, size: float, spill: float = 0.0) -> np.ndarray:
+    """[x1, y1, x2, y2] boxes inside ``[-spill, size + spill]``."""
+    corners = np.sort(RNG.uniform(-spill, size + spill, (count, 2, 2)), axis=1)  # (roi, min/max, x/y)
+    return corners.reshape(count, 4).astype(np.float32)  # x1, y1, x2, y2
+
+
+@pytest.mark.parametrize("attrs", [
+    {"output_height": 7, "output_width": 7, "sampling_ratio": 2},
+    {"output_height": 5, "output_width": 3, "sampling_ratio": 0, "spatial_scale": 0.5},  # adaptive grid
+    {"output_height": 4, "output_width": 4, "coordinate_transformation_mode": "output_half_pixel"},
+], ids=["7x7_ratio2", "adaptive_scaled", "output_half_pixel"])
+def test_roi_align_matches_reference(attrs):
+    x = RNG.standard_normal((2, 3, 12, 10)).astype(np.float32)
+    boxes = np.concatenate([rois(6, 10), rois(4, 10, spill=4)])  # some reach past the map
+    batch = np.array([0, 1] * 5, np.int64)
+    compare_with_reference("RoiAlign", [x, boxes, batch], attrs, opset=16, atol=1e-5)
+
+
+@pytest.mark.parametrize("center", [0, 1])
+def test_nms_matches_reference(center):
+    boxes = RNG.uniform(0, 10, (2, 60, 4)).astype(np.float32)
+    if center:
+        boxes[..., 2:] = RNG.uniform(0.5, 4, (2, 60, 2))
+    scores = np.round(RNG.random((2, 3, 60)), 1).astype(np.float32)  # many equal scores
+    compare_with_reference("NonMaxSuppression", [boxes, scores, np.array([7], np.int64),
+                                                 np.array([0.3], np.float32), np.array([0.2], np.float32)],
+                           {"center_point_box": center})
