@@ -64,6 +64,12 @@ def _selu(node: Node, x: np.ndarray) -> np.ndarray:
     return gamma * np.where(x <= 0, alpha * np.expm1(np.minimum(x, 0)), x)
 
 
+@register_kernel("Shrink")
+def _shrink(node: Node, x: np.ndarray) -> np.ndarray:
+    lambd, bias = node.attrs.get("lambd", 0.5), node.attrs.get("bias", 0.0)
+    return np.where(x < -lambd, x + bias, np.where(x > lambd, x - bias, 0)).astype(x.dtype, copy=False)
+
+
 @register_kernel("Sigmoid")
 def _sigmoid(node: Node, x: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):  # exp(-x) -> inf gives the right limit 0
@@ -92,6 +98,13 @@ def _softplus(node: Node, x: np.ndarray) -> np.ndarray:
 @register_kernel("Softsign")
 def _softsign(node: Node, x: np.ndarray) -> np.ndarray:
     return x / (np.abs(x) + 1)
+
+
+@register_kernel("Swish")
+def _swish(node: Node, x: np.ndarray) -> np.ndarray:
+    alpha = np.asarray(node.attrs.get("alpha", 1.0), x.dtype)
+    with np.errstate(over="ignore"):
+        return x / (1 + np.exp(-alpha * x))
 
 
 @register_kernel("Mish")

@@ -1,4 +1,4 @@
-"""Indexing kernels: Gather, GatherElements, GatherND and ScatterND (negative indices count from the end).
+"""Indexing kernels: Gather*, Scatter*, OneHot (negative indices count from the end).
 
 Examples
 --------
@@ -53,6 +53,43 @@ def _gather_nd(node: Node, data: np.ndarray, indices: np.ndarray) -> np.ndarray:
 _SCATTER_REDUCTIONS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
+def _reduction(node: Node) -> np.ufunc | None:
+    """The ufunc of a scatter's ``reduction`` (``None`` for plain assignment)."""
+    reduction = node.attrs.get("reduction", "none")
+    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+    if reduction != "none" and reduction not in _SCATTER_REDUCTIONS:
+        raise ValueError(f"unknown reduction {reduction!r}")
+    return _SCATTER_REDUCTIONS.get(reduction)
+
+
+@register_kernel("ScatterElements", supports=any_dtype)
+def _scatter_elements(node: Node, data: np.ndarray, indices: np.ndarray, updates: np.ndarray) -> np.ndarray:
+    axis = normalize_axis(node.attrs.get("axis", 0), data.ndim)
+    indices = indices.astype(np.intp, copy=False)
+    indices = np.where(indices < 0, indices + data.shape[axis], indices)
+    where = list(np.indices(indices.shape, sparse=True))
+    where[axis] = indices
+    out = data.copy()
+    reduce = _reduction(node)
+    if reduce is None:
+        out[tuple(where)] = updates
+    else:
+        reduce.at(out, tuple(where), updates)  # repeated indices all count
+    return out
+
+
+@register_kernel("OneHot")
+def _one_hot(node: Node, indices: np.ndarray, depth: np.ndarray, values: np.ndarray) -> np.ndarray:
+    size = int(np.asarray(depth).reshape(-1)[0])
+    axis = normalize_axis(node.attrs.get("axis", -1), indices.ndim + 1)
+    index = np.asarray(indices).astype(np.int64)
+    index = np.where(index < 0, index + size, index)  # -depth..-1 count from the end
+    hot = np.expand_dims(index, axis) == np.arange(size).reshape([-1 if a == axis else 1
+                                                                 for a in range(indices.ndim + 1)])
+    off, on = values.reshape(-1)[:2]
+    return np.where(hot, on, off).astype(values.dtype, copy=False)
+
+
 @register_kernel("ScatterND", supports=any_dtype)
 def _scatter_nd(node: Node, data: np.ndarray, indices: np.ndarray, updates: np.ndarray) -> np.ndarray:
     depth = indices.shape[-1]
@@ -61,13 +98,9 @@ def _scatter_nd(node: Node, data: np.ndarray, indices: np.ndarray, updates: np.n
     where = tuple(rows.T)
     values = updates.reshape((rows.shape[0],) + data.shape[depth:])
     out = data.copy()
-    reduction = node.attrs.get("reduction", "none")
-    if isinstance(reduction, bytes):
-        reduction = reduction.decode()
-    if reduction == "none":
+    reduce = _reduction(node)
+    if reduce is None:
         out[where] = values
-    elif reduction in _SCATTER_REDUCTIONS:
-        _SCATTER_REDUCTIONS[reduction].at(out, where, values)  # repeated indices all count
     else:
-        raise ValueError(f"unknown reduction {reduction!r}")
+        reduce.at(out, where, values)  # repeated indices all count
     return out

@@ -1,5 +1,5 @@
 """Normalisation kernels: BatchNormalization (inference), LayerNormalization,
-InstanceNormalization, GroupNormalization and LRN.
+InstanceNormalization, GroupNormalization, RMSNormalization and LRN.
 
 BatchNormalization folds its four parameter vectors into one scale and one shift per
 channel, so the data is touched twice. Training mode (batch statistics and running
@@ -123,4 +123,14 @@ def _group_norm(node: Node, x: np.ndarray, scale: np.ndarray, bias: np.ndarray) 
     if scale.size != channels:  # opset 18 gives one scale and bias per group, opset 21 per channel
         scale, bias = np.repeat(scale, channels // groups), np.repeat(bias, channels // groups)
     y = y * scale.reshape(_channel_shape(x)) + bias.reshape(_channel_shape(x))
+    return y.astype(x.dtype, copy=False)
+
+
+@register_kernel("RMSNormalization", supports=float_inputs)
+def _rms_norm(node: Node, x: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    axis = normalize_axis(node.attrs.get("axis", -1), x.ndim)
+    work = np.float32 if x.dtype == np.float16 else x.dtype  # stash_type 1: statistics in float32
+    values = x.astype(work, copy=False)
+    mean_square = np.square(values).mean(axis=tuple(range(axis, x.ndim)), keepdims=True)
+    y = values / np.sqrt(mean_square + np.asarray(node.attrs.get("epsilon", 1e-5), work)) * scale
     return y.astype(x.dtype, copy=False)

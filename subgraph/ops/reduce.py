@@ -1,4 +1,4 @@
-"""Reduction kernels: the ReduceXxx family, ArgMax and ArgMin; along-an-axis CumSum and TopK.
+"""Reduction kernels: the ReduceXxx family, ArgMax and ArgMin; along-an-axis CumSum, CumProd and TopK.
 
 ``axes`` is an attribute up to opset 17 (ReduceSum: 12) and an optional input after;
 with no axes every axis is reduced, unless ``noop_with_empty_axes`` is set. Results keep
@@ -121,20 +121,30 @@ def _argmin(node: Node, x: np.ndarray) -> np.ndarray:
     return _arg(node, x, np.argmin)
 
 
-@register_kernel("CumSum")
-def _cumsum(node: Node, x: np.ndarray, axis: np.ndarray) -> np.ndarray:
+def _scan(node: Node, x: np.ndarray, axis: np.ndarray, ufunc: np.ufunc) -> np.ndarray:
+    """CumSum / CumProd: ``ufunc.accumulate`` along ``axis``, with ``exclusive`` and ``reverse``."""
     ax = normalize_axis(int(np.asarray(axis).reshape(-1)[0]), x.ndim)
     reverse, exclusive = node.attrs.get("reverse", 0), node.attrs.get("exclusive", 0)
     y = np.flip(x, ax) if reverse else x
-    total = np.cumsum(y, axis=ax, dtype=x.dtype)
-    if exclusive:  # each position sums the ones before it: shift by one, zero first
-        shifted = np.zeros_like(total)
+    total = ufunc.accumulate(y, axis=ax, dtype=x.dtype)
+    if exclusive:  # each position combines the ones before it: shift by one, identity first
+        shifted = np.full_like(total, ufunc.identity)
         body = [slice(None)] * x.ndim
         head = list(body)
         body[ax], head[ax] = slice(1, None), slice(None, -1)
         shifted[tuple(body)] = total[tuple(head)]
         total = shifted
     return np.flip(total, ax) if reverse else total
+
+
+@register_kernel("CumSum")
+def _cumsum(node: Node, x: np.ndarray, axis: np.ndarray) -> np.ndarray:
+    return _scan(node, x, axis, np.add)
+
+
+@register_kernel("CumProd")
+def _cumprod(node: Node, x: np.ndarray, axis: np.ndarray) -> np.ndarray:
+    return _scan(node, x, axis, np.multiply)
 
 
 @register_kernel("TopK")
