@@ -30,6 +30,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from subgraph.analysis.constants import fold_constants as fold
 from subgraph.analysis.shape_inference import infer_shapes
 from subgraph.errors import UnsupportedOpError
 from subgraph.ir import Graph
@@ -43,7 +44,7 @@ __all__ = ["from_onnx", "check_ops", "type_subgraphs"]
 
 
 def from_onnx(path_or_model: str | os.PathLike | onnx.ModelProto,
-              input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+              input_shapes: Mapping[str, Sequence[int]] | None = None, *, fold_constants: bool = True) -> Graph:
     """Read an ONNX model into a :class:`~subgraph.ir.Graph` with static shapes.
 
     Parameters
@@ -53,6 +54,11 @@ def from_onnx(path_or_model: str | os.PathLike | onnx.ModelProto,
         which is not modified.
     input_shapes : dict[str, list[int]] | None
         Static shapes for inputs, required where the model has symbolic dimensions.
+    fold_constants : bool
+        Replace every value computable from constants and static shapes (shape arithmetic,
+        ``Constant`` nodes ...) by a constant and drop the nodes nothing reads
+        (:func:`~subgraph.analysis.constants.fold_constants`), as onnxruntime and OpenVINO do
+        when they load a model. ``False`` keeps the file's nodes one for one.
 
     Returns
     -------
@@ -74,6 +80,8 @@ def from_onnx(path_or_model: str | os.PathLike | onnx.ModelProto,
     graph = read_onnx(path_or_model, input_shapes)
     check_ops(graph)
     infer_shapes(graph)
+    if fold_constants:
+        graph = fold(graph)
     type_subgraphs(graph)
     return graph
 

@@ -36,7 +36,7 @@ from subgraph.errors import ShapeError
 from subgraph.ir import Graph, Node, Value
 from subgraph.ir.limits import check_tensor_size
 
-__all__ = ["infer_shapes", "describe_value", "MAX_FOLD_ELEMENTS"]
+__all__ = ["infer_shapes", "describe_value", "evaluate_node", "shape_value", "MAX_FOLD_ELEMENTS"]
 
 #: Constant folding evaluates only nodes whose outputs stay below this many elements.
 MAX_FOLD_ELEMENTS = 2**16
@@ -179,11 +179,27 @@ def _estimated_elements(node: Node, args: list[np.ndarray | None]) -> int:
     return sum(int(np.asarray(a).size) for a in present)
 
 
-def _shape_value(node: Node, shape: tuple[int, ...]) -> np.ndarray:
+def shape_value(node: Node, shape: tuple[int, ...]) -> np.ndarray:
+    """The value of a ``Shape`` or ``Size`` node over a value of static ``shape``."""
     if node.op == "Size":
         return np.array(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)
     start, end = node.attrs.get("start", 0), node.attrs.get("end")
     return np.array(shape[start:end], dtype=np.int64)
+
+
+def evaluate_node(node: Node, args: list[np.ndarray | None],
+                  shapes: list[tuple[int, ...] | None]) -> list[np.ndarray] | None:
+    """``node``'s outputs computed from constant ``args`` by its kernel, or ``None`` when
+    an output (``shapes`` where known, else estimated) would exceed :data:`MAX_FOLD_ELEMENTS`.
+    A kernel's failure propagates."""
+    if any(s is not None and int(np.prod(s, dtype=np.int64)) > MAX_FOLD_ELEMENTS for s in shapes):
+        return None
+    if _estimated_elements(node, args) > MAX_FOLD_ELEMENTS:
+        return None
+    from subgraph.ops import get_kernel
+
+    result = get_kernel(node)(node, *args)
+    return [np.asarray(a) for a in (result if isinstance(result, (tuple, list)) else (result,))]
 
 
 def _ancestors(missing: list[Value]) -> list[Node]:
@@ -211,27 +227,21 @@ def _fold(nodes: list[Node], types: dict[str, _Type], known: dict[str, np.ndarra
             source = node.inputs[0]
             shape = source.shape if source.producer is None else types.get(source.name, (None, None))[0]
             if shape is not None:
-                known[node.outputs[0].name] = _shape_value(node, shape)
+                known[node.outputs[0].name] = shape_value(node, shape)
                 progress = True
             continue
         args = [None if v is None else (v.data if v.is_constant else known.get(v.name)) for v in node.inputs]
         if any(a is None and v is not None for a, v in zip(args, node.inputs)):
             continue
-        sizes = [types.get(o.name, (None, None))[0] for o in node.outputs]
-        if any(s is not None and int(np.prod(s, dtype=np.int64)) > MAX_FOLD_ELEMENTS for s in sizes):
-            continue
-        if _estimated_elements(node, args) > MAX_FOLD_ELEMENTS:
-            continue
         try:
-            from subgraph.ops import get_kernel
-
-            result = get_kernel(node)(node, *args)
+            result = evaluate_node(node, args, [types.get(o.name, (None, None))[0] for o in node.outputs])
         except Exception as exc:  # a kernel that cannot fold this node: reported if nothing else works
             notes[node.name] = f"folding node {node.name!r} ({node.op}) failed: {type(exc).__name__}: {exc}"
             continue
-        outs = result if isinstance(result, (tuple, list)) else (result,)
-        for out, array in zip(node.outputs, outs):
-            known[out.name] = np.asarray(array)
+        if result is None:
+            continue
+        for out, array in zip(node.outputs, result):
+            known[out.name] = array
         progress = True
     return progress
 

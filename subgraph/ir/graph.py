@@ -245,6 +245,27 @@ class Graph:
         del self._nodes_by_name[node.name]
         node.graph = None
 
+    def replace_with_constants(self, node: Node, arrays: Sequence[Any]) -> None:
+        """Turn ``node`` into constants: each output keeps its name and readers and now
+        holds the matching array (read-only) instead of being computed."""
+        if self._nodes_by_name.get(node.name) is not node:
+            raise GraphError(f"node {node.name!r} ({node.op}) does not belong to graph {self.name!r}")
+        if len(arrays) != len(node.outputs):
+            raise GraphError(f"node {node.name!r} ({node.op}) has {len(node.outputs)} output(s), "
+                             f"got {len(arrays)} array(s)")
+        for value in node.inputs:
+            if value is not None:
+                value.users.remove(node)
+        for out, array in zip(node.outputs, arrays):
+            data = np.asarray(array).view()
+            data.flags.writeable = False
+            out.data, out.producer, out.index = data, None, 0
+            out.shape, out.dtype = data.shape, data.dtype
+            self.initializers[out.name] = out
+        self.nodes.remove(node)
+        del self._nodes_by_name[node.name]
+        node.graph = None
+
     def remove_unused_constants(self) -> None:
         """Drop constants no node and no graph output reads."""
         kept = {v.name for v in self.outputs}

@@ -1,0 +1,101 @@
+"""Constant folding: every value computable from constants and static shapes becomes a constant.
+
+TorchScript-era exports compute shapes at run time: ``Shape -> Gather -> Unsqueeze ->
+Concat -> Reshape``, ``Constant`` nodes, ``ConstantOfShape``, ``Range`` over sizes.
+With static shapes all of that is known at import, so :func:`fold_constants` evaluates
+it once (the same kernels that run the graph), keeps the results as constants, and
+removes the nodes nothing reads any more. What is left is the clean static graph the
+dynamo exporter writes, so partitioning sees compute ops only.
+
+A node folds when it is deterministic, has no subgraph or graph attribute, produces no
+graph output, and either is ``Shape``/``Size`` of a value with a static shape or reads
+only constants; results larger than :data:`~subgraph.analysis.shape_inference.MAX_FOLD_ELEMENTS`
+elements stay computed (folding must not grow the model), ``Constant`` nodes excepted.
+
+Examples
+--------
+>>> import numpy as np
+>>> from subgraph.ir import Graph
+>>> g = Graph("g")
+>>> x = g.add_input("x", (2, 3, 4), "float32")
+>>> shape = g.add_node("Shape", [x], name="shape").outputs[0]
+>>> rows = g.add_node("Gather", [shape, g.add_constant("zero", np.array(0))], name="rows").outputs[0]
+>>> flat = g.add_node("Concat", [g.add_node("Unsqueeze", [rows, g.add_constant("axes", np.array([0]))],
+...                                         name="unsq").outputs[0], g.add_constant("rest", np.array([-1]))],
+...                   name="concat", attrs={"axis": 0}).outputs[0]
+>>> g.set_outputs([g.add_node("Reshape", [x, flat], name="reshape").outputs[0]])
+>>> from subgraph.analysis.shape_inference import infer_shapes
+>>> infer_shapes(g)
+>>> print(fold_constants(g))
+graph g(%x: float32[2,3,4]) {
+  const %concat: int64[2]
+  %reshape: float32[2,12] = Reshape(%x, %concat)  # reshape
+  return %reshape
+}
+>>> len(g.nodes)  # the caller's graph is unchanged
+5
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from subgraph.analysis.shape_inference import evaluate_node, shape_value
+from subgraph.ir import Graph, Node, OnnxGraphAttr
+
+__all__ = ["fold_constants", "remove_dead_nodes"]
+
+#: ops whose result differs from run to run: never folded
+NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                              "Bernoulli", "Multinomial"})
+
+
+def _folded(node: Node, outputs: set[int]) -> list[np.ndarray] | None:
+    """The arrays ``node`` always computes, or ``None`` when it must stay a node."""
+    if (node.subgraph is not None or node.domain not in ("", "ai.onnx") or node.op in NONDETERMINISTIC
+            or any(isinstance(a, OnnxGraphAttr) for a in node.attrs.values())
+            or any(id(o) in outputs for o in node.outputs)):
+        return None
+    if node.op in ("Shape", "Size") and node.inputs and node.inputs[0] is not None:
+        shape = node.inputs[0].shape
+        return None if shape is None else [shape_value(node, shape)]
+    if any(v is not None and not v.is_constant for v in node.inputs):
+        return None
+    if node.op == "Constant":  # already data: no size limit
+        shapes = [None] * len(node.outputs)
+    else:
+        shapes = [o.shape for o in node.outputs]
+    try:
+        result = evaluate_node(node, [None if v is None else v.data for v in node.inputs], shapes)
+    except Exception:  # noqa: BLE001 - it stays a node; running it reports the error with its name
+        return None
+    if result is None or len(result) != len(node.outputs):
+        return None
+    for out, array in zip(node.outputs, result):
+        if (out.shape is not None and tuple(array.shape) != tuple(out.shape)) or \
+                (out.dtype is not None and array.dtype != out.dtype):
+            return None  # disagrees with inference: leave it to the executor's checks
+    return result
+
+
+def remove_dead_nodes(graph: Graph) -> None:
+    """Erase, in place, the nodes whose outputs neither a node nor the graph reads, then the
+    constants nothing reads."""
+    outputs = {id(v) for v in graph.outputs}
+    for node in reversed(list(graph.nodes)):
+        if all(not o.users and id(o) not in outputs for o in node.outputs):
+            graph.erase_node(node)
+    graph.remove_unused_constants()
+
+
+def fold_constants(graph: Graph) -> Graph:
+    """A copy of ``graph`` (static shapes inferred) with every foldable node replaced by
+    constants and the nodes that only fed them removed; ``graph`` is not modified."""
+    work = graph.copy()
+    outputs = {id(v) for v in work.outputs}
+    for node in list(work.nodes):
+        arrays = _folded(node, outputs)
+        if arrays is not None:
+            work.replace_with_constants(node, arrays)
+    remove_dead_nodes(work)
+    return work
