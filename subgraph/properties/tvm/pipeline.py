@@ -162,13 +162,30 @@ def _fast_erf(bb: Any, call: Any) -> Any:
     return tvm.ir.Op.get("relax.erf").get_attr("FLegalize")(bb, call)
 
 
+def _calls_conv2d(mod: Any) -> bool:
+    """Whether any Relax function of ``mod`` calls ``relax.nn.conv2d``."""
+    conv2d, found = tvm.ir.Op.get("relax.nn.conv2d"), []
+
+    def visit(expr: Any) -> None:
+        if isinstance(expr, relax.Call) and expr.op.same_as(conv2d):
+            found.append(expr)
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function) and not found:
+            relax.analysis.post_order_visit(func.body, visit)
+    return bool(found)
+
+
 def _ConvertLayoutIfPossible() -> Any:  # noqa: N802 - a pass, named like TVM's
     """NHWC activations and HWIO weights for ``conv2d``; the module unchanged where TVM's
-    ConvertLayout fails (it does on some Concat and channel-shuffle graphs)."""
+    ConvertLayout fails (it does on some Concat and channel-shuffle graphs), and where there
+    is no conv2d to convert (on rank-0 broadcasts TVM 0.27's ConvertLayout dies of SIGFPE)."""
     convert = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]})
 
     @tvm.transform.module_pass(opt_level=0, name="SubgraphConvertLayout")
     def _convert(mod: Any, _ctx: Any) -> Any:
+        if not _calls_conv2d(mod):
+            return mod
         for attempt in (lambda m: m, _opaque_concat_reshape):
             try:
                 return relax.transform.FoldConstant()(convert(attempt(mod)))

@@ -3,6 +3,10 @@ legalizations."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -146,3 +150,27 @@ def test_layout_survives_dropout_concat_shuffle_and_sum():
         mod = tvm.transform.Sequential(prepare_passes(target))(relax_module(folded, model))
     convs = [f.script() for gv, f in mod.functions_items() if "conv2d" in gv.name_hint]
     assert len(convs) == 4 and all("conv2d_nhwc" in s for s in convs)
+
+
+def test_rank0_min_and_max_compile_without_killing_the_process(tmp_path):
+    """TVM 0.27's ConvertLayout dies of SIGFPE on the broadcasts its importer writes for a
+    rank-0 Min/Max; the pipeline runs ConvertLayout only where there is a conv2d."""
+    script = textwrap.dedent(f"""
+        import numpy as np
+        from onnx import TensorProto, helper
+        import subgraph
+        for op, want in (("Min", -1.0), ("Max", 0.0)):
+            model = helper.make_model(helper.make_graph(
+                [helper.make_node(op, ["x", "zero"], ["y"])], "scalar",
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+                [helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])]),
+                opset_imports=[helper.make_opsetid("", 13)])
+            compiled = subgraph.compile_model(subgraph.from_onnx(model), "HETERO:TVM,NUMPY",
+                                              {{"TVM": {{"cache_dir": {str(tmp_path)!r}}}}})
+            assert compiled.subgraphs[0].device == "TVM"
+            assert compiled({{"x": np.array(-1.0, np.float32)}})["y"] == want
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode, done.stderr[-2000:])
