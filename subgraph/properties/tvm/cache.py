@@ -28,7 +28,7 @@ __all__ = ["BUILD_LOCK", "MEMORY", "cache_key", "clear_memory_cache", "default_c
 
 
 #: Bump when the way a build is made or stored changes, so old disk entries are not reused.
-_FORMAT = "subgraph-tvm-3"  # 2: CPU builds are scheduled (tvm_schedule), host mcpu; 3: BN folded, tuning
+_FORMAT = "subgraph-tvm-4"  # 2: scheduled CPU builds, host mcpu; 3: BN folded, tuning; 4: no vector selects
 
 
 def cache_key(model_bytes: bytes, target: str, schedule: str = "cpu") -> str:

@@ -99,7 +99,11 @@ def _divisors_of(regions: Any, name: str) -> set[int]:
 
 
 def _vectorize_spatial(sch: Any, block: Any, lanes: int) -> None:
-    """Fuse the block's loops; parallel outer part, vectorised inner part."""
+    """Fuse the block's loops; parallel outer part, vectorised inner part.
+
+    A block that selects between sources (``if_then_else``: Concat, Pad with producers
+    inlined) is not vectorised: TVM 0.27's vector code for it reads the wrong lanes when a
+    vector spans the boundary between the sources (silently wrong numbers)."""
     loops = sch.get_loops(block)
     if not loops:
         return
@@ -107,7 +111,7 @@ def _vectorize_spatial(sch: Any, block: Any, lanes: int) -> None:
     total = _extent(sch, fused)
     if total is None:
         return
-    if total % lanes == 0 and total >= lanes:
+    if total % lanes == 0 and total >= lanes and "if_then_else" not in str(sch.get(block)):
         outer, inner = sch.split(fused, factors=[None, lanes])
         sch.vectorize(inner)
     else:

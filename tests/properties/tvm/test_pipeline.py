@@ -174,3 +174,19 @@ def test_rank0_min_and_max_compile_without_killing_the_process(tmp_path):
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode, done.stderr[-2000:])
+
+
+def test_concat_of_broadcast_products_on_the_last_axis_is_right():
+    """Inlined into a Concat, two broadcasting Muls gave uninitialised numbers when the
+    select between them was vectorised across the boundary (found by the backend sweep)."""
+    g = Graph("concat_products")
+    x1, x2 = g.add_input("x1", (2, 3, 4, 4), "float32"), g.add_input("x2", (2, 3, 4, 4), "float32")
+    c = g.add_input("c", (2, 3, 1, 4), "float32")
+    a = g.add_node("Mul", [x1, c], name="a").outputs[0]
+    b = g.add_node("Mul", [x2, c], name="b").outputs[0]
+    g.set_outputs([g.add_node("Concat", [a, b], name="cat", attrs={"axis": -1}).outputs[0]])
+    infer_shapes(g)
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(v.shape).astype(np.float32) for v in g.inputs]
+    for _ in range(3):  # the wrong numbers changed from run to run
+        assert_matches_onnxruntime(g, compile_graph(g, schedule="cpu")(*arrays), *arrays)
