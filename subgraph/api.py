@@ -23,12 +23,14 @@ __all__ = ["compile_model", "partition_model"]
 @functools.wraps(hetero.compile_model)
 def compile_model(graph: Graph, *args: Any, **kwargs: Any) -> CompiledModel:
     model = hetero.compile_model(graph, *args, **kwargs)
-    visualize_from_env(graph, model)
+    if isinstance(model, CompiledModel):  # a model with symbolic inputs has no partition until it runs
+        visualize_from_env(graph, model)
     return model
 
 
 @functools.wraps(hetero.partition_model)
 def partition_model(graph: Graph, *args: Any, **kwargs: Any) -> CompiledModel:
     model = hetero.partition_model(graph, *args, **kwargs)
-    visualize_from_env(graph, model)
+    if isinstance(model, CompiledModel):
+        visualize_from_env(graph, model)
     return model

@@ -19,11 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from subgraph.errors import ExecutionError, InputError, SubgraphError
+from subgraph.analysis.shape_inference import estimated_elements
+from subgraph.analysis.specialize import bind_dims, format_shape
+from subgraph.errors import ExecutionError, InputError, ShapeError, SubgraphError
 from subgraph.ir import Graph, Node
+from subgraph.ir.limits import MAX_TENSOR_BYTES
 from subgraph.ops import get_kernel
 
-__all__ = ["run", "Executor", "ProfilingExecutor", "RunStats", "check_feeds", "op_kernel", "Kernel", "KernelFor"]
+__all__ = ["run", "Executor", "ProfilingExecutor", "RunStats", "check_feeds", "bind_feeds", "op_kernel", "Kernel",
+           "KernelFor"]
 
 
 @dataclass
@@ -38,9 +42,25 @@ class RunStats:
 def check_feeds(graph: Graph, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Match ``feeds`` to the graph inputs by name, shape and dtype.
 
-    Returns the feeds as arrays; raises :class:`InputError` saying what is missing,
-    unknown or mismatched.
+    A symbolic dimension (``"batch"``) takes the size of the first input that has it, and
+    every other input with that name must agree. Returns the feeds as arrays; raises
+    :class:`InputError` saying what is missing, unknown or mismatched.
+
+    Examples
+    --------
+    >>> from subgraph.ir import Graph
+    >>> g = Graph("g")
+    >>> a, b = g.add_input("a", ("n", 2), "float32"), g.add_input("b", ("n",), "float32")
+    >>> check_feeds(g, {"a": np.zeros((3, 2), np.float32), "b": np.zeros(4, np.float32)})
+    Traceback (most recent call last):
+    ...
+    subgraph.errors.InputError: input 'b' dimension 0 is 'n' = 4, but input 'a' bound 'n' to 3
     """
+    return bind_feeds(graph, feeds)[0]
+
+
+def bind_feeds(graph: Graph, feeds: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """:func:`check_feeds`, and the size each symbolic dimension name takes."""
     if not isinstance(feeds, Mapping):
         raise InputError(f"feeds must be a mapping from input name to array, got {type(feeds).__name__}")
     declared = {v.name: v for v in graph.inputs}
@@ -50,15 +70,14 @@ def check_feeds(graph: Graph, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]
     missing = [name for name in declared if name not in feeds]
     if missing:
         raise InputError(f"graph {graph.name!r} needs input(s) {missing} that were not fed")
-    arrays = {}
+    arrays: dict[str, np.ndarray] = {}
     for name, value in declared.items():
         array = np.asarray(feeds[name])
         if value.dtype is not None and array.dtype != value.dtype:
             raise InputError(f"input {name!r} expects dtype {value.dtype.name}, got {array.dtype.name}")
-        if value.shape is not None and tuple(array.shape) != value.shape:
-            raise InputError(f"input {name!r} expects shape {list(value.shape)}, got {list(array.shape)}")
         arrays[name] = array
-    return arrays
+    bound = bind_dims(graph.inputs, {name: a.shape for name, a in arrays.items()}, InputError)
+    return arrays, bound
 
 
 #: ``kernel(node, *input_arrays) -> array | tuple of arrays``
@@ -121,6 +140,8 @@ class Executor:
             for value in node.inputs:
                 if value is not None and value.producer is not None:
                     last_use[value.name] = i
+        # nodes whose output sizes only the data decides: their allocation is checked first
+        self._dynamic = [not all(o.is_static for o in node.outputs) for node in graph.nodes]
         self._free_after: list[list[str]] = [[] for _ in graph.nodes]
         for name, i in last_use.items():
             if name not in keep:
@@ -159,6 +180,8 @@ class Executor:
         for i, node in enumerate(graph.nodes):
             args = [None if v is None else env[v.name] for v in node.inputs]
             try:
+                if self._dynamic[i]:
+                    _check_allocation(node, args)
                 result = self.run_node(node, self.kernel(i), args, stats)
             except SubgraphError as exc:
                 if isinstance(exc, ExecutionError):
@@ -186,12 +209,22 @@ class Executor:
 
     @staticmethod
     def _check_output(node: Node, value, array: np.ndarray) -> None:
-        if value.shape is not None and tuple(array.shape) != value.shape:
+        if value.shape is not None and (len(array.shape) != len(value.shape) or any(
+                isinstance(d, int) and d != n for d, n in zip(value.shape, array.shape))):
             raise ExecutionError(f"node {node.name!r} ({node.op}) produced %{value.name} with shape "
-                                 f"{list(array.shape)}, expected {list(value.shape)}\n  {node.format()}")
+                                 f"{list(array.shape)}, expected {format_shape(value.shape)}\n  {node.format()}")
         if value.dtype is not None and array.dtype != value.dtype:
             raise ExecutionError(f"node {node.name!r} ({node.op}) produced %{value.name} with dtype "
                                  f"{array.dtype.name}, expected {value.dtype.name}\n  {node.format()}")
+
+
+def _check_allocation(node: Node, args: list[np.ndarray | None]) -> None:
+    """Refuse, before it runs, a node whose data asks for an output over the size limit."""
+    itemsize = max((o.dtype.itemsize for o in node.outputs if o.dtype is not None), default=8)
+    elements = estimated_elements(node, args)
+    if elements * itemsize > MAX_TENSOR_BYTES:
+        raise ShapeError(f"its inputs ask for an output of {elements} elements ({elements * itemsize / 2**30:.0f} "
+                         f"GiB), more than the {MAX_TENSOR_BYTES // 2**30} GiB limit for one tensor")
 
 
 class ProfilingExecutor(Executor):

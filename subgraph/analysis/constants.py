@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from subgraph.analysis.shape_inference import evaluate_node, shape_value
-from subgraph.ir import Graph, Node, OnnxGraphAttr
+from subgraph.ir import Graph, Node, OnnxGraphAttr, is_static_shape
 
 __all__ = ["fold_constants", "remove_dead_nodes"]
 
@@ -58,7 +58,12 @@ def _folded(node: Node, outputs: set[int]) -> list[np.ndarray] | None:
         return None
     if node.op in ("Shape", "Size") and node.inputs and node.inputs[0] is not None:
         shape = node.inputs[0].shape
-        return None if shape is None else [shape_value(node, shape)]
+        if shape is None:
+            return None
+        if node.op == "Shape":  # the dimensions it reads may be static even when others are not
+            shape = shape[node.attrs.get("start", 0):node.attrs.get("end")]
+            return [np.array(shape, dtype=np.int64)] if is_static_shape(shape) else None
+        return [shape_value(node, shape)] if is_static_shape(shape) else None
     if any(v is not None and not v.is_constant for v in node.inputs):
         return None
     if node.op == "Constant":  # already data: no size limit
@@ -72,7 +77,7 @@ def _folded(node: Node, outputs: set[int]) -> list[np.ndarray] | None:
     if result is None or len(result) != len(node.outputs):
         return None
     for out, array in zip(node.outputs, result):
-        if (out.shape is not None and tuple(array.shape) != tuple(out.shape)) or \
+        if (is_static_shape(out.shape) and tuple(array.shape) != tuple(out.shape)) or \
                 (out.dtype is not None and array.dtype != out.dtype):
             return None  # disagrees with inference: leave it to the executor's checks
     return result

@@ -1,4 +1,4 @@
-"""Static shape and dtype inference for every value of a :class:`~subgraph.ir.Graph`.
+"""Shape and dtype inference for every value of a :class:`~subgraph.ir.Graph`.
 
 The graph is written as an ONNX model and run through ONNX's own inference
 (``strict_mode``, ``check_type`` and ``data_prop`` on). Values whose shape depends on
@@ -6,9 +6,10 @@ computed data that ONNX's data propagation cannot follow (shape arithmetic throu
 ``Cast``, ``Mul``, ``ReduceProd``...) are found by folding constants: nodes whose inputs
 are all known are evaluated with the :mod:`subgraph.ops` kernels (``Shape`` and ``Size``
 need only the input's static shape), their results are handed to ONNX as initializers,
-and inference runs again. The graph's
-structure is never changed, only ``value.shape`` and ``value.dtype`` are stored, and
-nothing is stored unless every value gets a static shape.
+and inference runs again. What no constant decides stays dynamic: symbolic dimensions
+of symbolic inputs, ``None`` where only the data tells. The graph's structure is never
+changed, only ``value.shape`` and ``value.dtype`` are stored, and nothing is stored
+unless every value gets a dtype.
 
 Examples
 --------
@@ -33,10 +34,11 @@ from typing import Any
 import numpy as np
 
 from subgraph.errors import ShapeError
-from subgraph.ir import Graph, Node, Value
+from subgraph.ir import Graph, Node, Value, is_static_shape
 from subgraph.ir.limits import check_tensor_size
 
-__all__ = ["infer_shapes", "describe_value", "evaluate_node", "shape_value", "MAX_FOLD_ELEMENTS"]
+__all__ = ["infer_shapes", "describe_value", "evaluate_node", "shape_value", "estimated_elements",
+           "MAX_FOLD_ELEMENTS"]
 
 #: Constant folding evaluates only nodes whose outputs stay below this many elements.
 MAX_FOLD_ELEMENTS = 2**16
@@ -58,7 +60,7 @@ def describe_value(value: Value) -> str:
 def _check_declared(graph: Graph) -> None:
     for value in graph.inputs:
         if value.shape is None or value.dtype is None:
-            raise ShapeError(f"graph {graph.name!r}: input %{value.name} has no static "
+            raise ShapeError(f"graph {graph.name!r}: input %{value.name} has no "
                              f"{'shape' if value.shape is None else 'dtype'} ({value.type_str()}); "
                              "declare it when adding the input (or pass input_shapes to from_onnx)")
         check_tensor_size(describe_value(value), value.shape, value.dtype)
@@ -76,7 +78,9 @@ def _is_opaque(node: Node) -> bool:
         return True
 
 
-def _type_of(value_info: Any) -> _Type:
+def _type_of(value_info: Any, symbols: frozenset[str] = frozenset()) -> _Type:
+    """A value info's dtype and shape; a ``dim_param`` stays a name only when it is one of
+    the graph inputs' ``symbols`` (ONNX invents ``unk__0`` for sizes only the data knows)."""
     from onnx.helper import tensor_dtype_to_np_dtype
 
     if not value_info.type.HasField("tensor_type"):
@@ -85,9 +89,8 @@ def _type_of(value_info: Any) -> _Type:
     dtype = np.dtype(tensor_dtype_to_np_dtype(tensor_type.elem_type)) if tensor_type.elem_type else None
     shape = None
     if tensor_type.HasField("shape"):
-        dims = tensor_type.shape.dim
-        if all(d.WhichOneof("value") == "dim_value" for d in dims):
-            shape = tuple(int(d.dim_value) for d in dims)
+        shape = tuple(int(d.dim_value) if d.WhichOneof("value") == "dim_value"
+                      else (d.dim_param if d.dim_param in symbols else None) for d in tensor_type.shape.dim)
     return shape, dtype
 
 
@@ -129,8 +132,9 @@ def _onnx_types(graph: Graph, known: dict[str, np.ndarray], hints: dict[str, _Ty
     except Exception as exc:  # onnx raises InferenceError or plain RuntimeError
         raise _inference_error(graph, exc) from None
     types: dict[str, _Type] = {}
+    symbols = frozenset(d for v in graph.inputs for d in (v.shape or ()) if isinstance(d, str))
     for info in [*inferred.graph.value_info, *inferred.graph.output]:
-        shape, dtype = _type_of(info)
+        shape, dtype = _type_of(info, symbols)
         old_shape, old_dtype = types.get(info.name, (None, None))
         types[info.name] = (old_shape if shape is None else shape, old_dtype if dtype is None else dtype)
     for name, array in known.items():
@@ -141,7 +145,7 @@ def _onnx_types(graph: Graph, known: dict[str, np.ndarray], hints: dict[str, _Ty
 
 def _is_static(value_type: _Type) -> bool:
     # not ``None in value_type``: numpy compares dtype('float64') == None as True
-    return value_type[0] is not None and value_type[1] is not None
+    return is_static_shape(value_type[0]) and value_type[1] is not None
 
 
 def _node_outputs(graph: Graph) -> list[Value]:
@@ -155,8 +159,10 @@ def _check_sizes(graph: Graph, types: dict[str, _Type]) -> None:
             check_tensor_size(describe_value(value), shape, dtype)
 
 
-def _estimated_elements(node: Node, args: list[np.ndarray | None]) -> int:
-    """How many elements a node's largest output may have, computed without running it."""
+def estimated_elements(node: Node, args: list[np.ndarray | None]) -> int:
+    """How many elements ``node``'s largest output may have, computed from its input
+    arrays without running it: the ops whose output size is set by data (a shape, a
+    count, a trip) are estimated from that data; for others, the inputs' total."""
     def count(shape: Any) -> int:
         total = 1
         for dim in shape:
@@ -174,6 +180,13 @@ def _estimated_elements(node: Node, args: list[np.ndarray | None]) -> int:
         if node.op == "Range":
             start, limit, delta = (np.asarray(a).item() for a in present[:3])
             return max(int(np.ceil((limit - start) / delta)), 0)
+        if node.op in ("Resize", "Upsample") and len(args) > 1:
+            sizes = args[3] if len(args) > 3 and args[3] is not None and np.size(args[3]) else None
+            if sizes is not None:
+                return count(np.asarray(sizes).ravel())
+            scales = next((a for a in reversed(args[1:3]) if a is not None and np.size(a)), None)
+            if scales is not None:
+                return count(np.asarray(present[0].shape) * np.maximum(np.asarray(scales, np.float64).ravel(), 1))
     except Exception:  # malformed: let the kernel report it
         return 0
     return sum(int(np.asarray(a).size) for a in present)
@@ -192,9 +205,9 @@ def evaluate_node(node: Node, args: list[np.ndarray | None],
     """``node``'s outputs computed from constant ``args`` by its kernel, or ``None`` when
     an output (``shapes`` where known, else estimated) would exceed :data:`MAX_FOLD_ELEMENTS`.
     A kernel's failure propagates."""
-    if any(s is not None and int(np.prod(s, dtype=np.int64)) > MAX_FOLD_ELEMENTS for s in shapes):
+    if any(is_static_shape(s) and int(np.prod(s, dtype=np.int64)) > MAX_FOLD_ELEMENTS for s in shapes):
         return None
-    if _estimated_elements(node, args) > MAX_FOLD_ELEMENTS:
+    if estimated_elements(node, args) > MAX_FOLD_ELEMENTS:
         return None
     from subgraph.ops import get_kernel
 
@@ -226,7 +239,7 @@ def _fold(nodes: list[Node], types: dict[str, _Type], known: dict[str, np.ndarra
         if node.op in ("Shape", "Size") and node.domain in ("", "ai.onnx") and node.inputs:
             source = node.inputs[0]
             shape = source.shape if source.producer is None else types.get(source.name, (None, None))[0]
-            if shape is not None:
+            if is_static_shape(shape):
                 known[node.outputs[0].name] = shape_value(node, shape)
                 progress = True
             continue
@@ -254,7 +267,7 @@ def _output_rules(graph: Graph, types: dict[str, _Type], hints: dict[str, _Type]
             mask, source = node.outputs[1], node.inputs[0]
             shape = source.shape if source.producer is None else types.get(source.name, (None, None))[0]
             inferred = types.get(mask.name, (None, None))
-            if shape is not None and mask.name not in hints and not _is_static(inferred):
+            if is_static_shape(shape) and mask.name not in hints and not _is_static(inferred):
                 # opsets 7-11 type the mask like the input, opset 12 on as bool
                 hints[mask.name] = (shape, inferred[1] or np.dtype(bool))
                 progress = True
@@ -262,33 +275,43 @@ def _output_rules(graph: Graph, types: dict[str, _Type], hints: dict[str, _Type]
     return progress
 
 
-def _unknown_error(graph: Graph, missing: list[Value], notes: dict[str, str]) -> ShapeError:
+def _unknown_error(graph: Graph, missing: list[Value], notes: dict[str, str], dtype: bool = False) -> ShapeError:
     listed = ", ".join(f"%{v.name} ({_producer_text(v)})" for v in missing[:10])
     more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
-    text = (f"graph {graph.name!r}: could not infer a static shape for {len(missing)} value(s): "
-            f"{listed}{more}; their shapes depend on data that is not constant")
+    if dtype:
+        text = (f"graph {graph.name!r}: could not infer the element type of {len(missing)} value(s): "
+                f"{listed}{more}")
+    else:
+        text = (f"graph {graph.name!r}: could not infer a static shape for {len(missing)} value(s): "
+                f"{listed}{more}; their shapes depend on data that is not constant")
     if notes:
         text += "\n  " + "\n  ".join(list(notes.values())[:5])
     return ShapeError(f"{text}\n  first such node: {missing[0].producer.format()}")
 
 
-def infer_shapes(graph: Graph) -> None:
-    """Store a static shape and dtype on every value of ``graph``.
+def infer_shapes(graph: Graph, *, dynamic: bool = True) -> None:
+    """Store a shape and dtype on every value of ``graph``.
 
-    Graph inputs must already have static shapes and dtypes. On failure nothing is
-    changed.
+    Shapes are static wherever constants and the input shapes decide them; shape
+    arithmetic ONNX cannot follow is folded with the numpy kernels. What is left keeps
+    the dimensions ONNX derives: symbolic names from symbolic inputs, and ``None`` where
+    only the data tells (NonZero, a Loop's scan outputs, If branches of different
+    shapes). On failure nothing is changed.
 
     Parameters
     ----------
     graph : Graph
-        A graph that verifies. Fused nodes keep the shapes already stored on their outputs.
+        A graph that verifies, its inputs typed. Fused nodes keep the shapes already
+        stored on their outputs.
+    dynamic : bool
+        ``False`` makes any value without a static shape an error.
 
     Raises
     ------
     ShapeError
-        ONNX inference rejected a node (the message names it and its op), a value's
-        shape depends on data that is not constant, or a tensor would exceed
-        :data:`subgraph.ir.limits.MAX_TENSOR_BYTES`.
+        ONNX inference rejected a node (the message names it and its op), a value has
+        no inferable dtype (or, with ``dynamic=False``, no static shape), or a tensor
+        would exceed :data:`subgraph.ir.limits.MAX_TENSOR_BYTES`.
     """
     _check_declared(graph)
     known: dict[str, np.ndarray] = {}  # folded constants
@@ -301,6 +324,9 @@ def infer_shapes(graph: Graph) -> None:
             break
         notes: dict[str, str] = {}
         if not _output_rules(graph, types, hints) and not _fold(_ancestors(missing), types, known, notes):
-            raise _unknown_error(graph, missing, notes)
+            untyped = [v for v in missing if types.get(v.name, (None, None))[1] is None]
+            if not dynamic or untyped:
+                raise _unknown_error(graph, untyped or missing, notes, dtype=bool(untyped))
+            break
     for value in _node_outputs(graph):
         value.shape, value.dtype = types[value.name]

@@ -74,11 +74,20 @@ def load_graph(path: str | None, shapes: Sequence[str]) -> tuple[Graph, str]:
     path = path or EXAMPLE_MODEL
     label = "built-in example" if path == EXAMPLE_MODEL else path
     try:
-        return from_onnx(path, input_shapes=input_shapes(shapes) or None), label
+        graph = from_onnx(path, input_shapes=input_shapes(shapes) or None)
     except ShapeError as exc:  # say it with the option this command takes
         text = re.sub(r"from_onnx\(\.\.\., input_shapes=\{'([^']*)': \[([^\]]*)\]\}\)",
                       lambda m: f"--input-shape {m[1]}={m[2].replace(' ', '')}", str(exc))
         raise UsageError(text) from None
+    for value in graph.inputs:  # the commands draw inputs and show one partition: shapes must be fixed
+        for i, dim in enumerate(value.shape):
+            if not isinstance(dim, int):
+                example = ",".join(str(d) if isinstance(d, int) else "1" for d in value.shape)
+                what = f"symbolic ({dim!r})" if dim else "unknown"
+                dims = ", ".join("?" if d is None else str(d) for d in value.shape)
+                raise UsageError(f"input {value.name!r} dimension {i} is {what} in [{dims}]; fix it with "
+                                 f"--input-shape {value.name}={example}")
+    return graph, label
 
 
 def _option_value(key: str, text: str) -> Any:

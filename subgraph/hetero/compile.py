@@ -11,14 +11,16 @@ which owns the kernels. A new accelerator joins by registering a property. With
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from subgraph.analysis.specialize import specialize
 from subgraph.errors import DeviceError, SubgraphError
 from subgraph.hetero.devices import FALLBACK_DEVICE, assign_affinity, device_properties_for, parse_devices
+from subgraph.hetero.dynamic import MAX_SPECIALIZATIONS, SpecializingModel
 from subgraph.hetero.measured import measure_node
 from subgraph.hetero.model import CompiledModel, SubgraphInfo
-from subgraph.ir import Graph, Node
+from subgraph.ir import Graph, Node, is_static_shape
 from subgraph.partition import partition_graph
 from subgraph.properties import FusedKernel, FusedKernels, SubgraphProperty
 
@@ -29,22 +31,49 @@ CHOICES = ("priority", "measured")
 
 
 def partition_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
-                    device_properties: Mapping[str, Mapping[str, Any]] | None = None,
-                    **partition_options: Any) -> CompiledModel:
+                    device_properties: Mapping[str, Mapping[str, Any]] | None = None, *,
+                    input_shapes: Mapping[str, Sequence[int]] | None = None,
+                    max_specializations: int = MAX_SPECIALIZATIONS,
+                    **partition_options: Any) -> CompiledModel | SpecializingModel:
     """Assign affinities and partition ``graph`` over the devices, without compiling.
 
-    Returns a :class:`CompiledModel` whose kernels compile on first use; see
-    :func:`compile_model` for the parameters.
+    Returns a :class:`CompiledModel` whose kernels compile on first use (a
+    :class:`SpecializingModel` for symbolic inputs); see :func:`compile_model` for the
+    parameters.
     """
-    return _partition_model(graph, device, device_properties, False, None, True, partition_options)
+    def build(static: Graph) -> CompiledModel:
+        return _partition_model(static, device, device_properties, False, None, True, partition_options)
+
+    return _specialized(graph, build, input_shapes, max_specializations)
+
+
+def _specialized(graph: Graph, build: Callable[[Graph], CompiledModel],
+                 input_shapes: Mapping[str, Sequence[int]] | None,
+                 max_specializations: int) -> CompiledModel | SpecializingModel:
+    """``build(graph)``, with the input shapes fixed first, or per call when they are symbolic."""
+    if input_shapes is not None:
+        if not isinstance(input_shapes, Mapping):
+            raise DeviceError(f"input_shapes must map input names to shapes, got {type(input_shapes).__name__}")
+        return build(specialize(graph, input_shapes))
+    if all(is_static_shape(v.shape) for v in graph.inputs):
+        return build(graph)
+    return SpecializingModel(graph, build, max_specializations)
 
 
 def compile_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
                   device_properties: Mapping[str, Mapping[str, Any]] | None = None, *,
                   fallback: bool = True, profile: bool = False,
                   progress: Callable[[int, int, SubgraphInfo], None] | None = None,
-                  choose: str = "priority", **partition_options: Any) -> CompiledModel:
+                  choose: str = "priority", input_shapes: Mapping[str, Sequence[int]] | None = None,
+                  max_specializations: int = MAX_SPECIALIZATIONS,
+                  **partition_options: Any) -> CompiledModel | SpecializingModel:
     """Partition ``graph`` over the devices of ``device`` and compile every subgraph.
+
+    A graph whose inputs have symbolic dimensions (``batch``) gives a
+    :class:`~subgraph.hetero.dynamic.SpecializingModel`: each call's input shapes pick
+    (or compile, the first time) a static specialization. Values whose shape only the
+    data decides (NonZero, a Loop's outputs) go to devices that take dynamic shapes
+    (NUMPY).
 
     Parameters
     ----------
@@ -70,6 +99,11 @@ def compile_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
         depends on timings, so it can differ between machines and runs; a cost that cannot
         be measured keeps the subgraph on its device. ``SubgraphInfo.costs`` and
         :meth:`CompiledModel.summary` show the costs, ``SubgraphInfo.moved`` the moves.
+    input_shapes : dict[str, list[int]] | None
+        Fix symbolic input dimensions ahead of time: one static model, compiled now.
+    max_specializations : int
+        For symbolic inputs: how many specializations to keep compiled (least recently
+        used dropped first).
     **partition_options
         Passed to :func:`~subgraph.partition_graph` (``min_subgraph_size`` ...).
 
@@ -85,8 +119,13 @@ def compile_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
     """
     if choose not in CHOICES:
         raise DeviceError(f"compile_model: choose={choose!r} is not one of {', '.join(map(repr, CHOICES))}")
-    return _partition_model(graph, device, device_properties, profile, progress, fallback,
-                            partition_options, compile_now=True, choose=choose)
+
+    def build(static: Graph) -> CompiledModel:
+        return _partition_model(static, device, device_properties, profile, progress, fallback,
+                                partition_options, compile_now=True, choose=choose)
+
+    parse_devices(device)  # a bad device string fails now, not on the first call
+    return _specialized(graph, build, input_shapes, max_specializations)
 
 
 def _partition_model(graph: Graph, device: str, device_properties, profile: bool, progress, fallback: bool,

@@ -19,11 +19,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from subgraph.errors import DeviceError
-from subgraph.ir import Graph, Node
+from subgraph.ir import Graph, Node, Value
 from subgraph.properties import SubgraphProperty, get_property, registered_devices
 
 __all__ = ["FALLBACK_DEVICE", "parse_devices", "device_properties_for", "query_model", "assign_affinity",
-           "format_nodes"]
+           "format_nodes", "takes", "decline_reason"]
 
 #: the device a subgraph falls back to when its own compile fails
 FALLBACK_DEVICE = "NUMPY"
@@ -68,6 +68,29 @@ def device_properties_for(devices: list[str], device_properties: Mapping[str, Ma
             for device in dict.fromkeys([*devices, FALLBACK_DEVICE])}
 
 
+def _dynamic_value(node: Node) -> Value | None:
+    return next((v for v in (*node.inputs, *node.outputs) if v is not None and not v.is_static), None)
+
+
+def decline_reason(prop: SubgraphProperty, node: Node) -> str | None:
+    """Why ``prop``'s device does not take ``node`` under HETERO, or ``None`` when it does:
+    a device that does not say it takes dynamic shapes never gets a node with one, then
+    the property's own :meth:`~subgraph.properties.SubgraphProperty.decline_reason`."""
+    if not prop.dynamic_shapes:
+        value = _dynamic_value(node)
+        if value is not None:
+            return (f"%{value.name} has a dynamic shape ({value.type_str()}) and {prop.device} takes "
+                    "static shapes only")
+    return prop.decline_reason(node)
+
+
+def takes(prop: SubgraphProperty, node: Node) -> bool:
+    """True when ``prop``'s device takes ``node`` under HETERO (see :func:`decline_reason`)."""
+    if not prop.dynamic_shapes and _dynamic_value(node) is not None:
+        return False
+    return prop.supports(node)
+
+
 def query_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
                 device_properties: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, str]:
     """The first device, in priority order, that supports each node.
@@ -80,7 +103,7 @@ def query_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
     affinity = {}
     for node in graph.nodes:
         for name in devices:
-            if props[name].supports(node):
+            if takes(props[name], node):
                 affinity[node.name] = name
                 break
     return affinity
@@ -110,15 +133,15 @@ def assign_affinity(graph: Graph, devices: list[str], props: dict[str, SubgraphP
             if name not in devices:
                 raise DeviceError(f"node {node.name!r} ({node.op}) has affinity {value!r}, which is not "
                                   f"one of the devices of {device!r}")
-            if not props[name].supports(node):
+            if not takes(props[name], node):
                 raise DeviceError(f"node {node.name!r} ({node.op}) has affinity {name!r}, but {name} "
-                                  "does not support it")
+                                  f"does not support it: {decline_reason(props[name], node)}")
             affinity[node.name] = name
         return affinity
     affinity = {}
     lost = []
     for node in graph.nodes:
-        name = next((d for d in devices if props[d].supports(node)), None)
+        name = next((d for d in devices if takes(props[d], node)), None)
         if name is None:
             lost.append(node)
         else:

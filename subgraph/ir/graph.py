@@ -369,6 +369,12 @@ class Graph:
     def __len__(self) -> int:
         return len(self.nodes)
 
+    @property
+    def is_static(self) -> bool:
+        """True when every value has a static shape and dtype (no symbolic or
+        data-dependent dimension)."""
+        return all(v.is_static for v in self._values.values())
+
     def op_counts(self) -> dict[str, int]:
         """How many nodes use each op, in order of first appearance."""
         counts: dict[str, int] = {}

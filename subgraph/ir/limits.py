@@ -22,15 +22,17 @@ __all__ = ["MAX_TENSOR_BYTES", "check_tensor_size"]
 MAX_TENSOR_BYTES = 2**36
 
 
-def check_tensor_size(what: str, shape: tuple[int, ...], dtype: np.dtype | None) -> None:
+def check_tensor_size(what: str, shape: tuple, dtype: np.dtype | None) -> None:
     """Raise :class:`~subgraph.errors.ShapeError` if a tensor of ``shape`` would exceed
-    :data:`MAX_TENSOR_BYTES`; ``what`` names the tensor in the message."""
+    :data:`MAX_TENSOR_BYTES`; ``what`` names the tensor in the message. Symbolic and
+    unknown dimensions count as 1 (they are checked again when their size is known)."""
     itemsize = 8 if dtype is None or dtype == object else dtype.itemsize
     nbytes = itemsize
     for dim in shape:
-        nbytes *= max(int(dim), 0)  # Python ints: no overflow on absurd shapes
+        if isinstance(dim, (int, np.integer)):
+            nbytes *= max(int(dim), 0)  # Python ints: no overflow on absurd shapes
     if nbytes > MAX_TENSOR_BYTES:
         kind = "?" if dtype is None else dtype.name
         raise ShapeError(f"{what} would need "
-                         f"{nbytes / 2**30:.0f} GiB ({kind}[{','.join(map(str, shape))}]), more than the "
+                         f"{nbytes / 2**30:.0f} GiB ({kind}[{','.join('?' if d is None else str(d) for d in shape)}]), more than the "
                          f"{MAX_TENSOR_BYTES // 2**30} GiB limit for one tensor")

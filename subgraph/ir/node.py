@@ -14,9 +14,12 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Value", "Node", "OnnxGraphAttr", "format_attr", "ShapeLike"]
+__all__ = ["Value", "Node", "OnnxGraphAttr", "format_attr", "ShapeLike", "Dim", "is_static_shape"]
 
-ShapeLike = Sequence[int] | None
+#: One dimension: a size, a symbolic name (``"batch"``, bound when the model runs), or
+#: ``None`` for a size known only from the data (NonZero's count, a Loop's trip count).
+Dim = int | str | None
+ShapeLike = Sequence[Dim] | None
 
 
 class OnnxGraphAttr(bytes):
@@ -27,8 +30,29 @@ def as_dtype(dtype: Any) -> np.dtype | None:
     return None if dtype is None else np.dtype(dtype)
 
 
-def as_shape(shape: ShapeLike) -> tuple[int, ...] | None:
-    return None if shape is None else tuple(int(d) for d in shape)
+def as_dim(dim: Any) -> Dim:
+    if dim is None or isinstance(dim, str):
+        return dim or None
+    return int(dim)
+
+
+def as_shape(shape: ShapeLike) -> tuple[Dim, ...] | None:
+    return None if shape is None else tuple(as_dim(d) for d in shape)
+
+
+def is_static_shape(shape: ShapeLike) -> bool:
+    """True when ``shape`` is known and every dimension is a number.
+
+    Examples
+    --------
+    >>> is_static_shape((2, 3)), is_static_shape(("batch", 3)), is_static_shape((None,)), is_static_shape(None)
+    (True, False, False, False)
+    """
+    return shape is not None and all(isinstance(d, int) for d in shape)
+
+
+def format_dim(dim: Dim) -> str:
+    return "?" if dim is None else str(dim)
 
 
 class Value:
@@ -38,8 +62,11 @@ class Value:
     ----------
     name : str
         Unique within its graph.
-    shape : tuple[int, ...] | None
-        Static shape, ``None`` until inferred.
+    shape : tuple[int | str | None, ...] | None
+        Shape, ``None`` until inferred. A dimension is a number, a symbolic name bound by
+        the inputs of each run (``"batch"``), or ``None`` when only the data tells (a
+        *dynamic* value: NonZero's count, a Loop's iterations); :attr:`is_static` says
+        whether every dimension is a number.
     dtype : numpy.dtype | None
         Element type, ``None`` until inferred.
     producer : Node | None
@@ -77,16 +104,21 @@ class Value:
         return self.producer is None and self.data is None
 
     @property
+    def is_static(self) -> bool:
+        """True when the dtype and every dimension are known numbers."""
+        return self.dtype is not None and is_static_shape(self.shape)
+
+    @property
     def nbytes(self) -> int | None:
-        """Size in bytes once shape and dtype are known."""
-        if self.shape is None or self.dtype is None:
+        """Size in bytes once shape and dtype are known (``None`` while any is not)."""
+        if not self.is_static:
             return None
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
     def type_str(self) -> str:
         """``float32[1,3,224,224]``, with ``?`` for what is not inferred yet."""
         dtype = "?" if self.dtype is None else self.dtype.name
-        shape = "?" if self.shape is None else ",".join(map(str, self.shape))
+        shape = "?" if self.shape is None else ",".join(map(format_dim, self.shape))
         return f"{dtype}[{shape}]"
 
     def __repr__(self) -> str:

@@ -50,8 +50,9 @@ def read_onnx(path_or_model: str | os.PathLike | onnx.ModelProto,
               input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
     """Decode an ONNX model (a file or a ``ModelProto``, which is not modified) into a graph.
 
-    Input shapes are static (symbolic dimensions need ``input_shapes``); intermediate
-    values keep the static types the file declares, others are left for shape inference.
+    Input shapes are as declared, symbolic dimensions included, unless ``input_shapes``
+    fixes them; intermediate values keep the static types the file declares, others are
+    left for shape inference.
 
     Raises
     ------
@@ -60,8 +61,8 @@ def read_onnx(path_or_model: str | os.PathLike | onnx.ModelProto,
     GraphError
         A cycle, an input nothing produces, or a tensor produced twice.
     ShapeError
-        A symbolic dimension not fixed by ``input_shapes``, or a tensor larger than
-        :data:`subgraph.ir.limits.MAX_TENSOR_BYTES`.
+        An input with no declared rank and no ``input_shapes`` entry, a negative
+        dimension, or a tensor larger than :data:`subgraph.ir.limits.MAX_TENSOR_BYTES`.
     """
     return graph_from_model(load_model(path_or_model), dict(input_shapes or {}))
 
@@ -90,7 +91,9 @@ def _np_dtype(elem_type: int, name: str) -> np.dtype:
                              "cannot represent") from None
 
 
-def _input_shape(info: onnx.ValueInfoProto, given: Sequence[int] | None) -> tuple[int, ...]:
+def _input_shape(info: onnx.ValueInfoProto, given: Sequence[int] | None) -> tuple[int | str | None, ...]:
+    """The input's shape: ``given`` when the caller fixed it, else as declared, symbolic
+    dimensions (``dim_param``, or ``None`` when unnamed) kept for each run to bind."""
     dims, _ = _tensor_type(info)
     name = info.name
     if given is not None:
@@ -106,15 +109,13 @@ def _input_shape(info: onnx.ValueInfoProto, given: Sequence[int] | None) -> tupl
                                  f"but input {name!r} declares it as {declared} ({_dims_text(dims)})")
         return shape
     if dims is None:
-        raise ShapeError(f"input {name!r} has no declared shape; give it with "
+        raise ShapeError(f"input {name!r} has no declared shape (not even a rank); give it with "
                          f"from_onnx(..., input_shapes={{{name!r}: [...]}})")
     for i, d in enumerate(dims):
-        if not isinstance(d, int):
-            example = [x if isinstance(x, int) else 1 for x in dims]
-            what = f"symbolic ({d!r})" if d else "unknown"
-            raise ShapeError(f"input {name!r} dimension {i} is {what} in {_dims_text(dims)}; fix it with "
-                             f"from_onnx(..., input_shapes={{{name!r}: {example}}})")
-    return tuple(int(d) for d in dims)  # type: ignore[arg-type]
+        if isinstance(d, int) and d < 0:
+            raise ShapeError(f"input {name!r} dimension {i} is {d} in {_dims_text(dims)}: dimensions "
+                             "are sizes (at least 0) or symbolic names")
+    return tuple(dims)
 
 
 def _dims_text(dims: Sequence[int | str | None]) -> str:

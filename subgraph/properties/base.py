@@ -110,6 +110,10 @@ class SubgraphProperty:
         The registry name, set by :func:`~subgraph.properties.register_property`.
     device : str
         The device the fused nodes run on (the affinity name, e.g. ``"TVM"``).
+    dynamic_shapes : bool
+        ``True`` when the device runs nodes whose shapes only the data decides (a
+        symbolic dimension, NonZero's count); HETERO never gives such nodes to a device
+        that says ``False`` (the default).
 
     Examples
     --------
@@ -122,6 +126,9 @@ class SubgraphProperty:
 
     name: str = "base"
     device: str = "default"
+    #: whether the device runs nodes whose values have dynamic shapes (symbolic or known
+    #: only from the data); HETERO gives such nodes only to devices that say so
+    dynamic_shapes: bool = False
 
     def __init__(self, **options: Any) -> None:
         self.options = dict(options)

@@ -150,9 +150,13 @@ def test_input_shapes_fix_a_symbolic_batch():
     assert [v.name for v in graph.inputs] == ["x"]  # w is an initializer, hence a constant
 
 
+def test_symbolic_dimensions_stay_symbolic_without_input_shapes():
+    graph = from_onnx(symbolic_model())
+    assert graph.inputs[0].type_str() == "float32[batch,3,4]"
+    assert not graph.is_static
+
+
 @pytest.mark.parametrize("shapes, message", [
-    (None, r"input 'x' dimension 0 is symbolic \('batch'\) in \[batch, 3, 4\]; fix it with "
-           r"from_onnx\(\.\.\., input_shapes=\{'x': \[1, 3, 4\]\}\)"),
     ({"x": [8, 3, 4], "z": [1]}, r"input_shapes names \['z'\], which are not inputs of model 'm'; "
                                  r"its inputs are \['x'\]"),
     ({"x": [8, 3, 4], "w": [12, 5]}, r"input_shapes names \['w'\], which are not inputs"),
@@ -167,17 +171,15 @@ def test_bad_or_missing_input_shapes(shapes, message):
         from_onnx(symbolic_model(), input_shapes=shapes)
 
 
-def test_inputs_without_shape_or_with_unknown_dims_need_input_shapes():
+def test_inputs_without_shape_need_input_shapes_and_unknown_dims_stay_dynamic():
     relu = [helper.make_node("Relu", ["x"], ["y"], name="r")]
     no_shape = make_model(relu, [tensor("x")], [tensor("y")])
-    with pytest.raises(ShapeError, match=r"input 'x' has no declared shape; give it with "
+    with pytest.raises(ShapeError, match=r"input 'x' has no declared shape \(not even a rank\); give it with "
                                          r"from_onnx\(\.\.\., input_shapes=\{'x': \[\.\.\.\]\}\)"):
         from_onnx(no_shape)
     assert from_onnx(no_shape, input_shapes={"x": [2, 2]}).value("y").type_str() == "float32[2,2]"
-    unknown_dim = make_model(relu, [tensor("x", shape=[None, 2])], [tensor("y")])
-    with pytest.raises(ShapeError, match=r"input 'x' dimension 0 is unknown in \[\?, 2\]; fix it with "
-                                         r"from_onnx\(\.\.\., input_shapes=\{'x': \[1, 2\]\}\)"):
-        from_onnx(unknown_dim)
+    unknown_dim = from_onnx(make_model(relu, [tensor("x", shape=[None, 2])], [tensor("y")]))
+    assert unknown_dim.value("y").type_str() == "float32[?,2]"
 
 
 # --------------------------------------------------------------------------- attributes and rt_info

@@ -34,6 +34,7 @@ class NumpyProperty(SubgraphProperty):
     """
 
     device = "NUMPY"
+    dynamic_shapes = True
 
     def supports(self, node: Node) -> bool:
         return self.decline_reason(node) is None

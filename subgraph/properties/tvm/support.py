@@ -125,6 +125,9 @@ def tvm_supports(op: str, domain: str = "", opset: int = 17) -> bool:
 def _check_value(value: Any, role: str) -> str | None:
     if value.shape is None or value.dtype is None:
         return f"{role} %{value.name} has no inferred shape and dtype ({value.type_str()})"
+    if not value.is_static:
+        return (f"{role} %{value.name} has a dynamic shape ({value.type_str()}); TVM takes static shapes "
+                "only here (compile_model specializes symbolic inputs per call)")
     if value.dtype not in _DTYPES:  # (a set of dtypes: dtype.name is slow)
         return f"{role} %{value.name} has dtype {value.dtype.name}, which TVM does not handle here"
     if 0 in value.shape and not value.is_constant:  # empty constants (Resize roi) are fine
