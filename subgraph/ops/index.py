@@ -104,3 +104,22 @@ def _scatter_nd(node: Node, data: np.ndarray, indices: np.ndarray, updates: np.n
     else:
         reduce.at(out, where, values)  # repeated indices all count
     return out
+
+
+def _ranked(node: Node) -> bool:
+    """NonZero of a rank-0 tensor (which numpy refuses) stays on onnx.reference."""
+    shape = node.inputs[0].shape
+    return shape is not None and len(shape) > 0
+
+
+@register_kernel("NonZero", supports=_ranked)
+def _non_zero(node: Node, x: np.ndarray) -> np.ndarray:
+    return np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)
+
+
+@register_kernel("Compress")
+def _compress(node: Node, data: np.ndarray, condition: np.ndarray) -> np.ndarray:
+    axis = node.attrs.get("axis")
+    if axis is None:
+        return np.compress(condition.astype(bool, copy=False), data.reshape(-1))
+    return np.compress(condition.astype(bool, copy=False), data, axis=normalize_axis(axis, data.ndim))

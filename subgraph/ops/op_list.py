@@ -24,6 +24,7 @@ from subgraph.ops import (  # noqa: F401  (imported for their registrations; sub
     linalg,
     norm,
     pool,
+    quant,
     recurrent,
     reduce,
     resize,

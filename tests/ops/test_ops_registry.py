@@ -172,7 +172,7 @@ def test_every_listed_module_is_imported_and_registers_kernels(import_graph):
     listed = listed_modules(import_graph)
     assert listed == [f"subgraph.ops.{name}" for name in (
         "activation", "constant", "conv", "convert", "detection", "elementwise", "index", "linalg", "norm",
-        "pool", "recurrent", "reduce", "resize", "tensor")]
+        "pool", "quant", "recurrent", "reduce", "resize", "tensor")]
     registered = {kernel.__module__ for kernel in KERNELS.values()}
     for module in listed:
         assert module in sys.modules
