@@ -28,6 +28,8 @@ _LAZY = {
     "query_model": "hetero",
     "compile_model": "api",
     "partition_model": "api",
+    "example_model": "api",
+    "set_affinity": "api",
     "CompiledModel": "hetero",
 }
 

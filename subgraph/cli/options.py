@@ -6,15 +6,15 @@ option and the bad value.
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from subgraph.ir import Graph
 from subgraph.analysis.inputs import random_inputs
+from subgraph.api import example_model
+from subgraph.ir import Graph
 
 __all__ = [
     "EXAMPLE_MODEL",
@@ -29,8 +29,7 @@ __all__ = [
 ]
 
 #: the model used when a command is given none (see zoo/make_example.py)
-EXAMPLE_MODEL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
-                             "example.onnx")
+EXAMPLE_MODEL = example_model()
 
 #: options of the built-in devices; devices registered by users accept any key
 KNOWN_OPTIONS = {"TVM": ("target", "cache_dir", "ops", "exclude_ops", "use_cache", "schedule", "tuning"),
