@@ -196,6 +196,7 @@ def _setup(args: argparse.Namespace) -> tuple[Any, str, list[str], dict[str, dic
 
     devices = parse_devices(args.devices)
     props = device_properties(args.device_option, args.exclude, devices)
+    _properties(devices, props)  # a device that cannot work (TVM not installed) says so first
     graph, label = load_graph(args.model, args.input_shape)
     calls = [n.name for n in graph.nodes if n.subgraph is not None]
     if calls:

@@ -19,10 +19,14 @@ concern and each importing tvm at its top (the layers are checked by ``lint-impo
 
 from __future__ import annotations
 
+from typing import Any
+
+from subgraph.errors import BackendNotInstalledError
 from subgraph.ir import Graph, Node
 from subgraph.properties.base import SubgraphProperty, time_kernel
 from subgraph.properties.registry import register_property
-from subgraph.properties.tvm.support import unsupported_reason
+from subgraph.properties.tvm.messages import not_installed_message
+from subgraph.properties.tvm.support import tvm_installed, unsupported_reason
 
 __all__ = ["TVMProperty"]
 
@@ -46,6 +50,11 @@ class TVMProperty(SubgraphProperty):
     ops, exclude_ops : list[str] | None
         Restrict the ops TVM takes (e.g. ``exclude_ops=["Softmax"]``).
 
+    Raises
+    ------
+    BackendNotInstalledError
+        apache-tvm cannot be imported; the message says how to install it.
+
     Examples
     --------
     >>> from subgraph.testing import seed_example
@@ -54,6 +63,11 @@ class TVMProperty(SubgraphProperty):
     ['1', '2', '3', '5', '6', '7']
     """
     device = "TVM"
+
+    def __init__(self, **options: Any) -> None:
+        if not tvm_installed():  # asked for TVM: say so first, not "TVM supports no node"
+            raise BackendNotInstalledError(not_installed_message())
+        super().__init__(**options)
 
     def supports(self, node: Node) -> bool:
         return self.decline_reason(node) is None

@@ -22,7 +22,7 @@ import numpy as np
 
 from subgraph.ir import Node
 
-__all__ = ["tvm_supports", "unsupported_reason", "SUPPORTED_OPS", "EXCLUDED_OPS"]
+__all__ = ["tvm_installed", "tvm_supports", "unsupported_reason", "SUPPORTED_OPS", "EXCLUDED_OPS"]
 
 #: Default-domain ops whose single-node ONNX backend cases TVM converted, compiled and ran to
 #: the expected numbers (GlobalLpPool and MaxRoiPool, which have no such cases, were checked
@@ -88,11 +88,17 @@ _REFUSED_ATTRS: dict[str, dict[str, tuple[Any, tuple[Any, ...]]]] = {
 }
 
 
-@functools.cache
-def _tvm_installed() -> bool:
+def tvm_installed() -> bool:
+    """True when ``import tvm`` can work (it is not imported here)."""
     import importlib.util
 
-    return importlib.util.find_spec("tvm") is not None
+    try:
+        return importlib.util.find_spec("tvm") is not None
+    except (ImportError, ValueError):  # a broken or half-removed install
+        return False
+
+
+_tvm_installed = functools.cache(tvm_installed)
 
 
 @functools.cache
