@@ -277,14 +277,14 @@ def _query(args: argparse.Namespace) -> int:
 
 
 def _compile(graph: Any, args: argparse.Namespace, options: dict[str, dict[str, Any]]) -> Any:
-    """compile_model with a progress bar; fallback warnings printed as ``subgraph: warning:``."""
+    """compile_model with a progress display (on a terminal); fallback warnings printed as ``subgraph: warning:``."""
     from subgraph.api import compile_model
-    from subgraph.cli.report import Progress
+    from subgraph.cli.progress import CompileProgress
 
     start = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, CompileProgress() as progress:
         warnings.simplefilter("always")
-        model = compile_model(graph, args.devices, options, profile=args.profile, progress=Progress(),
+        model = compile_model(graph, args.devices, options, profile=args.profile, progress=progress,
                               choose=getattr(args, "choose", "priority"), min_subgraph_size=args.min_size)
     for warning in caught:
         print(f"subgraph: warning: {warning.message}", file=sys.stderr)
@@ -316,8 +316,10 @@ def _run(args: argparse.Namespace) -> int:
         print("profile of the second run:")
         print(model.format_profile())
     if args.bench:
+        from subgraph.cli.progress import bench_runs
+
         times = []
-        for _ in range(args.bench):
+        for _ in bench_runs(range(args.bench), args.bench):
             start = time.perf_counter()
             model(feeds)
             times.append(time.perf_counter() - start)
@@ -337,7 +339,8 @@ def _tune(args: argparse.Namespace) -> int:
     from subgraph.api import partition_model
     from subgraph.properties.tvm.tuner import tune_graphs
     from subgraph.properties.tvm.tuning_db import open_database
-    from subgraph.cli.report import TuneProgress, format_tuning
+    from subgraph.cli.progress import TuneProgress
+    from subgraph.cli.report import format_tuning
 
     graph, label, devices, options, _ = _setup(args)
     if "TVM" not in devices:
@@ -350,10 +353,10 @@ def _tune(args: argparse.Namespace) -> int:
         raise UsageError("TVM.tuning=false: there is no database to tune into")
     print(f"model    {label} ({graph.name}): {len(subgraphs)} TVM subgraph(s), budget {args.budget:g} s")
     start = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, TuneProgress(args.budget) as progress:
         warnings.simplefilter("always")
         records = tune_graphs(subgraphs, args.budget, target=tvm_options.get("target", "llvm"), database=database,
-                              retune=args.retune, progress=TuneProgress(args.budget))
+                              retune=args.retune, progress=progress)
     for warning in caught:
         print(f"subgraph: warning: {warning.message}", file=sys.stderr)
     print(format_tuning(records))

@@ -1,13 +1,12 @@
 """What the ``subgraph`` command prints: the subgraph table, per-node explanations,
-output digests, the comparison with the all-numpy run, and the compile progress bar.
+output digests, the comparison with the all-numpy run and the tuning table (progress is
+:mod:`subgraph.cli.progress`'s).
 """
 
 from __future__ import annotations
 
-import sys
-import time
 from collections.abc import Mapping, Sequence
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
@@ -15,7 +14,6 @@ from subgraph.hetero.model import format_bytes
 from subgraph.ir import Graph, Node
 
 __all__ = [
-    "Progress",
     "compare_outputs",
     "format_explanation",
     "format_outputs",
@@ -143,54 +141,6 @@ def compare_outputs(got: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray]
         else:
             lines.append(f"{name}: max |diff| {diff[worst]:.3g}, within rtol {rtol:g} + atol {atol:g}")
     return lines, failures
-
-
-def _bar(fraction: float, width: int) -> str:
-    filled = max(0, min(width, int(width * fraction)))
-    return "#" * filled + "." * (width - filled)
-
-
-def _emit(stream: IO[str], tty: bool, redrawn: str, line: str, last: bool) -> None:
-    """On a terminal redraw ``redrawn`` in place (a newline after the last); else print ``line``."""
-    if tty:
-        stream.write(f"\r{redrawn}" + ("\n" if last else ""))
-    else:
-        stream.write(f"{line}\n")
-    stream.flush()
-
-
-class Progress:
-    """The ``progress`` callback of :func:`~subgraph.compile_model`: a bar redrawn in place
-    on a terminal, else one line per compiled subgraph."""
-
-    def __init__(self, stream: IO[str] | None = None, width: int = 28) -> None:
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.width = width
-
-    def __call__(self, done: int, total: int, info: Any) -> None:
-        count = len(info.nodes)
-        what = f"subgraph {info.index} on {info.device} ({count} node{'s' if count != 1 else ''})"
-        _emit(self.stream, self.tty, f"compiling [{_bar(done / max(total, 1), self.width)}] {done}/{total} {what:<40}",
-              f"compiled {done}/{total}: {what}", done == total)
-
-
-class TuneProgress:
-    """The ``progress`` callback of :func:`~subgraph.properties.tvm.tuner.tune_graphs`: tasks done and
-    seconds spent of the budget, a bar on a terminal, else one line per task."""
-
-    def __init__(self, budget: float, stream: IO[str] | None = None, width: int = 28) -> None:
-        self.budget, self.width = budget, width
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.start = time.perf_counter()
-
-    def __call__(self, done: int, total: int, task: Any, record: Any) -> None:
-        spent = time.perf_counter() - self.start
-        what = task.name if record is not None else f"{task.name} (budget spent: default tile)"
-        _emit(self.stream, self.tty,
-              f"tuning [{_bar(spent / self.budget, self.width)}] {spent:5.0f}/{self.budget:g} s  {done}/{total} "
-              f"{what[:48]:<48}", f"tuned {done}/{total} ({spent:.0f}/{self.budget:g} s): {what}", done == total)
 
 
 def format_tuning(records: Sequence[Any]) -> str:

@@ -174,7 +174,7 @@ def test_run_with_numpy_and_inputs_file(cli_env, tmp_path):
     np.testing.assert_allclose([float(low), float(high), float(mean)],
                                [probs.min(), probs.max(), probs.mean()], rtol=1e-4)
     assert "check    ok: every output matches the unpartitioned all-numpy run" in result.stdout
-    assert "compiled 1/1: subgraph 0 on NUMPY (19 nodes)" in result.stderr  # not a TTY: one line each
+    assert result.stderr == ""  # not a terminal: no progress display
 
 
 @needs_tvm
@@ -212,7 +212,7 @@ def test_tune_stores_records_that_run_then_uses(cli_env, tmp_path):
     assert lines[-1].startswith(f"tuned {len(rows)} function(s) in ")
     assert lines[-1].endswith(f"; {len(records)} record(s) in {tmp_path / 'cache' / 'tuning.json'} "
                               "(later compiles use them)")
-    assert result.stderr.count("tuned ") == len(rows)  # one progress line per function (not a terminal)
+    assert "tuning" not in result.stderr  # not a terminal: no progress display
     run = cli(env, "run", "--check")
     assert run.returncode == 0, run.stderr
     assert f"; {len(rows)} TVM function(s) with tuned tiles" in run.stdout
