@@ -5,7 +5,7 @@ Subcommands::
 
     subgraph partition [MODEL.onnx] [--explain] [--dot DIR] [-o OUT.onnx]   # the subgraph table
     subgraph query     [MODEL.onnx] [-o MAP.json]                           # {node: device} as JSON
-    subgraph run       [MODEL.onnx] [--inputs X.npz] [--check] [--bench N] [--profile]
+    subgraph run       [MODEL.onnx] [--inputs X.npz] [--check] [--bench N] [--profile] [--profile-json F]
     subgraph tune      [MODEL.onnx] [--budget SECONDS]                      # TVM tiles for this CPU [--choose measured]
 
 Every subcommand takes ``--devices HETERO:TVM,NUMPY`` (priority order), ``--device-option
@@ -150,6 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--bench", type=_positive, metavar="N",
                    help="time N runs (after one warm-up), print the median")
     r.add_argument("--profile", action="store_true", help="print per-subgraph and per-op times of a run")
+    r.add_argument("--profile-json", metavar="FILE",
+                   help="write the profile of a run as a Chrome trace (one track per device, one for "
+                        "transfers); open it in https://ui.perfetto.dev or chrome://tracing")
     r.add_argument("--choose", choices=("priority", "measured"), default="priority",
                    help="priority (default): each subgraph on the device the priority order gives it; "
                         "measured: time each compiled subgraph on its device and on NUMPY and move it to "
@@ -284,7 +287,8 @@ def _compile(graph: Any, args: argparse.Namespace, options: dict[str, dict[str, 
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught, CompileProgress() as progress:
         warnings.simplefilter("always")
-        model = compile_model(graph, args.devices, options, profile=args.profile, progress=progress,
+        model = compile_model(graph, args.devices, options, profile=args.profile or bool(args.profile_json),
+                              progress=progress,
                               choose=getattr(args, "choose", "priority"), min_subgraph_size=args.min_size)
     for warning in caught:
         print(f"subgraph: warning: {warning.message}", file=sys.stderr)
@@ -311,10 +315,18 @@ def _run(args: argparse.Namespace) -> int:
     model = _compile(graph, args, options)
     outputs = model(feeds)
     print(format_outputs(outputs))
-    if args.profile:
+    if args.profile or args.profile_json:
         model(feeds)  # the first run loads and warms up the compiled code
+    if args.profile:
         print("profile of the second run:")
         print(model.format_profile())
+    if args.profile_json:
+        try:
+            model.export_profile(args.profile_json)
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.profile_json!r}: {exc}") from None
+        print(f"wrote {args.profile_json}: the second run as a Chrome trace (open it in https://ui.perfetto.dev "
+              "or chrome://tracing)")
     if args.bench:
         from subgraph.cli.progress import bench_runs
 

@@ -4,13 +4,17 @@ fused nodes (owned here, never by the graph), a summary and the profile.
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from subgraph.errors import SubgraphError
 from subgraph.executor import Executor, ProfilingExecutor
+from subgraph.fileio import write_atomic
 from subgraph.ir import Graph
 from subgraph.properties import FusedKernels
 
@@ -114,6 +118,49 @@ class CompiledModel:
         lines = [r.format() for r in self.profiling_info()]
         total = sum(r.seconds for r in self._records)
         return "\n".join(lines + [f"Total time: {total * 1e6:.1f} microseconds"])
+
+    def profile_trace(self) -> dict[str, Any]:
+        """The last profiled run in the Chrome trace event format (what torch.profiler and
+        onnxruntime write; Perfetto and chrome://tracing open it).
+
+        One process, one track (``tid``) per device in order of first use, then one for the
+        tensor hand-overs (``"transfers"``); metadata events (``"ph": "M"``) name them. Each
+        record of :meth:`profiling_info` is a complete event (``"ph": "X"``, microseconds),
+        nested in one event per subgraph on its device's track. The profiler measures
+        durations, not start times: the events are laid end to end in execution order.
+        """
+        records = self.profiling_info()
+        devices = list(dict.fromkeys(r.device if r.subgraph >= 0 else "outside subgraphs"
+                                     for r in records if r.op != "Transfer"))
+        tracks = {name: tid for tid, name in enumerate([*devices, "transfers"], 1)}
+        events: list[dict[str, Any]] = [
+            {"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": f"subgraph: {self.graph.name}"}}]
+        for name, tid in tracks.items():
+            events.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": name}})
+            events.append({"name": "thread_sort_index", "ph": "M", "pid": 1, "tid": tid, "args": {"sort_index": tid}})
+        clock, spans = 0.0, {}
+        for r in records:
+            track = "transfers" if r.op == "Transfer" else r.device if r.subgraph >= 0 else "outside subgraphs"
+            dur = r.seconds * 1e6
+            events.append({"name": r.name, "cat": r.op, "ph": "X", "ts": round(clock, 3), "dur": round(dur, 3),
+                           "pid": 1, "tid": tracks[track],
+                           "args": {"subgraph": r.subgraph, "device": r.device, "op": r.op}})
+            if r.subgraph >= 0 and track != "transfers":
+                start, _ = spans.get(r.subgraph, (clock, r.device))
+                spans[r.subgraph] = (start, clock + dur)
+            clock += dur
+        infos = {s.index: s for s in self.subgraphs}
+        for index, (start, end) in spans.items():
+            info = infos[index]
+            events.append({"name": f"subgraph{index}", "cat": "fused subgraph", "ph": "X", "ts": round(start, 3),
+                           "dur": round(end - start, 3), "pid": 1, "tid": tracks[info.device],
+                           "args": {"subgraph": index, "device": info.device, "nodes": len(info.nodes)}})
+        return {"traceEvents": events, "displayTimeUnit": "ms",
+                "otherData": {"model": self.graph.name, "total_us": round(clock, 3)}}
+
+    def export_profile(self, path: str | os.PathLike) -> None:
+        """Write :meth:`profile_trace` as JSON to ``path`` (``--profile-json``)."""
+        write_atomic(path, json.dumps(self.profile_trace(), indent=1) + "\n")
 
     def summary(self) -> str:
         """A table of subgraphs: index, device, node count, bytes crossing the boundary and
