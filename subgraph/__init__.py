@@ -31,6 +31,7 @@ _LAZY = {
     "example_model": "api",
     "set_affinity": "api",
     "CompiledModel": "hetero",
+    "explain_affinity": "hetero",
 }
 
 __all__ = ["Graph", "Node", "Value", "__version__", *_LAZY, *_errors_all]

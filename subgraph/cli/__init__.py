@@ -21,13 +21,14 @@ all-numpy run, 2 for bad usage or input (the message says ``subgraph: error: ...
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from subgraph.errors import SubgraphError
@@ -153,6 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--profile-json", metavar="FILE",
                    help="write the profile of a run as a Chrome trace (one track per device, one for "
                         "transfers); open it in https://ui.perfetto.dev or chrome://tracing")
+    r.add_argument("--explain", action="store_true",
+                   help="print, for every node, its device, subgraph and why (also when compiling fails)")
     r.add_argument("--choose", choices=("priority", "measured"), default="priority",
                    help="priority (default): each subgraph on the device the priority order gives it; "
                         "measured: time each compiled subgraph on its device and on NUMPY and move it to "
@@ -223,11 +226,12 @@ def _partition(args: argparse.Namespace) -> int:
     from subgraph.cli.report import format_explanation, format_table
 
     graph, label, devices, options, manual = _setup(args)
-    model = partition_model(graph, args.devices, options, min_subgraph_size=args.min_size)
+    with _explained_on_failure(args, graph, devices, options, manual):
+        model = partition_model(graph, args.devices, options, min_subgraph_size=args.min_size)
     print(format_table(model, graph, label, args.devices, manual))
     if args.explain:
         print()
-        print(format_explanation(graph, model, devices, _properties(devices, options), manual, args.min_size))
+        print(format_explanation(graph, model, args.devices, options, args.min_size))
     if args.output:
         _export(model.graph, args.output)
     if args.dot:
@@ -239,6 +243,22 @@ def _partition(args: argparse.Namespace) -> int:
             raise UsageError(f"cannot write pictures into {args.dot!r}: {exc}") from None
         print(f"wrote {', '.join(str(p) for p in paths)}")
     return 0
+
+
+@contextlib.contextmanager
+def _explained_on_failure(args: argparse.Namespace, graph: Any, devices: list[str],
+                          options: dict[str, dict[str, Any]], manual: bool) -> Iterator[None]:
+    """With ``--explain``, a partition that fails (no device supports a node, an affinity
+    its device declines) first prints every node's explanation: the moment it is needed."""
+    try:
+        yield
+    except SubgraphError:
+        if getattr(args, "explain", False):
+            from subgraph.cli.report import format_explanation
+
+            print(format_explanation(graph, None, args.devices, options, args.min_size))
+            sys.stdout.flush()
+        raise
 
 
 def _export(graph: Any, path: str) -> None:
@@ -279,13 +299,15 @@ def _query(args: argparse.Namespace) -> int:
     return 0
 
 
-def _compile(graph: Any, args: argparse.Namespace, options: dict[str, dict[str, Any]]) -> Any:
+def _compile(graph: Any, args: argparse.Namespace, options: dict[str, dict[str, Any]], devices: list[str],
+             manual: bool) -> Any:
     """compile_model with a progress display (on a terminal); fallback warnings printed as ``subgraph: warning:``."""
     from subgraph.api import compile_model
     from subgraph.cli.progress import CompileProgress
 
     start = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught, CompileProgress() as progress:
+    with _explained_on_failure(args, graph, devices, options, manual), warnings.catch_warnings(record=True) as caught, \
+            CompileProgress() as progress:
         warnings.simplefilter("always")
         model = compile_model(graph, args.devices, options, profile=args.profile or bool(args.profile_json),
                               progress=progress,
@@ -308,11 +330,15 @@ def _run(args: argparse.Namespace) -> int:
     from subgraph.executor import run
     from subgraph.cli.report import compare_outputs, format_outputs
 
-    graph, label, _, options, _ = _setup(args)
+    graph, label, devices, options, manual = _setup(args)
     feeds = read_inputs(args.inputs, graph) if args.inputs else random_inputs(graph, args.seed)
     source = args.inputs or f"random inputs, seed {args.seed}"
     print(f"model    {label} ({graph.name}), {source}")
-    model = _compile(graph, args, options)
+    model = _compile(graph, args, options, devices, manual)
+    if args.explain:
+        from subgraph.cli.report import format_explanation
+
+        print(format_explanation(graph, model, args.devices, options, args.min_size))
     outputs = model(feeds)
     print(format_outputs(outputs))
     if args.profile or args.profile_json:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from subgraph.hetero.model import format_bytes
-from subgraph.ir import Graph, Node
+from subgraph.ir import Graph
 
 __all__ = [
     "compare_outputs",
@@ -49,32 +49,23 @@ def format_table(model: Any, graph: Graph, label: str, device: str, manual: bool
                       f"devices  {device} ({mode})", "", model.summary(), "", f"{total}, {cut_bytes}"])
 
 
-def format_explanation(graph: Graph, model: Any, devices: Sequence[str], props: Mapping[str, Any],
-                       manual: bool, min_size: int) -> str:
-    """One line per node of ``graph``: op, affinity, subgraph, and why.
+def format_explanation(graph: Graph, model: Any | None, device: str, options: Mapping[str, Any],
+                       min_size: int) -> str:
+    """One line per node of ``graph``: op, affinity, subgraph, and why
+    (:func:`~subgraph.hetero.explain.explain_affinity`, in the command's words).
 
-    In automatic mode the affinity is the first device (in priority order) whose support
-    query accepts the node, and the reason says why the devices before it declined; in
-    combined mode it comes from the affinity file. A node whose subgraph runs elsewhere
-    than its affinity was dropped for ``--min-size`` (or its device failed to compile).
+    ``model`` None means partitioning failed: the subgraph column says ``-`` and a node no
+    device supports has affinity ``none``, with each device's reason.
     """
-    where = {name: s for s in model.subgraphs for name in s.nodes}
+    from subgraph.hetero.explain import explain_affinity
+
     rows = []
-    for node in graph.nodes:
-        affinity = model.affinity[node.name]
-        if manual:
-            why = "set by the affinity file"
-        else:
-            declined = [f"{d}: {props[d].decline_reason(node)}" for d in devices[:devices.index(affinity)]]
-            first = "first device" if not declined else "next device"
-            why = "; ".join([*declined, f"{affinity} supports it ({first} in priority order)"])
-        info = where[node.name]
-        if info.fallback:
-            why += f"; {affinity} failed to compile subgraph {info.index}, it runs on {info.device}"
-        elif info.device != affinity:
-            why += (f"; dropped from its {affinity} subgraph (fewer than {min_size} compute ops, "
-                    f"--min-size), runs on {info.device}")
-        rows.append((node.name, node.op, affinity, f"{info.index} {info.device}", why))
+    for name, e in explain_affinity(graph, device, options, model, min_size).items():
+        why = e.why.replace("min_subgraph_size)", "--min-size)")
+        if why.startswith("manual affinity "):
+            why = "set by the affinity file" + why[why.index(";"):] if ";" in why else "set by the affinity file"
+        subgraph = "-" if e.subgraph is None else f"{e.subgraph} {e.device}"
+        rows.append((name, graph.node(name).op, e.affinity or "none", subgraph, why))
     header = ("node", "op", "affinity", "subgraph", "why")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4] for r in [header, *rows]]

@@ -340,7 +340,8 @@ def _error_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
              "which is not among the devices TVM, NUMPY")),
         "affinity device refuses node": (
             ["partition", "--exclude", "TVM:Softmax", "--affinity", files["full.json"]],
-            "node 'softmax' (Softmax) has affinity 'TVM', but TVM does not support it"),
+            "node 'softmax' (Softmax) has affinity 'TVM', but TVM does not support it: Softmax is excluded "
+            "(TVM.exclude_ops)"),
         "inputs not npz": (
             ["run", "--devices", "NUMPY", "--inputs", not_onnx],
             f"inputs file {not_onnx!r} is not an .npz file (numpy.savez writes one)"),
