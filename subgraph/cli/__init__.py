@@ -89,6 +89,8 @@ def _positive_float(text: str) -> float:
 
 def _common(affinity: bool) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="also print log messages, TVM's own (C++) warnings among them")
     p.add_argument("model", nargs="?", help="an ONNX file (default: the built-in example CNN)")
     p.add_argument("-d", "--devices", default=_DEFAULT_DEVICES, metavar="DEVICES",
                    help="devices by priority, 'HETERO:DEV,DEV' or one device name "
@@ -182,6 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    if args.verbose:
+        _log_to_stderr()
     try:
         return args.func(args)
     except BrokenPipeError:  # e.g. `subgraph query | head`: the reader left, nothing to report
@@ -193,6 +197,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, SubgraphError) as exc:
         print(f"subgraph: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _log_to_stderr() -> None:
+    """``-v``: the package's log records (``subgraph.*``, TVM's C++ lines included) on stderr."""
+    import logging
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("subgraph: %(name)s: %(message)s"))
+    logger = logging.getLogger("subgraph")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
 
 
 # ----------------------------------------------------------------------------- commands

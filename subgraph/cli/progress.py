@@ -9,6 +9,8 @@ but its results. Displays are transient: the lines the command prints stay, the 
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from typing import IO, Any, TypeVar
@@ -32,8 +34,22 @@ T = TypeVar("T")
 
 
 def console(stream: IO[str] | None = None, force_terminal: bool | None = None) -> Console:
-    """The console progress is drawn on: standard error (or ``stream``)."""
+    """The console progress is drawn on: standard error (or ``stream``).
+
+    On a terminal it writes to its own copy of descriptor 2, so the display keeps moving
+    while the TVM backend points descriptor 2 at a file to catch TVM's C++ log lines.
+    """
+    if stream is None and _stderr_is_terminal():
+        stream = open(os.dup(sys.stderr.fileno()), "w", encoding=sys.stderr.encoding or "utf-8",  # noqa: SIM115
+                      errors="replace", closefd=True)
     return Console(file=stream, stderr=stream is None, force_terminal=force_terminal)
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty() and sys.stderr.fileno() >= 0
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 class _SinceColumn(ProgressColumn):

@@ -25,7 +25,7 @@ from subgraph.errors import BackendNotInstalledError
 from subgraph.ir import Graph, Node
 from subgraph.properties.base import SubgraphProperty, time_kernel
 from subgraph.properties.registry import register_property
-from subgraph.properties.tvm.messages import not_installed_message
+from subgraph.properties.tvm.messages import native_log_to_logging, not_installed_message
 from subgraph.properties.tvm.support import tvm_installed, unsupported_reason
 
 __all__ = ["TVMProperty"]
@@ -84,11 +84,12 @@ class TVMProperty(SubgraphProperty):
     def compile(self, subgraph: Graph):
         from subgraph.properties.tvm.compiler import compile_graph  # the lazy seam: imports tvm
 
-        return compile_graph(subgraph, target=self.options.get("target", "llvm"),
-                             cache_dir=self.options.get("cache_dir"),
-                             use_cache=self.options.get("use_cache", True),
-                             schedule=self.options.get("schedule", "cpu"),
-                             tuning=self.options.get("tuning", True))
+        with native_log_to_logging():  # TVM's C++ warnings go to logging, not the terminal
+            return compile_graph(subgraph, target=self.options.get("target", "llvm"),
+                                 cache_dir=self.options.get("cache_dir"),
+                                 use_cache=self.options.get("use_cache", True),
+                                 schedule=self.options.get("schedule", "cpu"),
+                                 tuning=self.options.get("tuning", True))
 
     #: cache key of a compiled function -> its measured seconds, shared by every instance
     _costs: dict[str, float] = {}  # noqa: RUF012 - shared on purpose: one timing per build
