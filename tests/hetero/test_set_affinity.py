@@ -3,6 +3,7 @@ manual affinity, on the built-in example."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import pytest
@@ -11,6 +12,7 @@ import subgraph
 from subgraph.errors import DeviceError, UnknownDeviceError, UnknownNodeError
 
 pytest.importorskip("onnx")
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="query_model asks TVM")
 
 DEVICE = "HETERO:TVM,NUMPY"
 
