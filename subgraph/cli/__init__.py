@@ -6,7 +6,8 @@ Subcommands::
     subgraph partition [MODEL.onnx] [--explain] [--dot DIR] [-o OUT.onnx]   # the subgraph table
     subgraph query     [MODEL.onnx] [-o MAP.json]                           # {node: device} as JSON
     subgraph run       [MODEL.onnx] [--inputs X.npz] [--check] [--bench N] [--profile] [--profile-json F]
-    subgraph tune      [MODEL.onnx] [--budget SECONDS]                      # TVM tiles for this CPU [--choose measured]
+    subgraph tune      [MODEL.onnx] [--budget SECONDS]                      # TVM tiles for this CPU
+    subgraph ops       [-d NUMPY|TVM] [--markdown]                          # which ops each device runs
 
 Every subcommand takes ``--devices HETERO:TVM,NUMPY`` (priority order), ``--device-option
 DEV.KEY=VALUE`` (``TVM.exclude_ops=Softmax,MaxPool``, ``TVM.target=llvm``, ``NUMPY.ops=...``),
@@ -174,6 +175,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time to spend measuring (default 60)")
     t.add_argument("--retune", action="store_true", help="measure functions that already have a record again")
     t.set_defaults(func=_tune)
+    o = sub.add_parser("ops", help="print which ops each built-in device runs, by which path",
+                       formatter_class=_formatter,
+                       description="One row per op with a numpy kernel or in TVM's table: NUMPY's path (numpy "
+                                   "kernel, else onnx.reference) and TVM's, each with its conditions. docs/ops.md "
+                                   "is this table (--markdown).")
+    o.add_argument("-d", "--device", type=str.upper, choices=("NUMPY", "TVM"), help="only this device's column")
+    o.add_argument("--markdown", action="store_true", help="print docs/ops.md")
+    o.set_defaults(func=_ops, verbose=False)
     return parser
 
 
@@ -415,4 +424,12 @@ def _tune(args: argparse.Namespace) -> int:
     print(format_tuning(records))
     print(f"tuned {len(records)} function(s) in {time.perf_counter() - start:.1f} s; {len(database)} record(s) "
           f"in {database.path} (later compiles use them)")
+    return 0
+
+
+def _ops(args: argparse.Namespace) -> int:
+    from subgraph.cli.ops_table import format_markdown, format_table, support_table
+
+    rows = support_table()
+    print(format_markdown(rows) if args.markdown else format_table(rows, args.device), end="\n" * (not args.markdown))
     return 0
