@@ -27,6 +27,7 @@ import json
 import os
 import statistics
 import sys
+import textwrap
 import time
 import warnings
 from collections.abc import Iterator, Sequence
@@ -36,6 +37,7 @@ from subgraph.errors import SubgraphError
 from subgraph.fileio import write_atomic
 from subgraph.cli.options import (
     EXAMPLE_MODEL,
+    KNOWN_OPTIONS,
     UsageError,
     apply_affinity,
     device_properties,
@@ -64,8 +66,22 @@ class _CheckFailed(Exception):
     """``run --check`` found differences; the command exits with 1."""
 
 
+class _Formatter(argparse.HelpFormatter):
+    """Descriptions wrapped to the terminal's width; indented lines (the examples of an
+    epilog) and the lines around them kept as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        out = []
+        for line in text.splitlines():
+            if line.startswith(" ") or len(line) <= width:
+                out.append(indent + line)
+            else:
+                out.append(textwrap.fill(line, width, initial_indent=indent, subsequent_indent=indent))
+        return "\n".join(out)
+
+
 def _formatter(prog: str) -> argparse.HelpFormatter:
-    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=32)
+    return _Formatter(prog, max_help_position=32)
 
 
 def _positive(text: str) -> int:
@@ -97,8 +113,10 @@ def _common(affinity: bool) -> argparse.ArgumentParser:
                    help="devices by priority, 'HETERO:DEV,DEV' or one device name "
                         f"(default {_DEFAULT_DEVICES})")
     p.add_argument("--device-option", action="append", default=[], metavar="DEV.KEY=VALUE",
-                   help="a device option, repeatable: TVM.exclude_ops=Softmax,MaxPool, TVM.ops=..., "
-                        "TVM.target=llvm, TVM.use_cache=false, NUMPY.ops=...")
+                   help="a device option, repeatable. TVM: " + ", ".join(KNOWN_OPTIONS["TVM"]) +
+                        " (TVM.exclude_ops=Softmax,MaxPool, TVM.target=llvm, TVM.schedule=cpu|dlight|none, "
+                        "TVM.tuning=false, TVM.cache_dir=DIR, TVM.use_cache=false); NUMPY: " +
+                        ", ".join(KNOWN_OPTIONS["NUMPY"]) + " (NUMPY.ops=Relu,Add, NUMPY.reference=false)")
     p.add_argument("--exclude", action="append", default=[], metavar="DEV:OP,OP",
                    help="op types a device must not take, e.g. TVM:Softmax (same as DEV.exclude_ops=...)")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D,D,...",
@@ -106,7 +124,7 @@ def _common(affinity: bool) -> argparse.ArgumentParser:
     if affinity:
         p.add_argument("--affinity", metavar="MAP.json",
                        help="JSON {node name: device} for every node (combined mode: edit the output of "
-                            "'subgraph query')")
+                            "'subgraph query', which maps every node some device supports)")
         p.add_argument("--min-size", type=_positive, default=1, metavar="N",
                        help="subgraphs with fewer compute ops run on the fallback device NUMPY (default 1)")
     return p
@@ -133,13 +151,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the partitioned model as ONNX: each subgraph a local function in domain "
                         "'subgraph' whose call carries its device; onnxruntime runs it")
     p.set_defaults(func=_partition)
-    q = sub.add_parser("query", parents=[_common(False)],
+    q = sub.add_parser("query", parents=[_common(False)], formatter_class=_formatter,
                        help="print the affinity map {node: device} as JSON",
                        description="Ask each device, in priority order, which nodes it supports and print "
                                    "{node name: device} as JSON. Edit it and give it back with --affinity.")
     q.add_argument("-o", "--output", metavar="MAP.json", help="write the JSON to a file instead of stdout")
     q.set_defaults(func=_query)
     r = sub.add_parser("run", parents=[_common(True)], help="compile and run the model on its devices",
+                       formatter_class=_formatter,
                        description="Compile every subgraph on its device and run the model once, on seeded "
                                    "random inputs or --inputs, printing each output's shape and a digest. "
                                    "Random inputs: floats from N(0, 1), integers in [0, 10) (below the "

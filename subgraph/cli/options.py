@@ -33,7 +33,7 @@ EXAMPLE_MODEL = example_model()
 
 #: options of the built-in devices; devices registered by users accept any key
 KNOWN_OPTIONS = {"TVM": ("target", "cache_dir", "ops", "exclude_ops", "use_cache", "schedule", "tuning"),
-                 "NUMPY": ("ops",)}
+                 "NUMPY": ("ops", "reference")}
 _LIST_OPTIONS = ("ops", "exclude_ops")
 
 class UsageError(Exception):
@@ -152,7 +152,8 @@ def apply_affinity(graph: Graph, path: str, devices: Sequence[str]) -> Graph:
     missing = [f"{n.name!r} ({n.op})" for n in graph.nodes if n.name not in data]
     if missing:
         raise UsageError(f"affinity file {path!r} gives no device for {len(missing)} node(s): "
-                         f"{_names(missing)}; every node needs one (`subgraph query` prints a complete map)")
+                         f"{_names(missing)}; every node needs one (`subgraph query` maps every node some device "
+                         "supports; a node it leaves out has none: --explain says why)")
     for name, device in data.items():
         if not isinstance(device, str) or device.upper() not in devices:
             node = graph.node(name)

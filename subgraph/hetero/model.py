@@ -164,7 +164,8 @@ class CompiledModel:
 
     def summary(self) -> str:
         """A table of subgraphs: index, device, node count, bytes crossing the boundary and
-        op types; with ``choose="measured"`` also the measured costs. A device marked
+        op types; with ``choose="measured"`` also the measured costs (``?``: not measured, said
+        in a note under the table). A device marked
         ``(moved)`` took the subgraph by measurement, ``(fallback)`` failed to compile it, so
         it runs on NUMPY.
 
@@ -187,6 +188,9 @@ class CompiledModel:
             cost = f"{cost:<{width}}  " if width else ""
             rows.append(f"{s.index:>3}  {device:<{wide}} {len(s.nodes):>5}  {format_bytes(s.boundary_bytes):>10}"
                         f"  {cost}{format_ops(s.ops)}")
+        if any(t is None for s in self.subgraphs for _, t in s.costs):
+            rows.append("(? = not measured: NUMPY does not run every op of that subgraph, or timing it failed; "
+                        "the subgraph stays on its device)")
         return "\n".join(rows)
 
 

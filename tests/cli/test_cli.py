@@ -332,8 +332,8 @@ def _error_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "affinity missing nodes": (
             ["partition", "--affinity", files["short.json"]],
             (f"affinity file {files['short.json']!r} gives no device for 2 node(s): 'bn2' "
-             "(BatchNormalization), 'fc1' (Gemm); every node needs one (`subgraph query` prints a "
-             "complete map)")),
+             "(BatchNormalization), 'fc1' (Gemm); every node needs one (`subgraph query` maps every "
+             "node some device supports; a node it leaves out has none: --explain says why)")),
         "affinity unknown device": (
             ["partition", "--affinity", files["gpu.json"]],
             (f"affinity file {files['gpu.json']!r}: node 'gap' (GlobalAveragePool) has device 'GPU', "
@@ -383,3 +383,21 @@ def test_bad_input_exits_2_with_one_clear_line(error_results, case):
     assert lines[0].startswith(f"subgraph: error: {message}")
     if not message.endswith(": "):
         assert lines[0] == f"subgraph: error: {message}"
+
+
+@pytest.mark.parametrize("command", ["partition", "query", "run", "tune", "ops"])
+def test_help_is_wrapped_and_names_every_device_option(cli_env, command):
+    result = cli({**cli_env, "COLUMNS": "80"}, command, "--help")
+    assert result.returncode == 0
+    assert max(map(len, result.stdout.splitlines())) <= 80
+    if command != "ops":
+        text = " ".join(result.stdout.split())
+        for option in ("target", "cache_dir", "ops", "exclude_ops", "use_cache", "schedule", "tuning"):
+            assert option in text.split("TVM:", 1)[1].split("NUMPY:", 1)[0], option
+        assert "NUMPY: ops, reference" in text
+
+
+def test_numpy_reference_option_is_accepted(cli_env):
+    result = cli(cli_env, "run", "-d", "NUMPY", "--device-option", "NUMPY.reference=false")
+    assert result.returncode == 0, result.stderr
+    assert "compiled 1 subgraph(s) (NUMPY 1)" in result.stdout
