@@ -70,6 +70,12 @@ def _progress(out: Console, *columns: Any) -> Progress:
     return Progress(SpinnerColumn(), *columns, console=out, transient=True, disable=not out.is_terminal)
 
 
+def _close(out: Console, owned: bool) -> None:
+    """Close the descriptor copy :func:`console` opened (not a stream the caller gave)."""
+    if owned and out.file is not sys.stderr:
+        out.file.close()
+
+
 class CompileProgress:
     """The ``progress`` callback of :func:`~subgraph.compile_model`, used as a context manager:
     subgraphs compiled of all, the total elapsed time and the time spent on the subgraph
@@ -85,7 +91,7 @@ class CompileProgress:
     """
 
     def __init__(self, out: Console | None = None) -> None:
-        self.console = out if out is not None else console()
+        self.console, self.owned = (out, False) if out is not None else (console(), True)
         self.progress = _progress(self.console, TextColumn("{task.description}"), BarColumn(bar_width=20),
                                   MofNCompleteColumn(), TimeElapsedColumn(), _SinceColumn("current"))
         self.done, self.total = 0, None
@@ -97,6 +103,7 @@ class CompileProgress:
 
     def __exit__(self, *exc: object) -> None:
         self.progress.stop()
+        _close(self.console, self.owned)
 
     def __call__(self, done: int, total: int, info: Any) -> None:
         self.done, self.total = done, total
@@ -109,7 +116,7 @@ class TuneProgress:
     context manager: functions tuned of all and seconds spent of the budget."""
 
     def __init__(self, budget: float, out: Console | None = None) -> None:
-        self.console = out if out is not None else console()
+        self.console, self.owned = (out, False) if out is not None else (console(), True)
         self.budget = budget
         self.progress = _progress(self.console, TextColumn("tuning {task.description}"), BarColumn(bar_width=24),
                                   MofNCompleteColumn(), TimeElapsedColumn(),
@@ -122,6 +129,7 @@ class TuneProgress:
 
     def __exit__(self, *exc: object) -> None:
         self.progress.stop()
+        _close(self.console, self.owned)
 
     def __call__(self, done: int, total: int, task: Any, record: Any) -> None:
         what = task.name if record is not None else f"{task.name} (budget spent: default tile)"
@@ -130,7 +138,11 @@ class TuneProgress:
 
 def bench_runs(runs: Iterable[T], total: int, out: Console | None = None) -> Iterator[T]:
     """``runs``, with a bar of the ``--bench`` runs done on a terminal."""
+    owned = out is None
     out = out if out is not None else console()
-    with _progress(out, TextColumn("bench"), BarColumn(bar_width=24), MofNCompleteColumn(),
-                   TimeElapsedColumn()) as progress:
-        yield from progress.track(runs, total=total)
+    try:
+        with _progress(out, TextColumn("bench"), BarColumn(bar_width=24), MofNCompleteColumn(),
+                       TimeElapsedColumn()) as progress:
+            yield from progress.track(runs, total=total)
+    finally:
+        _close(out, owned)
