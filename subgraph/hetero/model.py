@@ -130,31 +130,24 @@ class CompiledModel:
         durations, not start times: the events are laid end to end in execution order.
         """
         records = self.profiling_info()
-        devices = list(dict.fromkeys(r.device if r.subgraph >= 0 else "outside subgraphs"
-                                     for r in records if r.op != "Transfer"))
-        tracks = {name: tid for tid, name in enumerate([*devices, "transfers"], 1)}
-        events: list[dict[str, Any]] = [
-            {"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": f"subgraph: {self.graph.name}"}}]
+        tracks = {name: tid for tid, name in enumerate(
+            [*dict.fromkeys(_track(r) for r in records if r.op != "Transfer"), "transfers"], 1)}
+        events = [_meta("process_name", 0, name=f"subgraph: {self.graph.name}")]
         for name, tid in tracks.items():
-            events.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": name}})
-            events.append({"name": "thread_sort_index", "ph": "M", "pid": 1, "tid": tid, "args": {"sort_index": tid}})
+            events += [_meta("thread_name", tid, name=name), _meta("thread_sort_index", tid, sort_index=tid)]
         clock, spans = 0.0, {}
         for r in records:
-            track = "transfers" if r.op == "Transfer" else r.device if r.subgraph >= 0 else "outside subgraphs"
             dur = r.seconds * 1e6
-            events.append({"name": r.name, "cat": r.op, "ph": "X", "ts": round(clock, 3), "dur": round(dur, 3),
-                           "pid": 1, "tid": tracks[track],
-                           "args": {"subgraph": r.subgraph, "device": r.device, "op": r.op}})
-            if r.subgraph >= 0 and track != "transfers":
-                start, _ = spans.get(r.subgraph, (clock, r.device))
-                spans[r.subgraph] = (start, clock + dur)
+            events.append(_complete(r.name, r.op, clock, dur, tracks[_track(r)],
+                                    subgraph=r.subgraph, device=r.device, op=r.op))
+            if r.subgraph >= 0 and r.op != "Transfer":
+                spans[r.subgraph] = (spans.get(r.subgraph, (clock,))[0], clock + dur)
             clock += dur
         infos = {s.index: s for s in self.subgraphs}
         for index, (start, end) in spans.items():
             info = infos[index]
-            events.append({"name": f"subgraph{index}", "cat": "fused subgraph", "ph": "X", "ts": round(start, 3),
-                           "dur": round(end - start, 3), "pid": 1, "tid": tracks[info.device],
-                           "args": {"subgraph": index, "device": info.device, "nodes": len(info.nodes)}})
+            events.append(_complete(f"subgraph{index}", "fused subgraph", start, end - start, tracks[info.device],
+                                    subgraph=index, device=info.device, nodes=len(info.nodes)))
         return {"traceEvents": events, "displayTimeUnit": "ms",
                 "otherData": {"model": self.graph.name, "total_us": round(clock, 3)}}
 
@@ -192,6 +185,24 @@ class CompiledModel:
             rows.append("(? = not measured: NUMPY does not run every op of that subgraph, or timing it failed; "
                         "the subgraph stays on its device)")
         return "\n".join(rows)
+
+
+def _track(record: ProfileRecord) -> str:
+    """The trace track of a profile record: its device, "transfers" or "outside subgraphs"."""
+    if record.op == "Transfer":
+        return "transfers"
+    return record.device if record.subgraph >= 0 else "outside subgraphs"
+
+
+def _meta(event: str, tid: int, **args: Any) -> dict[str, Any]:
+    """A Chrome trace metadata event (``"ph": "M"``)."""
+    return {"name": event, "ph": "M", "pid": 1, "tid": tid, "args": args}
+
+
+def _complete(event: str, category: str, start: float, dur: float, tid: int, **args: Any) -> dict[str, Any]:
+    """A Chrome trace complete event (``"ph": "X"``), times in microseconds."""
+    return {"name": event, "cat": category, "ph": "X", "ts": round(start, 3), "dur": round(dur, 3), "pid": 1,
+            "tid": tid, "args": args}
 
 
 def format_bytes(n: int) -> str:
