@@ -28,7 +28,10 @@ _LAZY = {
     "query_model": "hetero",
     "compile_model": "api",
     "partition_model": "api",
+    "example_model": "api",
+    "set_affinity": "api",
     "CompiledModel": "hetero",
+    "explain_affinity": "hetero",
 }
 
 __all__ = ["Graph", "Node", "Value", "__version__", *_LAZY, *_errors_all]

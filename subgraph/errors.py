@@ -19,6 +19,9 @@ __all__ = [
     "PropertyError",
     "RegistryError",
     "DeviceError",
+    "UnknownNodeError",
+    "UnknownDeviceError",
+    "BackendNotInstalledError",
 ]  # the exception classes, re-exported by subgraph; call_hook is for the passes, not users
 
 
@@ -71,6 +74,21 @@ class RegistryError(SubgraphError, KeyError):
 
 class DeviceError(SubgraphError):
     """A device string, affinity map or device property is invalid."""
+
+
+class UnknownNodeError(DeviceError, KeyError):
+    """A mapping names a node the graph does not have; the message lists close matches."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class UnknownDeviceError(DeviceError):
+    """A node is given a device that is not in the device string; the message lists them."""
+
+
+class BackendNotInstalledError(DeviceError):
+    """A device's compiler is not installed; the message says how to install it."""
 
 
 def call_hook(error: type[SubgraphError], owner: object, hook: str, *args: object,

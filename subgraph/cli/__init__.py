@@ -5,8 +5,9 @@ Subcommands::
 
     subgraph partition [MODEL.onnx] [--explain] [--dot DIR] [-o OUT.onnx]   # the subgraph table
     subgraph query     [MODEL.onnx] [-o MAP.json]                           # {node: device} as JSON
-    subgraph run       [MODEL.onnx] [--inputs X.npz] [--check] [--bench N] [--profile]
-    subgraph tune      [MODEL.onnx] [--budget SECONDS]                      # TVM tiles for this CPU [--choose measured]
+    subgraph run       [MODEL.onnx] [--inputs X.npz] [--check] [--bench N] [--profile] [--profile-json F]
+    subgraph tune      [MODEL.onnx] [--budget SECONDS]                      # TVM tiles for this CPU
+    subgraph ops       [-d NUMPY|TVM] [--markdown]                          # which ops each device runs
 
 Every subcommand takes ``--devices HETERO:TVM,NUMPY`` (priority order), ``--device-option
 DEV.KEY=VALUE`` (``TVM.exclude_ops=Softmax,MaxPool``, ``TVM.target=llvm``, ``NUMPY.ops=...``),
@@ -21,19 +22,22 @@ all-numpy run, 2 for bad usage or input (the message says ``subgraph: error: ...
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import sys
+import textwrap
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from subgraph.errors import SubgraphError
 from subgraph.fileio import write_atomic
 from subgraph.cli.options import (
     EXAMPLE_MODEL,
+    KNOWN_OPTIONS,
     UsageError,
     apply_affinity,
     device_properties,
@@ -62,8 +66,22 @@ class _CheckFailed(Exception):
     """``run --check`` found differences; the command exits with 1."""
 
 
+class _Formatter(argparse.HelpFormatter):
+    """Descriptions wrapped to the terminal's width; indented lines (the examples of an
+    epilog) and the lines around them kept as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        out = []
+        for line in text.splitlines():
+            if line.startswith(" ") or len(line) <= width:
+                out.append(indent + line)
+            else:
+                out.append(textwrap.fill(line, width, initial_indent=indent, subsequent_indent=indent))
+        return "\n".join(out)
+
+
 def _formatter(prog: str) -> argparse.HelpFormatter:
-    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=32)
+    return _Formatter(prog, max_help_position=32)
 
 
 def _positive(text: str) -> int:
@@ -88,13 +106,17 @@ def _positive_float(text: str) -> float:
 
 def _common(affinity: bool) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="also print log messages, TVM's own (C++) warnings among them")
     p.add_argument("model", nargs="?", help="an ONNX file (default: the built-in example CNN)")
     p.add_argument("-d", "--devices", default=_DEFAULT_DEVICES, metavar="DEVICES",
                    help="devices by priority, 'HETERO:DEV,DEV' or one device name "
                         f"(default {_DEFAULT_DEVICES})")
     p.add_argument("--device-option", action="append", default=[], metavar="DEV.KEY=VALUE",
-                   help="a device option, repeatable: TVM.exclude_ops=Softmax,MaxPool, TVM.ops=..., "
-                        "TVM.target=llvm, TVM.use_cache=false, NUMPY.ops=...")
+                   help="a device option, repeatable. TVM: " + ", ".join(KNOWN_OPTIONS["TVM"]) +
+                        " (TVM.exclude_ops=Softmax,MaxPool, TVM.target=llvm, TVM.schedule=cpu|dlight|none, "
+                        "TVM.tuning=false, TVM.cache_dir=DIR, TVM.use_cache=false); NUMPY: " +
+                        ", ".join(KNOWN_OPTIONS["NUMPY"]) + " (NUMPY.ops=Relu,Add, NUMPY.reference=false)")
     p.add_argument("--exclude", action="append", default=[], metavar="DEV:OP,OP",
                    help="op types a device must not take, e.g. TVM:Softmax (same as DEV.exclude_ops=...)")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D,D,...",
@@ -102,7 +124,7 @@ def _common(affinity: bool) -> argparse.ArgumentParser:
     if affinity:
         p.add_argument("--affinity", metavar="MAP.json",
                        help="JSON {node name: device} for every node (combined mode: edit the output of "
-                            "'subgraph query')")
+                            "'subgraph query', which maps every node some device supports)")
         p.add_argument("--min-size", type=_positive, default=1, metavar="N",
                        help="subgraphs with fewer compute ops run on the fallback device NUMPY (default 1)")
     return p
@@ -129,13 +151,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the partitioned model as ONNX: each subgraph a local function in domain "
                         "'subgraph' whose call carries its device; onnxruntime runs it")
     p.set_defaults(func=_partition)
-    q = sub.add_parser("query", parents=[_common(False)],
+    q = sub.add_parser("query", parents=[_common(False)], formatter_class=_formatter,
                        help="print the affinity map {node: device} as JSON",
                        description="Ask each device, in priority order, which nodes it supports and print "
                                    "{node name: device} as JSON. Edit it and give it back with --affinity.")
     q.add_argument("-o", "--output", metavar="MAP.json", help="write the JSON to a file instead of stdout")
     q.set_defaults(func=_query)
     r = sub.add_parser("run", parents=[_common(True)], help="compile and run the model on its devices",
+                       formatter_class=_formatter,
                        description="Compile every subgraph on its device and run the model once, on seeded "
                                    "random inputs or --inputs, printing each output's shape and a digest. "
                                    "Random inputs: floats from N(0, 1), integers in [0, 10) (below the "
@@ -150,6 +173,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--bench", type=_positive, metavar="N",
                    help="time N runs (after one warm-up), print the median")
     r.add_argument("--profile", action="store_true", help="print per-subgraph and per-op times of a run")
+    r.add_argument("--profile-json", metavar="FILE",
+                   help="write the profile of a run as a Chrome trace (one track per device, one for "
+                        "transfers); open it in https://ui.perfetto.dev or chrome://tracing")
+    r.add_argument("--explain", action="store_true",
+                   help="print, for every node, its device, subgraph and why (also when compiling fails)")
     r.add_argument("--choose", choices=("priority", "measured"), default="priority",
                    help="priority (default): each subgraph on the device the priority order gives it; "
                         "measured: time each compiled subgraph on its device and on NUMPY and move it to "
@@ -166,6 +194,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time to spend measuring (default 60)")
     t.add_argument("--retune", action="store_true", help="measure functions that already have a record again")
     t.set_defaults(func=_tune)
+    o = sub.add_parser("ops", help="print which ops each built-in device runs, by which path",
+                       formatter_class=_formatter,
+                       description="One row per op with a numpy kernel or in TVM's table: NUMPY's path (numpy "
+                                   "kernel, else onnx.reference) and TVM's, each with its conditions. docs/ops.md "
+                                   "is this table (--markdown).")
+    o.add_argument("-d", "--device", type=str.upper, choices=("NUMPY", "TVM"), help="only this device's column")
+    o.add_argument("--markdown", action="store_true", help="print docs/ops.md")
+    o.set_defaults(func=_ops, verbose=False)
     return parser
 
 
@@ -176,6 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    if args.verbose:
+        _log_to_stderr()
     try:
         return args.func(args)
     except BrokenPipeError:  # e.g. `subgraph query | head`: the reader left, nothing to report
@@ -189,6 +227,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def _log_to_stderr() -> None:
+    """``-v``: the package's log records (``subgraph.*``, TVM's C++ lines included) on stderr."""
+    import logging
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("subgraph: %(name)s: %(message)s"))
+    logger = logging.getLogger("subgraph")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
 # ----------------------------------------------------------------------------- commands
 def _setup(args: argparse.Namespace) -> tuple[Any, str, list[str], dict[str, dict[str, Any]], bool]:
     """The loaded graph (with affinities from --affinity), its label, devices and options."""
@@ -196,6 +245,7 @@ def _setup(args: argparse.Namespace) -> tuple[Any, str, list[str], dict[str, dic
 
     devices = parse_devices(args.devices)
     props = device_properties(args.device_option, args.exclude, devices)
+    _properties(devices, props)  # a device that cannot work (TVM not installed) says so first
     graph, label = load_graph(args.model, args.input_shape)
     calls = [n.name for n in graph.nodes if n.subgraph is not None]
     if calls:
@@ -219,11 +269,12 @@ def _partition(args: argparse.Namespace) -> int:
     from subgraph.cli.report import format_explanation, format_table
 
     graph, label, devices, options, manual = _setup(args)
-    model = partition_model(graph, args.devices, options, min_subgraph_size=args.min_size)
+    with _explained_on_failure(args, graph, devices, options, manual):
+        model = partition_model(graph, args.devices, options, min_subgraph_size=args.min_size)
     print(format_table(model, graph, label, args.devices, manual))
     if args.explain:
         print()
-        print(format_explanation(graph, model, devices, _properties(devices, options), manual, args.min_size))
+        print(format_explanation(graph, model, args.devices, options, args.min_size))
     if args.output:
         _export(model.graph, args.output)
     if args.dot:
@@ -235,6 +286,22 @@ def _partition(args: argparse.Namespace) -> int:
             raise UsageError(f"cannot write pictures into {args.dot!r}: {exc}") from None
         print(f"wrote {', '.join(str(p) for p in paths)}")
     return 0
+
+
+@contextlib.contextmanager
+def _explained_on_failure(args: argparse.Namespace, graph: Any, devices: list[str],
+                          options: dict[str, dict[str, Any]], manual: bool) -> Iterator[None]:
+    """With ``--explain``, a partition that fails (no device supports a node, an affinity
+    its device declines) first prints every node's explanation: the moment it is needed."""
+    try:
+        yield
+    except SubgraphError:
+        if getattr(args, "explain", False):
+            from subgraph.cli.report import format_explanation
+
+            print(format_explanation(graph, None, args.devices, options, args.min_size))
+            sys.stdout.flush()
+        raise
 
 
 def _export(graph: Any, path: str) -> None:
@@ -275,15 +342,18 @@ def _query(args: argparse.Namespace) -> int:
     return 0
 
 
-def _compile(graph: Any, args: argparse.Namespace, options: dict[str, dict[str, Any]]) -> Any:
-    """compile_model with a progress bar; fallback warnings printed as ``subgraph: warning:``."""
+def _compile(graph: Any, args: argparse.Namespace, options: dict[str, dict[str, Any]], devices: list[str],
+             manual: bool) -> Any:
+    """compile_model with a progress display (on a terminal); fallback warnings printed as ``subgraph: warning:``."""
     from subgraph.api import compile_model
-    from subgraph.cli.report import Progress
+    from subgraph.cli.progress import CompileProgress
 
     start = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
+    with _explained_on_failure(args, graph, devices, options, manual), warnings.catch_warnings(record=True) as caught, \
+            CompileProgress() as progress:
         warnings.simplefilter("always")
-        model = compile_model(graph, args.devices, options, profile=args.profile, progress=Progress(),
+        model = compile_model(graph, args.devices, options, profile=args.profile or bool(args.profile_json),
+                              progress=progress,
                               choose=getattr(args, "choose", "priority"), min_subgraph_size=args.min_size)
     for warning in caught:
         print(f"subgraph: warning: {warning.message}", file=sys.stderr)
@@ -303,20 +373,34 @@ def _run(args: argparse.Namespace) -> int:
     from subgraph.executor import run
     from subgraph.cli.report import compare_outputs, format_outputs
 
-    graph, label, _, options, _ = _setup(args)
+    graph, label, devices, options, manual = _setup(args)
     feeds = read_inputs(args.inputs, graph) if args.inputs else random_inputs(graph, args.seed)
     source = args.inputs or f"random inputs, seed {args.seed}"
     print(f"model    {label} ({graph.name}), {source}")
-    model = _compile(graph, args, options)
+    model = _compile(graph, args, options, devices, manual)
+    if args.explain:
+        from subgraph.cli.report import format_explanation
+
+        print(format_explanation(graph, model, args.devices, options, args.min_size))
     outputs = model(feeds)
     print(format_outputs(outputs))
-    if args.profile:
+    if args.profile or args.profile_json:
         model(feeds)  # the first run loads and warms up the compiled code
+    if args.profile:
         print("profile of the second run:")
         print(model.format_profile())
+    if args.profile_json:
+        try:
+            model.export_profile(args.profile_json)
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.profile_json!r}: {exc}") from None
+        print(f"wrote {args.profile_json}: the second run as a Chrome trace (open it in https://ui.perfetto.dev "
+              "or chrome://tracing)")
     if args.bench:
+        from subgraph.cli.progress import bench_runs
+
         times = []
-        for _ in range(args.bench):
+        for _ in bench_runs(range(args.bench), args.bench):
             start = time.perf_counter()
             model(feeds)
             times.append(time.perf_counter() - start)
@@ -336,7 +420,8 @@ def _tune(args: argparse.Namespace) -> int:
     from subgraph.api import partition_model
     from subgraph.properties.tvm.tuner import tune_graphs
     from subgraph.properties.tvm.tuning_db import open_database
-    from subgraph.cli.report import TuneProgress, format_tuning
+    from subgraph.cli.progress import TuneProgress
+    from subgraph.cli.report import format_tuning
 
     graph, label, devices, options, _ = _setup(args)
     if "TVM" not in devices:
@@ -349,13 +434,21 @@ def _tune(args: argparse.Namespace) -> int:
         raise UsageError("TVM.tuning=false: there is no database to tune into")
     print(f"model    {label} ({graph.name}): {len(subgraphs)} TVM subgraph(s), budget {args.budget:g} s")
     start = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, TuneProgress(args.budget) as progress:
         warnings.simplefilter("always")
         records = tune_graphs(subgraphs, args.budget, target=tvm_options.get("target", "llvm"), database=database,
-                              retune=args.retune, progress=TuneProgress(args.budget))
+                              retune=args.retune, progress=progress)
     for warning in caught:
         print(f"subgraph: warning: {warning.message}", file=sys.stderr)
     print(format_tuning(records))
     print(f"tuned {len(records)} function(s) in {time.perf_counter() - start:.1f} s; {len(database)} record(s) "
           f"in {database.path} (later compiles use them)")
+    return 0
+
+
+def _ops(args: argparse.Namespace) -> int:
+    from subgraph.cli.ops_table import format_markdown, format_table, support_table
+
+    rows = support_table()
+    print(format_markdown(rows) if args.markdown else format_table(rows, args.device), end="\n" * (not args.markdown))
     return 0

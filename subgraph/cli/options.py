@@ -6,15 +6,15 @@ option and the bad value.
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from subgraph.ir import Graph
 from subgraph.analysis.inputs import random_inputs
+from subgraph.api import example_model
+from subgraph.ir import Graph
 
 __all__ = [
     "EXAMPLE_MODEL",
@@ -29,12 +29,11 @@ __all__ = [
 ]
 
 #: the model used when a command is given none (see zoo/make_example.py)
-EXAMPLE_MODEL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
-                             "example.onnx")
+EXAMPLE_MODEL = example_model()
 
 #: options of the built-in devices; devices registered by users accept any key
 KNOWN_OPTIONS = {"TVM": ("target", "cache_dir", "ops", "exclude_ops", "use_cache", "schedule", "tuning"),
-                 "NUMPY": ("ops",)}
+                 "NUMPY": ("ops", "reference")}
 _LIST_OPTIONS = ("ops", "exclude_ops")
 
 class UsageError(Exception):
@@ -162,7 +161,8 @@ def apply_affinity(graph: Graph, path: str, devices: Sequence[str]) -> Graph:
     missing = [f"{n.name!r} ({n.op})" for n in graph.nodes if n.name not in data]
     if missing:
         raise UsageError(f"affinity file {path!r} gives no device for {len(missing)} node(s): "
-                         f"{_names(missing)}; every node needs one (`subgraph query` prints a complete map)")
+                         f"{_names(missing)}; every node needs one (`subgraph query` maps every node some device "
+                         "supports; a node it leaves out has none: --explain says why)")
     for name, device in data.items():
         if not isinstance(device, str) or device.upper() not in devices:
             node = graph.node(name)

@@ -1,21 +1,19 @@
 """What the ``subgraph`` command prints: the subgraph table, per-node explanations,
-output digests, the comparison with the all-numpy run, and the compile progress bar.
+output digests, the comparison with the all-numpy run and the tuning table (progress is
+:mod:`subgraph.cli.progress`'s).
 """
 
 from __future__ import annotations
 
-import sys
-import time
 from collections.abc import Mapping, Sequence
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
 from subgraph.hetero.model import format_bytes
-from subgraph.ir import Graph, Node
+from subgraph.ir import Graph
 
 __all__ = [
-    "Progress",
     "compare_outputs",
     "format_explanation",
     "format_outputs",
@@ -51,32 +49,23 @@ def format_table(model: Any, graph: Graph, label: str, device: str, manual: bool
                       f"devices  {device} ({mode})", "", model.summary(), "", f"{total}, {cut_bytes}"])
 
 
-def format_explanation(graph: Graph, model: Any, devices: Sequence[str], props: Mapping[str, Any],
-                       manual: bool, min_size: int) -> str:
-    """One line per node of ``graph``: op, affinity, subgraph, and why.
+def format_explanation(graph: Graph, model: Any | None, device: str, options: Mapping[str, Any],
+                       min_size: int) -> str:
+    """One line per node of ``graph``: op, affinity, subgraph, and why
+    (:func:`~subgraph.hetero.explain.explain_affinity`, in the command's words).
 
-    In automatic mode the affinity is the first device (in priority order) whose support
-    query accepts the node, and the reason says why the devices before it declined; in
-    combined mode it comes from the affinity file. A node whose subgraph runs elsewhere
-    than its affinity was dropped for ``--min-size`` (or its device failed to compile).
+    ``model`` None means partitioning failed: the subgraph column says ``-`` and a node no
+    device supports has affinity ``none``, with each device's reason.
     """
-    where = {name: s for s in model.subgraphs for name in s.nodes}
+    from subgraph.hetero.explain import explain_affinity
+
     rows = []
-    for node in graph.nodes:
-        affinity = model.affinity[node.name]
-        if manual:
-            why = "set by the affinity file"
-        else:
-            declined = [f"{d}: {props[d].decline_reason(node)}" for d in devices[:devices.index(affinity)]]
-            first = "first device" if not declined else "next device"
-            why = "; ".join([*declined, f"{affinity} supports it ({first} in priority order)"])
-        info = where[node.name]
-        if info.fallback:
-            why += f"; {affinity} failed to compile subgraph {info.index}, it runs on {info.device}"
-        elif info.device != affinity:
-            why += (f"; dropped from its {affinity} subgraph (fewer than {min_size} compute ops, "
-                    f"--min-size), runs on {info.device}")
-        rows.append((node.name, node.op, affinity, f"{info.index} {info.device}", why))
+    for name, e in explain_affinity(graph, device, options, model, min_size).items():
+        why = e.why.replace("min_subgraph_size)", "--min-size)")
+        if why.startswith("manual affinity "):
+            why = "set by the affinity file" + why[why.index(";"):] if ";" in why else "set by the affinity file"
+        subgraph = "-" if e.subgraph is None else f"{e.subgraph} {e.device}"
+        rows.append((name, graph.node(name).op, e.affinity or "none", subgraph, why))
     header = ("node", "op", "affinity", "subgraph", "why")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4] for r in [header, *rows]]
@@ -143,54 +132,6 @@ def compare_outputs(got: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray]
         else:
             lines.append(f"{name}: max |diff| {diff[worst]:.3g}, within rtol {rtol:g} + atol {atol:g}")
     return lines, failures
-
-
-def _bar(fraction: float, width: int) -> str:
-    filled = max(0, min(width, int(width * fraction)))
-    return "#" * filled + "." * (width - filled)
-
-
-def _emit(stream: IO[str], tty: bool, redrawn: str, line: str, last: bool) -> None:
-    """On a terminal redraw ``redrawn`` in place (a newline after the last); else print ``line``."""
-    if tty:
-        stream.write(f"\r{redrawn}" + ("\n" if last else ""))
-    else:
-        stream.write(f"{line}\n")
-    stream.flush()
-
-
-class Progress:
-    """The ``progress`` callback of :func:`~subgraph.compile_model`: a bar redrawn in place
-    on a terminal, else one line per compiled subgraph."""
-
-    def __init__(self, stream: IO[str] | None = None, width: int = 28) -> None:
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.width = width
-
-    def __call__(self, done: int, total: int, info: Any) -> None:
-        count = len(info.nodes)
-        what = f"subgraph {info.index} on {info.device} ({count} node{'s' if count != 1 else ''})"
-        _emit(self.stream, self.tty, f"compiling [{_bar(done / max(total, 1), self.width)}] {done}/{total} {what:<40}",
-              f"compiled {done}/{total}: {what}", done == total)
-
-
-class TuneProgress:
-    """The ``progress`` callback of :func:`~subgraph.properties.tvm.tuner.tune_graphs`: tasks done and
-    seconds spent of the budget, a bar on a terminal, else one line per task."""
-
-    def __init__(self, budget: float, stream: IO[str] | None = None, width: int = 28) -> None:
-        self.budget, self.width = budget, width
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.start = time.perf_counter()
-
-    def __call__(self, done: int, total: int, task: Any, record: Any) -> None:
-        spent = time.perf_counter() - self.start
-        what = task.name if record is not None else f"{task.name} (budget spent: default tile)"
-        _emit(self.stream, self.tty,
-              f"tuning [{_bar(spent / self.budget, self.width)}] {spent:5.0f}/{self.budget:g} s  {done}/{total} "
-              f"{what[:48]:<48}", f"tuned {done}/{total} ({spent:.0f}/{self.budget:g} s): {what}", done == total)
 
 
 def format_tuning(records: Sequence[Any]) -> str:

@@ -23,7 +23,7 @@ from subgraph.ir import Graph, Node, Value
 from subgraph.properties import SubgraphProperty, get_property, registered_devices
 
 __all__ = ["FALLBACK_DEVICE", "parse_devices", "device_properties_for", "query_model", "assign_affinity",
-           "format_nodes", "takes", "decline_reason"]
+           "format_nodes", "takes", "decline_reason", "declined"]
 
 #: the device a subgraph falls back to when its own compile fails
 FALLBACK_DEVICE = "NUMPY"
@@ -115,6 +115,17 @@ def format_nodes(nodes: list[Node], limit: int = 10) -> str:
     return text + (f" and {len(nodes) - limit} more" if len(nodes) > limit else "")
 
 
+def declined(node: Node, devices: list[str], props: dict[str, SubgraphProperty]) -> str:
+    """Why each device of ``devices`` declines ``node``: ``"TVM: <reason>, NUMPY: <reason>"``.
+
+    >>> from subgraph.testing import seed_example
+    >>> from subgraph.properties import get_property
+    >>> declined(seed_example().node("4"), ["NUMPY"], {"NUMPY": get_property("numpy", ops=["Relu"])})
+    'NUMPY: Sigmoid is not in NUMPY.ops'
+    """
+    return ", ".join(f"{d}: {decline_reason(props[d], node) or 'supports it'}" for d in devices)
+
+
 def assign_affinity(graph: Graph, devices: list[str], props: dict[str, SubgraphProperty],
                      device: str) -> dict[str, str]:
     """Each node's device: its manual ``rt_info["affinity"]`` when any node has one (then
@@ -147,5 +158,8 @@ def assign_affinity(graph: Graph, devices: list[str], props: dict[str, SubgraphP
         else:
             affinity[node.name] = name
     if lost:
-        raise DeviceError(f"no device of {device!r} supports {len(lost)} node(s): {format_nodes(lost)}")
+        why = "; ".join(f"{n.name!r} ({n.op}) [{declined(n, devices, props)}]" for n in lost[:3])
+        more = f"; and {len(lost) - 3} more" if len(lost) > 3 else ""
+        raise DeviceError(f"no device of {device!r} supports {len(lost)} node(s): {format_nodes(lost)}; "
+                          f"why: {why}{more}")
     return affinity

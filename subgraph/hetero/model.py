@@ -4,13 +4,17 @@ fused nodes (owned here, never by the graph), a summary and the profile.
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from subgraph.errors import SubgraphError
 from subgraph.executor import Executor, ProfilingExecutor
+from subgraph.fileio import write_atomic
 from subgraph.ir import Graph
 from subgraph.properties import FusedKernels
 
@@ -115,9 +119,46 @@ class CompiledModel:
         total = sum(r.seconds for r in self._records)
         return "\n".join(lines + [f"Total time: {total * 1e6:.1f} microseconds"])
 
+    def profile_trace(self) -> dict[str, Any]:
+        """The last profiled run in the Chrome trace event format (what torch.profiler and
+        onnxruntime write; Perfetto and chrome://tracing open it).
+
+        One process, one track (``tid``) per device in order of first use, then one for the
+        tensor hand-overs (``"transfers"``); metadata events (``"ph": "M"``) name them. Each
+        record of :meth:`profiling_info` is a complete event (``"ph": "X"``, microseconds),
+        nested in one event per subgraph on its device's track. The profiler measures
+        durations, not start times: the events are laid end to end in execution order.
+        """
+        records = self.profiling_info()
+        tracks = {name: tid for tid, name in enumerate(
+            [*dict.fromkeys(_track(r) for r in records if r.op != "Transfer"), "transfers"], 1)}
+        events = [_meta("process_name", 0, name=f"subgraph: {self.graph.name}")]
+        for name, tid in tracks.items():
+            events += [_meta("thread_name", tid, name=name), _meta("thread_sort_index", tid, sort_index=tid)]
+        clock, spans = 0.0, {}
+        for r in records:
+            dur = r.seconds * 1e6
+            events.append(_complete(r.name, r.op, clock, dur, tracks[_track(r)],
+                                    subgraph=r.subgraph, device=r.device, op=r.op))
+            if r.subgraph >= 0 and r.op != "Transfer":
+                spans[r.subgraph] = (spans.get(r.subgraph, (clock,))[0], clock + dur)
+            clock += dur
+        infos = {s.index: s for s in self.subgraphs}
+        for index, (start, end) in spans.items():
+            info = infos[index]
+            events.append(_complete(f"subgraph{index}", "fused subgraph", start, end - start, tracks[info.device],
+                                    subgraph=index, device=info.device, nodes=len(info.nodes)))
+        return {"traceEvents": events, "displayTimeUnit": "ms",
+                "otherData": {"model": self.graph.name, "total_us": round(clock, 3)}}
+
+    def export_profile(self, path: str | os.PathLike) -> None:
+        """Write :meth:`profile_trace` as JSON to ``path`` (``--profile-json``)."""
+        write_atomic(path, json.dumps(self.profile_trace(), indent=1) + "\n")
+
     def summary(self) -> str:
         """A table of subgraphs: index, device, node count, bytes crossing the boundary and
-        op types; with ``choose="measured"`` also the measured costs. A device marked
+        op types; with ``choose="measured"`` also the measured costs (``?``: not measured, said
+        in a note under the table). A device marked
         ``(moved)`` took the subgraph by measurement, ``(fallback)`` failed to compile it, so
         it runs on NUMPY.
 
@@ -140,7 +181,28 @@ class CompiledModel:
             cost = f"{cost:<{width}}  " if width else ""
             rows.append(f"{s.index:>3}  {device:<{wide}} {len(s.nodes):>5}  {format_bytes(s.boundary_bytes):>10}"
                         f"  {cost}{format_ops(s.ops)}")
+        if any(t is None for s in self.subgraphs for _, t in s.costs):
+            rows.append("(? = not measured: NUMPY does not run every op of that subgraph, or timing it failed; "
+                        "the subgraph stays on its device)")
         return "\n".join(rows)
+
+
+def _track(record: ProfileRecord) -> str:
+    """The trace track of a profile record: its device, "transfers" or "outside subgraphs"."""
+    if record.op == "Transfer":
+        return "transfers"
+    return record.device if record.subgraph >= 0 else "outside subgraphs"
+
+
+def _meta(event: str, tid: int, **args: Any) -> dict[str, Any]:
+    """A Chrome trace metadata event (``"ph": "M"``)."""
+    return {"name": event, "ph": "M", "pid": 1, "tid": tid, "args": args}
+
+
+def _complete(event: str, category: str, start: float, dur: float, tid: int, **args: Any) -> dict[str, Any]:
+    """A Chrome trace complete event (``"ph": "X"``), times in microseconds."""
+    return {"name": event, "cat": category, "ph": "X", "ts": round(start, 3), "dur": round(dur, 3), "pid": 1,
+            "tid": tid, "args": args}
 
 
 def format_bytes(n: int) -> str:

@@ -166,6 +166,9 @@ def test_numpy_is_not_timed_on_ops_it_does_not_take():
     assert [(s.device, s.moved) for s in model.subgraphs] == [("SLOW", False), ("NUMPY", False), ("SLOW", False)]
     assert model.subgraphs[0].costs[1] == ("NUMPY", None)
     assert model.subgraphs[0].costs[0][1] is not None
+    assert model.summary().splitlines()[-1] == ("(? = not measured: NUMPY does not run every op of that subgraph, "
+                                                "or timing it failed; the subgraph stays on its device)")
+    assert "NUMPY ?" in model.summary().splitlines()[1]
 
 
 def test_moved_subgraph_repeats_outputs_as_its_output_map_says():

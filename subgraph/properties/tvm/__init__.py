@@ -19,10 +19,14 @@ concern and each importing tvm at its top (the layers are checked by ``lint-impo
 
 from __future__ import annotations
 
+from typing import Any
+
+from subgraph.errors import BackendNotInstalledError
 from subgraph.ir import Graph, Node
 from subgraph.properties.base import SubgraphProperty, time_kernel
 from subgraph.properties.registry import register_property
-from subgraph.properties.tvm.support import unsupported_reason
+from subgraph.properties.tvm.messages import native_log_to_logging, not_installed_message
+from subgraph.properties.tvm.support import tvm_installed, unsupported_reason
 
 __all__ = ["TVMProperty"]
 
@@ -46,6 +50,11 @@ class TVMProperty(SubgraphProperty):
     ops, exclude_ops : list[str] | None
         Restrict the ops TVM takes (e.g. ``exclude_ops=["Softmax"]``).
 
+    Raises
+    ------
+    BackendNotInstalledError
+        apache-tvm cannot be imported; the message says how to install it.
+
     Examples
     --------
     >>> from subgraph.testing import seed_example
@@ -54,6 +63,11 @@ class TVMProperty(SubgraphProperty):
     ['1', '2', '3', '5', '6', '7']
     """
     device = "TVM"
+
+    def __init__(self, **options: Any) -> None:
+        if not tvm_installed():  # asked for TVM: say so first, not "TVM supports no node"
+            raise BackendNotInstalledError(not_installed_message())
+        super().__init__(**options)
 
     def supports(self, node: Node) -> bool:
         return self.decline_reason(node) is None
@@ -70,11 +84,12 @@ class TVMProperty(SubgraphProperty):
     def compile(self, subgraph: Graph):
         from subgraph.properties.tvm.compiler import compile_graph  # the lazy seam: imports tvm
 
-        return compile_graph(subgraph, target=self.options.get("target", "llvm"),
-                             cache_dir=self.options.get("cache_dir"),
-                             use_cache=self.options.get("use_cache", True),
-                             schedule=self.options.get("schedule", "cpu"),
-                             tuning=self.options.get("tuning", True))
+        with native_log_to_logging():  # TVM's C++ warnings go to logging, not the terminal
+            return compile_graph(subgraph, target=self.options.get("target", "llvm"),
+                                 cache_dir=self.options.get("cache_dir"),
+                                 use_cache=self.options.get("use_cache", True),
+                                 schedule=self.options.get("schedule", "cpu"),
+                                 tuning=self.options.get("tuning", True))
 
     #: cache key of a compiled function -> its measured seconds, shared by every instance
     _costs: dict[str, float] = {}  # noqa: RUF012 - shared on purpose: one timing per build

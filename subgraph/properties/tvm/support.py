@@ -22,7 +22,7 @@ import numpy as np
 
 from subgraph.ir import Node
 
-__all__ = ["tvm_supports", "unsupported_reason", "SUPPORTED_OPS", "EXCLUDED_OPS"]
+__all__ = ["tvm_installed", "tvm_supports", "op_conditions", "unsupported_reason", "SUPPORTED_OPS", "EXCLUDED_OPS"]
 
 #: Default-domain ops whose single-node ONNX backend cases TVM converted, compiled and ran to
 #: the expected numbers (GlobalLpPool and MaxRoiPool, which have no such cases, were checked
@@ -88,11 +88,17 @@ _REFUSED_ATTRS: dict[str, dict[str, tuple[Any, tuple[Any, ...]]]] = {
 }
 
 
-@functools.cache
-def _tvm_installed() -> bool:
+def tvm_installed() -> bool:
+    """True when ``import tvm`` can work (it is not imported here)."""
     import importlib.util
 
-    return importlib.util.find_spec("tvm") is not None
+    try:
+        return importlib.util.find_spec("tvm") is not None
+    except (ImportError, ValueError):  # a broken or half-removed install
+        return False
+
+
+_tvm_installed = functools.cache(tvm_installed)
 
 
 @functools.cache
@@ -199,6 +205,50 @@ def _resize_reason(node: Node) -> str | None:
         if np.any(np.abs(sizes - np.round(sizes)) > 1e-6):
             return "scales that do not give whole output sizes give wrong results"
     return None
+
+
+#: conditions :func:`_op_specific` checks in code, in words (for :func:`op_conditions`)
+_OTHER_CONDITIONS: dict[str, str] = {
+    "Dropout": "training_mode absent or a constant false",
+    "Mod": "not fmod=1 on floats",
+    "BitShift": "shift amounts in [0, bit width)",
+    "Pow": "both inputs of one dtype",
+    "EyeLike": "the dtype attribute equal to the input's dtype",
+    "ConvTranspose": "no output_shape attribute",
+    "MaxUnpool": "no output_shape input",
+    "QuantizeLinear": "no blocked quantization (block_size)",
+    "DequantizeLinear": "no blocked quantization (block_size)",
+    "RMSNormalization": "axis not 0",
+    "Resize": "no axes attribute; scales giving whole output sizes",
+}
+
+
+def op_conditions(op: str) -> list[str]:
+    """The conditions, beyond static shapes and handled dtypes, under which TVM takes a node
+    of ``op`` (default domain); empty when there are none. For ``subgraph ops`` and docs/ops.md.
+
+    Examples
+    --------
+    >>> op_conditions("Reshape")
+    ['input 1 a constant']
+    >>> op_conditions("MaxPool")
+    ['only the first output read']
+    >>> op_conditions("Relu")
+    []
+    """
+    conditions = []
+    slots = _CONSTANT_INPUTS.get(op, ())
+    if slots:
+        conditions.append(f"input{'s' if len(slots) > 1 else ''} {', '.join(map(str, slots))} a constant")
+    if op in _REFUSED_DTYPES:
+        conditions.append(f"input 0 not {'/'.join(_REFUSED_DTYPES[op])}")
+    if op in _SINGLE_OUTPUT:
+        conditions.append("only the first output read")
+    for name, (_, refused) in _REFUSED_ATTRS.get(op, {}).items():
+        conditions.append(f"{name} not {'/'.join(map(repr, refused))}")
+    if op in _OTHER_CONDITIONS:
+        conditions.append(_OTHER_CONDITIONS[op])
+    return conditions
 
 
 def unsupported_reason(node: Node) -> str | None:

@@ -33,7 +33,7 @@ from tvm import relax, tirx
 from subgraph.errors import PropertyError
 from subgraph.ir import Graph
 from subgraph.properties.tvm.importer import onnx_for_tvm, relax_module
-from subgraph.properties.tvm.messages import error_summary
+from subgraph.properties.tvm.messages import error_summary, native_log_to_logging
 from subgraph.properties.tvm.pipeline import prepare_passes
 from subgraph.properties.tvm.schedules import (
     Tile,
@@ -179,6 +179,12 @@ def tune_graphs(graphs: Sequence[Graph], budget: float, *, target: Any = "llvm",
     """
     if not budget > 0:
         raise PropertyError(f"tuning budget must be a positive number of seconds, got {budget!r}")
+    with native_log_to_logging():  # TVM's C++ warnings go to logging, not the terminal
+        return _tune(graphs, budget, target, database, retune, repeat, progress)
+
+
+def _tune(graphs: Sequence[Graph], budget: float, target: Any, database: TuningDatabase | None, retune: bool,
+          repeat: int, progress: Progress | None) -> list[TuningRecord]:
     use_all_cpus()
     tgt = as_target(target)
     if tgt.kind.name != "llvm":
