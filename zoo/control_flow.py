@@ -17,6 +17,7 @@ Examples
 from __future__ import annotations
 
 import io
+import warnings
 from typing import Any
 
 import numpy as np
@@ -137,14 +138,16 @@ def torch_script_model() -> onnx.ModelProto:
                 y = x * w
             else:
                 y = x - w
-            for i in range(3):
+            for i in range(x.size(0)):  # a size: TorchScript keeps the loop
                 y = y + w * float(i)
             return torch.relu(y)
 
     buffer = io.BytesIO()
     args = (torch.ones(2, 3), torch.ones(2, 3))
-    torch.onnx.export(torch.jit.script(Branchy()), args, buffer, input_names=["x", "w"], output_names=["y"],
-                      opset_version=17, dynamo=False)
+    with warnings.catch_warnings():  # TorchScript and its exporter are deprecated: that is the point
+        warnings.simplefilter("ignore")
+        torch.onnx.export(torch.jit.script(Branchy()), args, buffer, input_names=["x", "w"], output_names=["y"],
+                          opset_version=17, dynamo=False)
     model = onnx.load_from_string(buffer.getvalue())
     onnx.checker.check_model(model, full_check=True)
     return model
