@@ -480,10 +480,13 @@ def _verify_bodies(where: str, node: Node) -> None:
         raise GraphError(f"{where}: node {node.name!r} ({node.op}) has {node.implicit} implicit input(s) "
                          "but no body (graph attribute) reads them")
     for key, body in bodies.items():
-        body.verify()
         if len(body.inputs) < node.implicit:
             raise GraphError(f"{where}: node {node.name!r} ({node.op}) body {key!r} has "
                              f"{len(body.inputs)} input(s), fewer than its {node.implicit} implicit value(s)")
+        try:
+            body.verify()
+        except GraphError as exc:
+            raise GraphError(f"{where}: node {node.name!r} ({node.op}) body {key!r}: {exc}") from None
 
 
 def _json_like(value: Any) -> bool:
