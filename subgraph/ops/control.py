@@ -70,10 +70,11 @@ def loop_trip_limit(limit: int) -> Iterator[None]:
 
     Examples
     --------
+    >>> from subgraph.ops import control
     >>> with loop_trip_limit(10):
-    ...     MAX_LOOP_TRIPS
+    ...     control.MAX_LOOP_TRIPS
     10
-    >>> MAX_LOOP_TRIPS
+    >>> control.MAX_LOOP_TRIPS
     1000000
     """
     global MAX_LOOP_TRIPS
