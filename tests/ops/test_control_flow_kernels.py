@@ -172,3 +172,12 @@ def test_executor_runs_hand_built_loop():
     g.set_outputs(loop.outputs)
     out = Executor(g).run({"x": np.zeros(2, np.float32), "step": np.array([1, 2], np.float32)})["loop"]
     np.testing.assert_array_equal(out, [3, 6])
+
+
+def test_node_path_is_numpy_when_every_body_node_runs_on_numpy():
+    from subgraph.ops import node_path
+
+    graph = read_onnx(cf.nested_loop_if_model())
+    assert node_path(graph.node("loop")) == "numpy"
+    graph.node("loop").attrs["body"].node("inner_if").attrs["then_branch"].node("then_add").op = "Celu"
+    assert node_path(graph.node("loop")) == "reference"  # NUMPY with reference=False declines it
