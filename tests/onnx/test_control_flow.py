@@ -165,3 +165,13 @@ def test_a_body_reading_a_name_nothing_defines_is_refused():
     with pytest.raises(GraphError, match=r"model 'if_outer': node 'if' \(If\) a body reads 'nowhere', which no "
                                          r"node, graph input or initializer produces"):
         read_onnx(model)
+
+
+def test_an_unknown_op_inside_a_body_is_refused_at_load():
+    from subgraph.errors import UnsupportedOpError
+
+    model = cf.nested_loop_if_model()
+    model.graph.node[0].attribute[0].g.node[2].attribute[0].g.node[0].op_type = "NoSuchOp"
+    with pytest.raises(UnsupportedOpError, match=r"node 'else_sub' \(NoSuchOp\): op 'NoSuchOp' has no numpy "
+                                                 r"kernel and no onnx.reference fallback"):
+        from_onnx(model)
