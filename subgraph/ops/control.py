@@ -5,8 +5,11 @@ op defines, then the node's implicit values (``node.implicit``). The kernels her
 both and run the body with a *body runner* the caller passes in: ops sit below the
 executor, so :func:`subgraph.executor.op_kernel` hands over one that runs bodies on
 :class:`~subgraph.executor.Executor` (body ops then run on the numpy kernels). Nodes
-:func:`runs_bodies` declines (Scan before opset 9, bodies with sequences or optionals)
+:func:`runs_bodies` declines (bodies with sequences or optionals)
 keep the onnx.reference path.
+
+Scan before opset 9 (a batch axis first, ``sequence_lens``) runs one batch entry at a
+time when every sequence has the full length.
 
 Loops stop at :data:`MAX_LOOP_TRIPS` iterations with an
 :class:`~subgraph.errors.ExecutionError`; :func:`loop_trip_limit` changes the limit for
@@ -99,8 +102,6 @@ def runs_bodies(node: Node) -> bool:
     default domain whose bodies are graphs of tensor ops."""
     if node.domain not in ("", "ai.onnx") or node.op not in CONTROL_FLOW_OPS:
         return False
-    if node.op == "Scan" and opset(node) < 9:
-        return False
     bodies = node.bodies
     return bool(bodies) and all(_tensors_only(b) for b in bodies.values())
 
@@ -162,6 +163,8 @@ class ControlFlowKernel:
             return self._if(node, explicit, implicit)
         if node.op == "Loop":
             return self._loop(node, explicit, implicit)
+        if opset(node) < 9:
+            return self._scan8(node, explicit, implicit)
         return self._scan(node, explicit, implicit)
 
     # ------------------------------------------------------------------------------- If
@@ -217,7 +220,25 @@ class ControlFlowKernel:
         return np.zeros((0, *(inner.shape or ())), dtype)
 
     # ----------------------------------------------------------------------------- Scan
-    def _scan(self, node: Node, explicit: list, implicit: list) -> tuple[np.ndarray, ...]:
+    def _scan8(self, node: Node, explicit: list, implicit: list) -> tuple[np.ndarray, ...]:
+        """Scan-8: axis 0 of every input is a batch; each entry is scanned along its axis 0."""
+        lengths, rest = explicit[0], [np.asarray(a) for a in explicit[1:]]
+        count = int(node.attrs.get("num_scan_inputs", 0))
+        states, xs = rest[:len(rest) - count], rest[len(rest) - count:]
+        if count < 1 or not xs:
+            raise self._error(node, f"num_scan_inputs={count} needs that many present scan inputs")
+        full = xs[0].shape[1] if xs[0].ndim > 1 else 0
+        if lengths is not None and np.any(np.asarray(lengths) != full):
+            raise self._error(node, f"sequence_lens {np.asarray(lengths).tolist()} shorter than the scan length "
+                                    f"{full} are not supported")
+        attrs = {"scan_input_directions": node.attrs.get("directions")}
+        results = [self._scan(node, [s[b] for s in states] + [x[b] for x in xs], implicit, attrs)
+                   for b in range(xs[0].shape[0])]
+        return tuple(np.stack([r[k] for r in results]) for k in range(len(node.outputs)))
+
+    def _scan(self, node: Node, explicit: list, implicit: list,
+              attrs: Mapping[str, Any] | None = None) -> tuple[np.ndarray, ...]:
+        attrs = {**node.attrs, **(attrs or {})}
         count = int(node.attrs.get("num_scan_inputs", 0))
         states, xs = [np.asarray(a) for a in explicit[:len(explicit) - count]], explicit[len(explicit) - count:]
         if count < 1 or any(x is None for x in xs):
@@ -225,10 +246,10 @@ class ControlFlowKernel:
         xs = [np.asarray(x) for x in xs]
         body = self._body(node, "body", len(states) + count)
         scans = len(body.outputs) - len(states)
-        in_axes = list(node.attrs.get("scan_input_axes") or [0] * count)
-        in_dirs = list(node.attrs.get("scan_input_directions") or [0] * count)
-        out_axes = list(node.attrs.get("scan_output_axes") or [0] * scans)
-        out_dirs = list(node.attrs.get("scan_output_directions") or [0] * scans)
+        in_axes = list(attrs.get("scan_input_axes") or [0] * count)
+        in_dirs = list(attrs.get("scan_input_directions") or [0] * count)
+        out_axes = list(attrs.get("scan_output_axes") or [0] * scans)
+        out_dirs = list(attrs.get("scan_output_directions") or [0] * scans)
         in_axes = [a + x.ndim if a < 0 else a for a, x in zip(in_axes, xs)]
         lengths = {x.shape[a] for a, x in zip(in_axes, xs)}
         if len(lengths) != 1:

@@ -181,3 +181,53 @@ def test_node_path_is_numpy_when_every_body_node_runs_on_numpy():
     assert node_path(graph.node("loop")) == "numpy"
     graph.node("loop").attrs["body"].node("inner_if").attrs["then_branch"].node("then_add").op = "Celu"
     assert node_path(graph.node("loop")) == "reference"  # NUMPY with reference=False declines it
+
+
+def _backend_case(name):
+    import warnings
+
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return next(c for c in collect_testcases() if c.name == name)
+
+
+@pytest.mark.parametrize("name", ["test_if", "test_scan_sum", "test_scan9_sum", "test_scan9_multi_state",
+                                  "test_scan9_scalar"])
+def test_onnx_backend_cases_match_their_outputs_and_onnxruntime(name):
+    from subgraph.frontend import from_onnx
+
+    case = _backend_case(name)
+    inputs, expected = case.data_sets[0]
+    feeds = {v.name: as_array(a) for v, a in zip(case.model.graph.input, inputs)}
+    graph = from_onnx(case.model)
+    ours = assert_matches_ort(case.model, feeds, graph)
+    for value, array in zip(graph.outputs, expected):
+        np.testing.assert_allclose(ours[value.name], as_array(array), rtol=1e-6)
+
+
+def test_scan8_with_short_sequences_is_refused_with_the_lengths():
+    case = _backend_case("test_scan_sum")
+    model = case.model
+    model.graph.node[0].input[0] = "lens"
+    model.graph.input.append(onnx_tensor("lens"))
+    graph = read_onnx(model)
+    feeds = {v.name: as_array(a) for v, a in zip(case.model.graph.input, case.data_sets[0][0])}
+    feeds["lens"] = np.array([2], np.int32)
+    with pytest.raises(ExecutionError, match=r"node 'Scan_0' \(Scan\): sequence_lens \[2\] shorter than the "
+                                             r"scan length 3 are not supported"):
+        Executor(graph).run(feeds)
+
+
+def onnx_tensor(name):
+    from onnx import TensorProto, helper
+
+    return helper.make_tensor_value_info(name, TensorProto.INT32, [1])
+
+
+def as_array(data):
+    """A backend case's entry as an array (some are ``TensorProto`` objects, some numpy scalars)."""
+    from onnx import TensorProto, numpy_helper
+
+    return numpy_helper.to_array(data) if isinstance(data, TensorProto) else np.asarray(data)
