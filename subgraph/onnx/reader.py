@@ -44,8 +44,8 @@ from onnx import helper, numpy_helper
 from subgraph.errors import GraphError, ModelLoadError, ShapeError, SubgraphError
 from subgraph.ir import FUSED_DOMAIN, FUSED_OP, Graph, Node, fresh_name
 from subgraph.ir.limits import check_tensor_size
-from subgraph.onnx.bodies import node_outer_names
 from subgraph.onnx.attrs import CONSTANT_KEY, COPY_KEY, FUNCTION_DOMAIN, GRAPH_NAME_KEY, RT_INFO_PREFIX, attrs_from_onnx
+from subgraph.onnx.bodies import node_outer_names
 from subgraph.onnx.load import load_model, ordered_nodes, unique_node_names
 
 __all__ = ["read_onnx", "graph_from_model"]

@@ -12,8 +12,7 @@ from subgraph.errors import ExecutionError
 from subgraph.executor import Executor, op_kernel
 from subgraph.ir import Graph
 from subgraph.onnx.reader import read_onnx
-from subgraph.ops import KERNELS
-from subgraph.ops import control
+from subgraph.ops import KERNELS, control
 from subgraph.ops.control import ControlFlowKernel, loop_trip_limit
 from subgraph.ops.reference import ReferenceKernel
 from zoo import control_flow as cf
@@ -113,9 +112,8 @@ def test_loop_trip_limit_names_the_node_and_the_limit():
     feeds = cf.feeds_for(model)
     feeds["limit"] = np.array(100.0, np.float32)
     graph = read_onnx(model)
-    with loop_trip_limit(7):
-        with pytest.raises(ExecutionError) as err:
-            Executor(graph).run(feeds)
+    with loop_trip_limit(7), pytest.raises(ExecutionError) as err:
+        Executor(graph).run(feeds)
     assert str(err.value).startswith("node 'loop' (Loop): the loop exceeded the trip limit of 7 iterations "
                                      "(subgraph.ops.control.MAX_LOOP_TRIPS; raise it with "
                                      "subgraph.ops.control.loop_trip_limit(n))")
