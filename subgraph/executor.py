@@ -25,6 +25,7 @@ from subgraph.errors import ExecutionError, InputError, ShapeError, SubgraphErro
 from subgraph.ir import Graph, Node
 from subgraph.ir.limits import MAX_TENSOR_BYTES
 from subgraph.ops import get_kernel
+from subgraph.ops.control import ControlFlowKernel, runs_bodies
 
 __all__ = ["run", "Executor", "ProfilingExecutor", "RunStats", "check_feeds", "bind_feeds", "op_kernel", "Kernel",
            "KernelFor"]
@@ -89,14 +90,24 @@ KernelFor = Callable[[Node], Kernel]
 def op_kernel(node: Node) -> Kernel:
     """The default ``kernel_for``: the op's numpy kernel or onnx.reference runner.
 
-    A fused node has no kernel of its own here: its subgraph is compiled by a property,
-    which :func:`subgraph.run` and compiled models do.
+    If, Loop and Scan run their bodies on an :class:`Executor` of their own
+    (:mod:`subgraph.ops.control`), so body ops use the numpy kernels too. A fused node
+    has no kernel of its own here: its subgraph is compiled by a property, which
+    :func:`subgraph.run` and compiled models do.
     """
     if node.subgraph is not None:
         raise ExecutionError(f"node {node.name!r} ({node.op}) is a fused node: run the partitioned graph "
                              "with subgraph.run or a compiled model, which compile its subgraph\n"
                              f"  {node.format()}")
+    if runs_bodies(node):
+        return ControlFlowKernel(node, _body_runner)
     return get_kernel(node)
+
+
+def _body_runner(body: Graph) -> Callable[[Mapping[str, Any]], dict[str, np.ndarray]]:
+    """How control-flow kernels run a body: an executor of its own (body values are not
+    shape-inferred, so outputs are not checked against them)."""
+    return Executor(body, check_shapes=False).run
 
 
 class Executor:

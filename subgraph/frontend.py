@@ -88,8 +88,10 @@ def from_onnx(path_or_model: str | os.PathLike | onnx.ModelProto,
 
 def check_ops(graph: Graph) -> None:
     """Raise :class:`~subgraph.errors.UnsupportedOpError` for the first node (fused
-    subgraphs included) whose op has neither a numpy kernel nor an onnx.reference fallback."""
+    subgraphs and control-flow bodies included) whose op has neither a numpy kernel nor an onnx.reference fallback."""
     for node in graph.nodes:
+        for body in node.bodies.values():  # control-flow bodies run their ops too
+            check_ops(body)
         if node.subgraph is not None:
             check_ops(node.subgraph)
         elif op_path(node.op, node.domain) is None:

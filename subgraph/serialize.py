@@ -2,8 +2,9 @@
 
 The document is plain JSON: constants and tensor attributes are stored as base64 of
 their little-endian bytes with dtype and shape, attributes carry a type tag so that
-``[1, 2]`` (ints) and ``[1.0, 2.0]`` (floats) stay apart, and fused nodes nest their
-subgraph. ``rt_info`` entries persist when their values are JSON-compatible.
+``[1, 2]`` (ints) and ``[1.0, 2.0]`` (floats) stay apart, fused nodes nest their
+subgraph and control-flow bodies nest as graph attributes (with the node's count of
+implicit inputs). ``rt_info`` entries persist when their values are JSON-compatible.
 
 Examples
 --------
@@ -126,6 +127,8 @@ def graph_to_dict(graph: Graph) -> dict[str, Any]:
             doc["rt_info"] = rt_info
         if node.subgraph is not None:
             doc["subgraph"] = graph_to_dict(node.subgraph)
+        if node.implicit:
+            doc["implicit"] = node.implicit
         nodes.append(doc)
     return {
         "format": FORMAT, "version": VERSION, "name": graph.name,
@@ -153,7 +156,8 @@ def graph_from_dict(doc: dict[str, Any]) -> Graph:
         for n in doc["nodes"]:
             node = graph.add_node(n["op"], n["inputs"], outputs=[o["name"] for o in n["outputs"]],
                                   attrs={k: _decode_attr(a) for k, a in n["attrs"].items()},
-                                  name=n["name"], domain=n["domain"], rt_info=n.get("rt_info"))
+                                  name=n["name"], domain=n["domain"], rt_info=n.get("rt_info"),
+                                  implicit=int(n.get("implicit", 0)))
             for out, o in zip(node.outputs, n["outputs"]):
                 out.shape = None if o["shape"] is None else tuple(o["shape"])
                 out.dtype = None if o["dtype"] is None else np.dtype(o["dtype"])

@@ -53,6 +53,7 @@ NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike
 def _folded(node: Node, outputs: set[int]) -> list[np.ndarray] | None:
     """The arrays ``node`` always computes, or ``None`` when it must stay a node."""
     if (node.subgraph is not None or node.domain not in ("", "ai.onnx") or node.op in NONDETERMINISTIC
+            or node.implicit or node.bodies  # control flow: its bodies may loop long or read much
             or any(isinstance(a, OnnxGraphAttr) for a in node.attrs.values())
             or any(id(o) in outputs for o in node.outputs)):
         return None

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from subgraph.analysis.control_flow import loop_carried_hints
 from subgraph.errors import ShapeError
 from subgraph.ir import Graph, Node, Value, is_static_shape
 from subgraph.ir.limits import check_tensor_size
@@ -271,6 +272,7 @@ def _output_rules(graph: Graph, types: dict[str, _Type], hints: dict[str, _Type]
                 # opsets 7-11 type the mask like the input, opset 12 on as bool
                 hints[mask.name] = (shape, inferred[1] or np.dtype(bool))
                 progress = True
+    progress = loop_carried_hints(graph, types, hints) or progress
     types.update(hints)
     return progress
 

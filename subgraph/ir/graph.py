@@ -139,18 +139,23 @@ class Graph:
     def add_node(self, op: str, inputs: Iterable[Value | str | None] = (), *,
                  outputs: int | Sequence[str] = 1, attrs: dict[str, Any] | None = None,
                  name: str | None = None, domain: str = "",
-                 rt_info: dict[str, Any] | None = None) -> Node:
+                 rt_info: dict[str, Any] | None = None, implicit: int = 0) -> Node:
         """Append a node reading ``inputs`` (values or value names).
 
         ``outputs`` is a count (names are derived from the node's name) or a list of
-        output names. Inputs must already exist, so ``nodes`` stays topological.
+        output names. Inputs must already exist, so ``nodes`` stays topological. The
+        last ``implicit`` inputs are the outer values its bodies read (``Node.implicit``).
         """
         node_name = self.fresh_name(name or op.lower()) if name is None else name
         if node_name in self._nodes_by_name:
             raise GraphError(f"graph {self.name!r} already has a node named {node_name!r}")
         resolved = tuple(self._resolve(v) for v in inputs)
+        if not 0 <= implicit <= len(resolved) or any(v is None for v in resolved[len(resolved) - implicit:]):
+            raise GraphError(f"node {node_name!r} ({op}): implicit={implicit} must count trailing inputs "
+                             f"that are present (it has {len(resolved)} input(s))")
         node = Node(node_name, op, domain, attrs)
         node.rt_info = dict(rt_info or {})
+        node.implicit = implicit
         node.graph = self
         names = ([self.fresh_name(node_name if outputs == 1 else f"{node_name}_out{i}")
                   for i in range(outputs)] if isinstance(outputs, int) else list(outputs))
@@ -180,6 +185,7 @@ class Graph:
         copy = Node(name, node.op, node.domain, node.attrs)
         copy.rt_info = dict(node.rt_info)
         copy.subgraph, copy.meta, copy.graph = node.subgraph, dict(node.meta), self
+        copy.implicit = node.implicit
         values = self._values
         outs = []
         for i, src in enumerate(node.outputs):
@@ -321,6 +327,7 @@ class Graph:
             if node.name in names:
                 raise GraphError(f"{where}: two nodes are named {node.name!r}")
             names.add(node.name)
+            _verify_bodies(where, node)
             for slot, value in enumerate(node.inputs):
                 if value is None:
                     continue
@@ -359,6 +366,9 @@ class Graph:
             lines.append("  " + node.format())
             if node.subgraph is not None:
                 lines.extend("    " + line for line in str(node.subgraph).splitlines())
+            for key, body in node.bodies.items():
+                lines.append(f"    {key}:")
+                lines.extend("    " + line for line in str(body).splitlines())
         lines.append("  return " + ", ".join(f"%{v.name}" for v in self.outputs))
         lines.append("}")
         return "\n".join(lines)
@@ -399,13 +409,14 @@ class Graph:
                   name: str | None = None, output_names: Sequence[str] | None = None) -> Node:
         """Append a copy of ``node`` (from any graph) whose inputs are ``arg_transform(input)``.
 
-        Attributes are copied (lists too), ``rt_info`` shallowly, a fused node's
-        subgraph deeply; outputs keep their names (or ``output_names``), shapes and
+        Attributes are copied (lists too, bodies deeply), ``rt_info`` shallowly, a fused
+        node's subgraph deeply; outputs keep their names (or ``output_names``), shapes and
         dtypes. torch.fx's ``Graph.node_copy``.
         """
         inputs = [None if v is None else arg_transform(v) for v in node.inputs]
         copy = self.copy_node(node, inputs, name, output_names)
-        copy.attrs = {k: (list(v) if isinstance(v, list) else v) for k, v in node.attrs.items()}
+        copy.attrs = {k: (list(v) if isinstance(v, list) else v.copy() if isinstance(v, Graph) else v)
+                      for k, v in node.attrs.items()}
         if node.subgraph is not None:
             copy.subgraph = node.subgraph.copy()
         return copy
@@ -464,6 +475,26 @@ def _canonical(value: Any) -> Any:
     return ("other", repr(value))
 
 
+def _verify_bodies(where: str, node: Node) -> None:
+    """A node's implicit inputs are present, and each body verifies and lists them last."""
+    count = len(node.inputs)
+    if not 0 <= node.implicit <= count or any(v is None for v in node.inputs[count - node.implicit:]):
+        raise GraphError(f"{where}: node {node.name!r} ({node.op}) has implicit={node.implicit} with "
+                         f"{count} input(s); implicit inputs must be present trailing inputs")
+    bodies = node.bodies
+    if node.implicit and not bodies:
+        raise GraphError(f"{where}: node {node.name!r} ({node.op}) has {node.implicit} implicit input(s) "
+                         "but no body (graph attribute) reads them")
+    for key, body in bodies.items():
+        if len(body.inputs) < node.implicit:
+            raise GraphError(f"{where}: node {node.name!r} ({node.op}) body {key!r} has "
+                             f"{len(body.inputs)} input(s), fewer than its {node.implicit} implicit value(s)")
+        try:
+            body.verify()
+        except GraphError as exc:
+            raise GraphError(f"{where}: node {node.name!r} ({node.op}) body {key!r}: {exc}") from None
+
+
 def _json_like(value: Any) -> bool:
     if value is None or isinstance(value, (bool, int, float, str)):
         return True
@@ -480,7 +511,7 @@ def _type(value: Value) -> tuple:
 
 def _canonical_graph(graph: Graph) -> tuple:
     nodes = tuple(
-        (n.name, n.op, n.domain, tuple(None if v is None else v.name for v in n.inputs),
+        (n.name, n.op, n.domain, tuple(None if v is None else v.name for v in n.inputs), n.implicit,
          tuple(_type(v) for v in n.outputs), tuple((k, _canonical(v)) for k, v in n.attrs.items()),
          tuple((k, _canonical(v)) for k, v in n.rt_info.items() if _json_like(v)),
          None if n.subgraph is None else _canonical_graph(n.subgraph))

@@ -147,6 +147,11 @@ class Node:
     subgraph : Graph | None
         For a fused node made by the PartitionGraph pass: the original nodes. The code
         that runs it is not on the node: a compiled model owns it.
+    implicit : int
+        How many trailing ``inputs`` are implicit: outer values a control-flow body
+        (a :class:`~subgraph.ir.Graph` attribute of If, Loop, Scan) reads by name. They
+        are real edges (partitioning, freeing and ordering see them); each body lists
+        them after its formal inputs, and ONNX files name them only inside the bodies.
     meta : dict[str, Any]
         Pass data beside the IR (torch.fx's ``Node.meta``): never written to files nor
         compared by :meth:`Graph.equals`. The PartitionGraph pass keeps the property
@@ -154,7 +159,7 @@ class Node:
     """
 
     __slots__ = ("name", "op", "domain", "attrs", "inputs", "outputs", "rt_info",
-                 "subgraph", "meta", "graph")
+                 "subgraph", "meta", "graph", "implicit")
 
     def __init__(self, name: str, op: str, domain: str = "", attrs: dict | None = None) -> None:
         self.name = name
@@ -167,6 +172,22 @@ class Node:
         self.subgraph: Graph | None = None
         self.meta: dict[str, Any] = {}
         self.graph: Graph | None = None
+        self.implicit = 0
+
+    @property
+    def explicit_inputs(self) -> tuple[Value | None, ...]:
+        """The inputs the op itself declares (all but the trailing implicit ones)."""
+        return self.inputs[:len(self.inputs) - self.implicit]
+
+    @property
+    def implicit_inputs(self) -> tuple[Value, ...]:
+        """The outer values the node's bodies read (see ``implicit``)."""
+        return self.inputs[len(self.inputs) - self.implicit:] if self.implicit else ()  # type: ignore[return-value]
+
+    @property
+    def bodies(self) -> dict[str, Any]:
+        """The graph-valued attributes (control-flow bodies), by attribute name."""
+        return {k: v for k, v in self.attrs.items() if _is_graph(v)}
 
     @property
     def users(self) -> list[Node]:
@@ -189,7 +210,9 @@ class Node:
     def format(self) -> str:
         """One line of IR text: ``%y = Relu(%x)  # relu``."""
         outs = ", ".join(f"%{o.name}: {o.type_str()}" for o in self.outputs)
-        args = ", ".join("_" if v is None else f"%{v.name}" for v in self.inputs)
+        args = ", ".join("_" if v is None else f"%{v.name}" for v in self.explicit_inputs)
+        if self.implicit:
+            args += " | " + ", ".join(f"%{v.name}" for v in self.implicit_inputs)
         op = f"{self.domain}.{self.op}" if self.domain else self.op
         text = f"{outs} = {op}({args})"
         if self.attrs:
@@ -212,6 +235,11 @@ def format_attr(value: Any) -> str:
         return "[" + ",".join(format_attr(v) for v in value) + "]"
     if isinstance(value, float):
         return repr(value)
-    if hasattr(value, "nodes") and hasattr(value, "opset"):  # a Graph (node.py does not import it)
+    if _is_graph(value):
         return f"<graph {value.name}>"
     return repr(value) if isinstance(value, (str, bytes)) else str(value)
+
+
+def _is_graph(value: Any) -> bool:
+    """True for a :class:`~subgraph.ir.Graph` (node.py does not import graph.py)."""
+    return hasattr(value, "nodes") and hasattr(value, "opset")

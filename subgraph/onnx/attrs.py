@@ -2,21 +2,23 @@
 
 Python side: ``int``, ``float``, ``str``, ``list[int]``, ``list[float]``, ``list[str]``,
 ``numpy.ndarray`` (TENSOR), ``list[numpy.ndarray]`` (TENSORS) and
-:class:`~subgraph.ir.OnnxGraphAttr` (GRAPH, kept serialised). Going back to ONNX, the
+:class:`~subgraph.ir.OnnxGraphAttr` (GRAPH, kept serialised; the reader then decodes
+control-flow bodies into :class:`~subgraph.ir.Graph` values, which the writer encodes). Going back to ONNX, the
 op's schema decides the attribute type where Python's type is ambiguous (an empty list,
 ``alpha=1`` for a FLOAT attribute).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import onnx
 from onnx import AttributeProto, numpy_helper
 
-from subgraph.errors import ModelLoadError
-from subgraph.ir import FUSED_DOMAIN, OnnxGraphAttr
+from subgraph.errors import ModelLoadError, SubgraphError
+from subgraph.ir import FUSED_DOMAIN, Graph, OnnxGraphAttr
 
 __all__ = ["attrs_from_onnx", "attrs_to_onnx", "RT_INFO_PREFIX", "FUNCTION_DOMAIN", "FUNCTION_OPSET",
            "CONSTANT_KEY", "COPY_KEY", "GRAPH_NAME_KEY"]
@@ -86,13 +88,23 @@ def _schema_types(op: str, domain: str, opset: int | None) -> dict[str, int]:
     return {name: int(attr.type) for name, attr in schema.attributes.items()}
 
 
-def attrs_to_onnx(op: str, attrs: dict[str, Any], domain: str = "",
-                  opset: int | None = None) -> list[AttributeProto]:
-    """ONNX ``AttributeProto`` objects for ``attrs`` of an ``op`` node."""
+def attrs_to_onnx(op: str, attrs: dict[str, Any], domain: str = "", opset: int | None = None,
+                  body: Callable[[Graph], onnx.GraphProto] | None = None) -> list[AttributeProto]:
+    """ONNX ``AttributeProto`` objects for ``attrs`` of an ``op`` node.
+
+    ``body`` writes a :class:`~subgraph.ir.Graph` attribute (a control-flow body; see
+    :func:`subgraph.onnx.writer.body_to_onnx`, which knows the names of the node's
+    implicit inputs); it is required when ``attrs`` holds one.
+    """
     types = _schema_types(op, domain, opset)
     protos = []
     for name, value in attrs.items():
         kind = types.get(name)
+        if isinstance(value, Graph):
+            if body is None:
+                raise SubgraphError(f"{op} attribute {name!r} is a body graph: pass body= to write it")
+            protos.append(onnx.helper.make_attribute(name, body(value)))
+            continue
         if isinstance(value, OnnxGraphAttr):
             graph = onnx.GraphProto()
             graph.ParseFromString(bytes(value))

@@ -148,8 +148,12 @@ def _describe(node: onnx.NodeProto, name: str) -> str:
     return f"node {name!r} ({node.op_type})"
 
 
-def ordered_nodes(graph: Graph, nodes: Sequence[onnx.NodeProto], names: Sequence[str]) -> list[int]:
+def ordered_nodes(graph: Graph, nodes: Sequence[onnx.NodeProto], names: Sequence[str],
+                  implicit: Sequence[Sequence[str]] | None = None) -> list[int]:
     """Indices of ``nodes`` in topological order; ``graph`` holds the inputs and constants.
+
+    ``implicit`` (one list per node) names the outer values each node's bodies read:
+    they order the nodes like inputs.
 
     Raises
     ------
@@ -173,11 +177,13 @@ def ordered_nodes(graph: Graph, nodes: Sequence[onnx.NodeProto], names: Sequence
     needs: list[list[int]] = []
     for i, node in enumerate(nodes):
         deps: dict[int, None] = {}
-        for slot, name in enumerate(node.input):
+        reads = [(f"input {slot}", name) for slot, name in enumerate(node.input)]
+        reads += [("a body", name) for name in (implicit[i] if implicit is not None else ())]
+        for what, name in reads:
             if not name or graph.has_value(name):
                 continue
             if name not in producer:
-                raise GraphError(f"model {graph.name!r}: {_describe(node, names[i])} input {slot} reads "
+                raise GraphError(f"model {graph.name!r}: {_describe(node, names[i])} {what} reads "
                                  f"{name!r}, which no node, graph input or initializer produces")
             deps[producer[name]] = None
         needs.append(list(deps))

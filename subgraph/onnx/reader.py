@@ -5,7 +5,11 @@ order of inputs and outputs; doc strings are dropped. Unnamed nodes are called
 ``f"{op_type}_{index}"`` (index in the file), made unique. Inputs that are also
 initializers (IR < 4 models) become constants. Calls to local functions in the domain
 ``"subgraph"`` (written by :mod:`subgraph.onnx.writer`) become fused nodes again, each
-with its function body as subgraph, recursively. Bad files give a :mod:`subgraph.errors`
+with its function body as subgraph, recursively. Control-flow bodies (GRAPH attributes
+of If, Loop, Scan) become :class:`~subgraph.ir.Graph` attributes, recursively; the outer
+values a node's bodies read by name (:func:`~subgraph.onnx.bodies.node_outer_names`)
+become its trailing implicit inputs (``node.implicit``), and every body of the node
+lists them, named as outside, after its formal inputs. Bad files give a :mod:`subgraph.errors`
 exception naming what is wrong (see :mod:`subgraph.onnx.load`).
 
 This is the codec only: :func:`subgraph.from_onnx` also checks every op has a kernel and
@@ -41,6 +45,7 @@ from subgraph.errors import GraphError, ModelLoadError, ShapeError, SubgraphErro
 from subgraph.ir import FUSED_DOMAIN, FUSED_OP, Graph, Node, fresh_name
 from subgraph.ir.limits import check_tensor_size
 from subgraph.onnx.attrs import CONSTANT_KEY, COPY_KEY, FUNCTION_DOMAIN, GRAPH_NAME_KEY, RT_INFO_PREFIX, attrs_from_onnx
+from subgraph.onnx.bodies import node_outer_names
 from subgraph.onnx.load import load_model, ordered_nodes, unique_node_names
 
 __all__ = ["read_onnx", "graph_from_model"]
@@ -143,7 +148,7 @@ def graph_from_model(model: onnx.ModelProto, input_shapes: dict[str, Sequence[in
         graph.opset.pop(FUNCTION_DOMAIN, None)
     _add_inputs_and_constants(graph, g, input_shapes)
     names = unique_node_names(g.node)
-    order = ordered_nodes(graph, g.node, names)
+    order = ordered_nodes(graph, g.node, names, [node_outer_names(n) for n in g.node])
     _add_nodes(graph, g, order, names, functions)
     outs = [o.name for o in g.output]
     for name in outs:
@@ -201,6 +206,12 @@ def _add_nodes(graph: Graph, g: onnx.GraphProto, order: list[int], names: list[s
         except Exception as exc:  # onnx cannot decode a tensor attribute
             raise ModelLoadError(f"node {names[i]!r} ({proto.op_type}): cannot read its attributes: "
                                  f"{type(exc).__name__}: {exc}") from None
+        implicit = node_outer_names(proto)
+        if any(a.type == onnx.AttributeProto.GRAPH for a in proto.attribute):
+            attrs = _decode_bodies(graph, proto, names[i], attrs, implicit)
+        elif implicit:
+            raise ModelLoadError(f"node {names[i]!r} ({proto.op_type}) has GRAPHS attributes, which are not "
+                                 "supported")
         outputs = list(proto.output)
         while outputs and not outputs[-1]:
             outputs.pop()
@@ -209,8 +220,9 @@ def _add_nodes(graph: Graph, g: onnx.GraphProto, order: list[int], names: list[s
                 out = fresh_name(f"{names[i]}_unused{k}", taken)
                 taken.add(out)
                 outputs[k] = out
-        graph.add_node(proto.op_type, [name or None for name in proto.input], outputs=outputs,
-                       attrs=attrs, name=names[i], domain=proto.domain, rt_info=_rt_info_from(proto))
+        graph.add_node(proto.op_type, [*(name or None for name in proto.input), *implicit], outputs=outputs,
+                       attrs=attrs, name=names[i], domain=proto.domain, rt_info=_rt_info_from(proto),
+                       implicit=len(implicit))
 
 
 def _rt_info_from(proto: onnx.NodeProto) -> dict[str, Any]:
@@ -237,6 +249,49 @@ def _seed_known_shapes(graph: Graph, infos: Sequence[onnx.ValueInfoProto]) -> No
         if dims is not None and dtype is not None and all(isinstance(d, int) for d in dims):
             value.shape, value.dtype = tuple(dims), dtype  # type: ignore[arg-type]
 
+
+# ----------------------------------------------------------------------------- control-flow bodies
+def _decode_bodies(graph: Graph, proto: onnx.NodeProto, name: str, attrs: dict[str, Any],
+                   implicit: list[str]) -> dict[str, Any]:
+    """``attrs`` with each GRAPH attribute of ``proto`` decoded into a body :class:`Graph`."""
+    attrs = dict(attrs)
+    for attr in proto.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            where = f"node {name!r} ({proto.op_type}) body {attr.name!r}"
+            attrs[attr.name] = _body_graph(attr.g, implicit, graph.opset, where)
+    return attrs
+
+
+def _body_type(info: onnx.ValueInfoProto) -> tuple[tuple[int, ...] | None, np.dtype | None]:
+    """The static shape and dtype of a body input or output; what is symbolic or not a tensor is unknown."""
+    if not info.type.HasField("tensor_type"):
+        return None, None
+    dims, dtype = _tensor_type(info)
+    shape = tuple(dims) if dims is not None and all(isinstance(d, int) for d in dims) else None
+    return shape, dtype  # type: ignore[return-value]
+
+
+def _body_graph(body: onnx.GraphProto, implicit: list[str], opset: dict[str, int], where: str) -> Graph:
+    """A body as a graph: its formal inputs, then the ``implicit`` outer values (untyped)."""
+    sub = Graph(body.name or "body", opset)
+    if len(body.sparse_initializer):
+        raise ModelLoadError(f"{where} has sparse initializers, which are not supported")
+    try:
+        for info in body.input:
+            shape, dtype = _body_type(info)
+            sub.add_input(info.name, shape, dtype)
+        for name in implicit:
+            sub.add_input(name)
+        for tensor in body.initializer:
+            sub.add_constant(tensor.name, _constant_array(tensor))
+        names = unique_node_names(body.node)
+        order = ordered_nodes(sub, body.node, names, [node_outer_names(n) for n in body.node])
+        _add_nodes(sub, body, order, names, {})
+        sub.set_outputs([o.name for o in body.output])
+    except GraphError as exc:
+        raise GraphError(f"{where}: {exc}") from None
+    _seed_known_shapes(sub, [*body.value_info, *body.output])
+    return sub
 
 
 # ----------------------------------------------------------------------------- fused nodes

@@ -54,18 +54,22 @@ from subgraph.onnx.attrs import (
     attrs_to_onnx,
 )
 
-__all__ = ["to_onnx", "node_to_onnx", "inference_model", "value_info_proto", "IR_VERSION"]
+__all__ = ["to_onnx", "node_to_onnx", "body_to_onnx", "inference_model", "value_info_proto", "IR_VERSION"]
 
 #: The IR version written, unless the opsets need a newer one.
 IR_VERSION = min(onnx.IR_VERSION, 10)
 
 
 def node_to_onnx(node: Node, opset: Mapping[str, int],
-                 functions: dict[str, onnx.FunctionProto] | None = None) -> onnx.NodeProto:
+                 functions: dict[str, onnx.FunctionProto] | None = None, *,
+                 names: Mapping[str, str] | None = None) -> onnx.NodeProto:
     """The ``NodeProto`` for one node; attributes typed by the op's schema at ``opset``.
 
     A fused node (``node.subgraph`` set) becomes a call to a local function, which is
-    added to ``functions`` (see the module notes).
+    added to ``functions`` (see the module notes). A node with implicit inputs writes
+    only its explicit ones; its bodies read the implicit values by their names
+    (:func:`body_to_onnx`). ``names`` renames the values it reads (inside a body: the
+    body's implicit inputs to the outer names).
 
     Raises
     ------
@@ -79,10 +83,14 @@ def node_to_onnx(node: Node, opset: Mapping[str, int],
                                 "(to_onnx does)")
         proto = function_call(node, dict(opset), functions)
     else:
-        proto = helper.make_node(node.op, ["" if v is None else v.name for v in node.inputs],
+        names = names or {}
+        proto = helper.make_node(node.op, ["" if v is None else names.get(v.name, v.name)
+                                           for v in node.explicit_inputs],
                                  [v.name for v in node.outputs], name=node.name, domain=node.domain or None)
+        outer = [names.get(v.name, v.name) for v in node.implicit_inputs]
         try:
-            proto.attribute.extend(attrs_to_onnx(node.op, node.attrs, node.domain, opset.get(node.domain)))
+            proto.attribute.extend(attrs_to_onnx(node.op, node.attrs, node.domain, opset.get(node.domain),
+                                                 body=lambda body: body_to_onnx(body, outer)))
         except SubgraphError:
             raise
         except Exception as exc:  # ValueError/TypeError from onnx.helper
@@ -109,6 +117,36 @@ def value_info_proto(value: Value, *, required: bool) -> onnx.ValueInfoProto:
         raise ShapeError(f"value %{value.name} has dtype {value.dtype}, which ONNX cannot "
                          "represent") from None
     return helper.make_tensor_value_info(value.name, elem, None if value.shape is None else list(value.shape))
+
+
+def body_to_onnx(body: Graph, outer: Sequence[str]) -> onnx.GraphProto:
+    """The ``GraphProto`` of a control-flow body whose last ``len(outer)`` inputs are the
+    node's implicit values: only the formal inputs are written, and the body reads the
+    implicit ones by the names in ``outer`` (the outer values' names now, which a pass
+    may have changed since import).
+
+    Raises
+    ------
+    SubgraphError
+        ``body`` has fewer inputs than ``outer`` names.
+    """
+    formal = len(body.inputs) - len(outer)
+    if formal < 0:
+        raise SubgraphError(f"body {body.name!r} has {len(body.inputs)} input(s), fewer than the "
+                            f"{len(outer)} implicit value(s) of its node")
+    names = {v.name: name for v, name in zip(body.inputs[formal:], outer) if v.name != name}
+    nodes = [node_to_onnx(node, body.opset, names=names) for node in body.nodes]
+    inputs = [value_info_proto(v, required=False) for v in body.inputs[:formal]]
+    initializers = [numpy_helper.from_array(np.asarray(v.data), v.name) for v in body.initializers.values()]
+    outputs = []
+    for value in body.outputs:
+        info = value_info_proto(value, required=False)
+        info.name = names.get(value.name, value.name)
+        outputs.append(info)
+    body_outputs = {id(v) for v in body.outputs}
+    value_info = [value_info_proto(out, required=False) for node in body.nodes for out in node.outputs
+                  if id(out) not in body_outputs and out.dtype is not None]
+    return helper.make_graph(nodes, body.name, inputs, outputs, initializers, value_info=value_info)
 
 
 def _model(graph: Graph, nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto],
@@ -192,7 +230,7 @@ def inference_model(graph: Graph, known: Mapping[str, np.ndarray] | None = None,
         if all(out.name in known for out in node.outputs):
             continue
         if opaque(node):
-            nodes.append(helper.make_node(node.op, ["" if v is None else v.name for v in node.inputs],
+            nodes.append(helper.make_node(node.op, ["" if v is None else v.name for v in node.explicit_inputs],
                                           [v.name for v in node.outputs], name=node.name,
                                           domain=node.domain or None))
             opset.setdefault(node.domain, 1)

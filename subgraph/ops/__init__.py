@@ -76,6 +76,11 @@ def node_path(node: Node) -> str | None:
     """
     if numpy_runs(node):
         return "numpy"
+    from subgraph.ops.control import runs_bodies
+
+    if runs_bodies(node):  # If/Loop/Scan run their bodies: numpy when every body node does
+        bodies = node.bodies.values()
+        return "numpy" if all(node_path(n) == "numpy" for body in bodies for n in body.nodes) else "reference"
     from subgraph.ops.reference import reference_supports
 
     return "reference" if reference_supports(node.op, node.domain) else None

@@ -123,17 +123,21 @@ def build_model(node: Node, input_dtypes: Sequence[np.dtype | None]) -> onnx.Mod
     (['in0', '', 'in2'], 1)
     """
     from subgraph.onnx.attrs import attrs_to_onnx
+    from subgraph.onnx.writer import body_to_onnx
 
     domain = "" if node.domain in _DEFAULT_DOMAINS else node.domain
     opsets = _opsets(node)
-    in_names = ["" if v is None else f"in{i}" for i, v in enumerate(node.inputs)]
+    all_names = ["" if v is None else f"in{i}" for i, v in enumerate(node.inputs)]
+    explicit = len(node.inputs) - node.implicit
+    in_names, outer = all_names[:explicit], all_names[explicit:]  # bodies read the implicit ones by name
     while in_names and not in_names[-1]:
         in_names.pop()
     out_names = [f"out{i}" for i in range(len(node.outputs))]
     proto = helper.make_node(node.op, in_names, out_names, name=node.name, domain=domain)
-    proto.attribute.extend(attrs_to_onnx(node.op, node.attrs, domain, opsets.get(domain)))
+    proto.attribute.extend(attrs_to_onnx(node.op, node.attrs, domain, opsets.get(domain),
+                                         body=lambda body: body_to_onnx(body, outer)))
     inputs = []
-    for i, name in enumerate(in_names):
+    for i, name in enumerate(all_names):
         if name:
             value = node.inputs[i]
             dtype = value.dtype if value.dtype is not None else input_dtypes[i]

@@ -19,7 +19,7 @@ from onnx_protos import F, make_model, tensor
 from subgraph.errors import ModelLoadError, ShapeError
 from subgraph.frontend import from_onnx
 from subgraph.onnx.writer import IR_VERSION, to_onnx
-from subgraph.ir import Graph, OnnxGraphAttr
+from subgraph.ir import Graph
 from subgraph.analysis.shape_inference import infer_shapes
 
 LIGHT = sorted(glob.glob(os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light",
@@ -230,7 +230,7 @@ def test_every_attribute_type_round_trips_through_onnx():
     assert attrs["c_strings"] == {"value_strings": ["a", "bc"]}
     assert attrs["leaky"] == {"alpha": 0.125} and attrs["transpose"] == {"perm": [1, 0]}
     assert attrs["resize"] == {"mode": "nearest", "coordinate_transformation_mode": "asymmetric"}
-    assert isinstance(attrs["if"]["then_branch"], OnnxGraphAttr)
+    assert isinstance(attrs["if"]["then_branch"], Graph)  # a body graph (tests/onnx/test_control_flow.py)
     np.testing.assert_array_equal(attrs["c_tensor"]["value"], np.arange(6, dtype=np.float32).reshape(2, 3))
     assert [graph.value(n).type_str() for n in ["c_empty", "cast", "branch", "resized", "c_ss"]] == [
         "int64[0]", "float64[3,2]", "float32[2]", "float32[1,1,4,4]", "object[2]"]

@@ -53,8 +53,11 @@ EXCLUDED_OPS: dict[str, str] = {
                     "its output shape depends on input values (and NonMaxSuppression gave wrong boxes)"),
     **dict.fromkeys(["Optional", "OptionalGetElement", "OptionalHasElement", "SequenceAt",
                      "SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert",
-                     "SequenceLength", "ConcatFromSequence", "SplitToSequence", "If"],
-                    "sequences, optionals and control flow are not supported"),
+                     "SequenceLength", "ConcatFromSequence", "SplitToSequence"],
+                    "sequences and optionals are not supported"),
+    **dict.fromkeys(["If", "Loop", "Scan"],
+                    "control flow is not supported: the node and its bodies run as one unit on a device "
+                    "that runs bodies (NUMPY)"),
 }
 
 #: Inputs (by position) that must be graph constants: the importer needs their values.
