@@ -52,6 +52,7 @@ def _constant_of_shape(node: Node, shape: np.ndarray) -> np.ndarray:
 @register_kernel("Range")
 def _range(node: Node, start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> np.ndarray:
     """``max(ceil((limit - start) / delta), 0)`` elements ``start + i * delta``."""
+    start, limit, delta = (np.asarray(a).reshape(()) for a in (start, limit, delta))  # scalars, or one-element
     count = max(int(np.ceil((float(limit) - float(start)) / float(delta))), 0)
     return (start + np.arange(count, dtype=start.dtype) * delta).astype(start.dtype, copy=False)
 

@@ -62,7 +62,7 @@ def _reduction(node: Node) -> np.ufunc | None:
     return _SCATTER_REDUCTIONS.get(reduction)
 
 
-@register_kernel("ScatterElements", supports=any_dtype)
+@register_kernel("ScatterElements", "Scatter", supports=any_dtype)  # Scatter: its opset 9-10 name
 def _scatter_elements(node: Node, data: np.ndarray, indices: np.ndarray, updates: np.ndarray) -> np.ndarray:
     axis = normalize_axis(node.attrs.get("axis", 0), data.ndim)
     indices = indices.astype(np.intp, copy=False)

@@ -191,7 +191,9 @@ class ReferenceKernel:
         except Exception as exc:
             raise ExecutionError(f"node {node.name!r} ({node.op}) failed in onnx.reference: "
                                  f"{type(exc).__name__}: {exc}") from exc
-        return tuple(np.asarray(r) if not isinstance(r, (list, dict)) else r for r in results)
+        outs = tuple(np.asarray(r) if not isinstance(r, (list, dict)) else r for r in results)
+        # strings: onnx.reference may hand back numpy's fixed-width str arrays; ONNX strings are objects
+        return tuple(r.astype(object) if isinstance(r, np.ndarray) and r.dtype.kind in "US" else r for r in outs)
 
 
 def reference_kernel(node: Node) -> ReferenceKernel:

@@ -48,7 +48,8 @@ def test_cli_ops_rows_say_path_and_conditions():
     assert rows["AffineGrid"] == "AffineGrid onnx.reference TVM (input 1 a constant)"
     assert rows["LSTM"].startswith("LSTM numpy kernel (numpy dtypes and subgraph.ops.recurrent.") and \
         rows["LSTM"].endswith(" -")
-    assert rows["If"] == "If onnx.reference no (sequences, optionals and control flow are not supported)"
+    assert rows["If"] == ("If onnx.reference no (control flow is not supported: the node and its bodies run as one "
+                          "unit on a device that runs bodies (NUMPY))")
 
 
 def test_cli_ops_one_device_and_markdown():
