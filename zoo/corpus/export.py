@@ -86,9 +86,16 @@ def export(module: Any, args: tuple, input_names: list[str], output_names: list[
         model = program.model_proto
         onnx.save(model, tmp)
 
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), torch.no_grad():
-        warnings.simplefilter("ignore")
-        _atomic(path, write)
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    # nn.TransformerEncoder's fused eval kernel (aten::_transformer_encoder_layer_fwd) has
+    # no ONNX symbolic: export the layers' plain ops, as a trained model is usually exported
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), torch.no_grad():
+            warnings.simplefilter("ignore")
+            _atomic(path, write)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
 
 
 def save_feeds(path: Path, feeds: dict[str, Any]) -> None:
