@@ -120,7 +120,8 @@ def run_one(name: str, exporter: str, timeout: float) -> dict:
         out = Path(tmp) / "result.json"
         cmd = [sys.executable, str(Path(__file__).resolve()), "--child", name, exporter, str(out)]
         try:
-            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                                  check=False)
         except subprocess.TimeoutExpired:
             return {"model": name, "exporter": exporter, "crash": f"timeout after {timeout:.0f} s"}
         if out.exists():

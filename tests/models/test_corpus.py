@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("torch")
-from zoo.corpus._torchvision import import_torchvision  # noqa: E402
+from zoo.corpus._torchvision import import_torchvision
 
 try:  # through the shim: PyPI's torchvision links CUDA (zoo/corpus/_torchvision.py)
     import_torchvision()
@@ -31,12 +31,12 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 for _module in ("timm", "transformers", "onnxscript"):
     pytest.importorskip(_module)
 
-import onnxruntime as ort  # noqa: E402
+import onnxruntime as ort
 
-import subgraph  # noqa: E402
-import zoo.corpus  # noqa: E402
-from subgraph.errors import ExecutionError, ShapeError  # noqa: E402
-from tests.models.test_models import tolerance  # noqa: E402
+import subgraph
+import zoo.corpus
+from subgraph.errors import ExecutionError, ShapeError
+from tests.models.test_models import tolerance
 
 #: the default slice: (model, exporter)
 SLICE = [
@@ -56,15 +56,17 @@ PATHS = ("run", "HETERO:TVM,NUMPY", "HETERO:NUMPY")
 #: for the package to fix (the xfail is strict: a fix makes the test fail until removed)
 KNOWN_FAILURES: dict[tuple[str, str], tuple[type, str]] = {
     ("control_if", "legacy"): (
-        ExecutionError, "node 'If_8' (If) failed in onnx.reference: RuntimeError: Unable to find input 'norm' in "
-        "known results ['', 'in0'] (the If branches read the outer-scope value 'norm')"),
+        ExecutionError, ("node 'If_8' (If) failed in onnx.reference: RuntimeError: Unable to find input 'norm' in "
+                         "known results ['', 'in0'] (the If branches read the outer-scope value 'norm')")),
     ("control_loop", "legacy"): (
-        ShapeError, "graph 'main_graph': could not infer a static shape for 2 value(s): %h.7 (produced by node "
-        "'Loop_10' (Loop)), %25 (produced by node '/fc/Gemm' (Gemm)); their shapes depend on data that is not "
-        "constant (folding Loop_10 failed in onnx.reference: Unable to find input '5', an outer-scope value)"),
+        ShapeError, ("graph 'main_graph': could not infer a static shape for 2 value(s): %h.7 (produced by node "
+                     "'Loop_10' (Loop)), %25 (produced by node '/fc/Gemm' (Gemm)); their shapes depend on data that "
+                     "is not constant (folding Loop_10 failed in onnx.reference: Unable to find input '5', an "
+                     "outer-scope value)")),
     ("det_ssdlite320_mobilenet_v3_large", "legacy"): (
-        ShapeError, "graph 'main_graph': could not infer a static shape for 65 value(s): "
-        "%/inner/NonZero_output_0 (produced by node '/inner/NonZero' (NonZero)), ... (data-dependent shapes)"),
+        ShapeError, ("graph 'main_graph': could not infer a static shape for 65 value(s): "
+                     "%/inner/NonZero_output_0 (produced by node '/inner/NonZero' (NonZero)), ... "
+                     "(data-dependent shapes)")),
 }
 
 

@@ -34,7 +34,7 @@ from zoo.corpus import small, text, vision
 from zoo.corpus._torchvision import import_torchvision
 from zoo.corpus.export import EXPORTERS, cache_dir, cached_paths, export, save_feeds
 
-__all__ = ["EXPORTERS", "Entry", "Sample", "cache_dir", "entry", "load", "names", "module_and_args"]
+__all__ = ["EXPORTERS", "Entry", "Sample", "cache_dir", "entry", "load", "module_and_args", "names"]
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EXPORTERS", "cache_dir", "export", "cached_paths"]
+__all__ = ["EXPORTERS", "cache_dir", "cached_paths", "export"]
 
 EXPORTERS = ("legacy", "dynamo")
 OPSETS = {"legacy": 17, "dynamo": 18}

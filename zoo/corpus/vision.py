@@ -11,7 +11,7 @@ from typing import Any
 
 from zoo.corpus._torchvision import import_torchvision
 
-__all__ = ["TORCHVISION", "SEGMENTATION", "DETECTION", "TIMM", "classifier", "segmenter", "detector", "timm_model"]
+__all__ = ["DETECTION", "SEGMENTATION", "TIMM", "TORCHVISION", "classifier", "detector", "segmenter", "timm_model"]
 
 
 def _image(size: int, batch: int = 1) -> Any:
