@@ -177,12 +177,14 @@ def main(argv: list[str] | None = None) -> int:
             results.append(r)
             line, failed = row(r)
             print(line, flush=True)
+            for f in failed:  # at once too, so a run stopped early still tells why
+                print(f"    ! {f}", flush=True)
             failures += [f"{name} [{exporter}] {f}" for f in failed]
+            if args.json:
+                Path(args.json).write_text(json.dumps(results, indent=1))
     print(f"\n{len(failures)} failures:" if failures else "\nno failures")
     for f in failures:
         print("  " + f)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
     return 0
 
 
