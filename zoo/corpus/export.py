@@ -17,6 +17,7 @@ Exporters:
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import os
 import tempfile
@@ -80,8 +81,12 @@ def export(module: Any, args: tuple, input_names: list[str], output_names: list[
             torch.onnx.export(module, args, tmp, dynamo=False, **kwargs)
             return
         if dynamic_axes:
-            kwargs["dynamic_shapes"] = tuple(
-                {axis: torch.export.Dim.AUTO for axis in dynamic_axes.get(n, {})} or None for n in input_names)
+            shapes = tuple({axis: torch.export.Dim.AUTO for axis in dynamic_axes.get(n, {})} or None
+                           for n in input_names)
+            params = inspect.signature(module.forward).parameters.values()
+            if [p.kind for p in params] == [inspect.Parameter.VAR_POSITIONAL]:
+                shapes = (shapes,)  # forward(*args): one input holding them all
+            kwargs["dynamic_shapes"] = shapes
         program = torch.onnx.export(module, args, dynamo=True, verbose=False, **kwargs)
         model = program.model_proto
         onnx.save(model, tmp)
