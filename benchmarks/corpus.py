@@ -38,8 +38,13 @@ PATHS = ("run", "tvm", "numpy")
 
 
 def _first_line(error: BaseException) -> str:
-    text = f"{type(error).__name__}: {error}".strip()
-    return text.splitlines()[0][:300]
+    """The error's type and first line; for torch.onnx's export errors the line under
+    "## Exception summary", which names the cause (the first line is a generic banner)."""
+    lines = f"{type(error).__name__}: {error}".strip().splitlines()
+    if "## Exception summary" in lines:
+        cause = next((s for s in lines[lines.index("## Exception summary") + 1:] if s.strip()), "")
+        return f"{lines[0].split(':')[0]}: {cause.strip()}"[:300]
+    return lines[0][:300]
 
 
 def _compare(outputs: dict, names: list[str], reference: list) -> str | None:
