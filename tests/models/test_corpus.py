@@ -35,7 +35,6 @@ import onnxruntime as ort
 
 import subgraph
 import zoo.corpus
-from subgraph.errors import ExecutionError, ShapeError
 from tests.models.test_models import tolerance
 
 #: the default slice: (model, exporter)
@@ -54,29 +53,11 @@ PATHS = ("run", "HETERO:TVM,NUMPY", "HETERO:NUMPY")
 
 #: (model, exporter) -> (error type, first line of the error) every path fails with today;
 #: for the package to fix (the xfail is strict: a fix makes the test fail until removed)
-KNOWN_FAILURES: dict[tuple[str, str], tuple[type, str]] = {
-    ("control_if", "legacy"): (
-        ExecutionError, ("node 'If_8' (If) failed in onnx.reference: RuntimeError: Unable to find input 'norm' in "
-                         "known results ['', 'in0'] (the If branches read the outer-scope value 'norm')")),
-    ("control_loop", "legacy"): (
-        ShapeError, ("graph 'main_graph': could not infer a static shape for 2 value(s): %h.7 (produced by node "
-                     "'Loop_10' (Loop)), %25 (produced by node '/fc/Gemm' (Gemm)); their shapes depend on data that "
-                     "is not constant (folding Loop_10 failed in onnx.reference: Unable to find input '5', an "
-                     "outer-scope value)")),
-    ("det_ssdlite320_mobilenet_v3_large", "legacy"): (
-        ShapeError, ("graph 'main_graph': could not infer a static shape for 65 value(s): "
-                     "%/inner/NonZero_output_0 (produced by node '/inner/NonZero' (NonZero)), ... "
-                     "(data-dependent shapes)")),
-}
-
-
 def _params(cases: list[tuple[str, str]], marks: tuple = ()) -> list:
     params = []
     for name, exporter in cases:
         for path in PATHS:
-            known = KNOWN_FAILURES.get((name, exporter))
-            extra = (pytest.mark.xfail(strict=True, raises=known[0], reason=known[1]),) if known else ()
-            params.append(pytest.param(name, exporter, path, marks=marks + extra, id=f"{name}-{exporter}-{path}"))
+            params.append(pytest.param(name, exporter, path, marks=marks, id=f"{name}-{exporter}-{path}"))
     return params
 
 
@@ -167,12 +148,41 @@ def test_slice_covers_the_kinds_it_claims() -> None:
 
 
 def test_legacy_and_dynamo_encoders_partition_alike() -> None:
-    """A 2-layer nn.TransformerEncoder splits into as many HETERO:TVM,NUMPY subgraphs from
-    the TorchScript export as from the dynamo export."""
-    counts = {}
-    for exporter in ("legacy", "dynamo"):
-        graph = reference("transformer_encoder", exporter)[1]
-        compiled = subgraph.compile_model(graph, "HETERO:TVM,NUMPY")
-        counts[exporter] = Counter(s.device for s in compiled.subgraphs)
-    assert counts["legacy"] == counts["dynamo"]
-    assert sum(counts["legacy"].values()) >= 1
+    """A 2-layer nn.TransformerEncoder splits into the same HETERO:TVM,NUMPY subgraphs from
+    the TorchScript export as from the dynamo export, once from_onnx has folded the legacy
+    export's shape arithmetic; unfolded, the Shape/Gather/Concat chains cut it apart."""
+    def partition(exporter: str, fold: bool = True, **props) -> list[tuple[str, int]]:
+        sample = load("transformer_encoder", exporter)
+        graph = subgraph.from_onnx(sample.model, sample.input_shapes, fold_constants=fold)
+        model = subgraph.partition_model(graph, "HETERO:TVM,NUMPY", {"TVM": props} if props else None)
+        return [(s.device, len(s.nodes)) for s in model.subgraphs]
+
+    assert partition("legacy") == partition("dynamo") == [("TVM", 78)]
+    no_softmax = {"exclude_ops": ["Softmax"]}
+    assert partition("legacy", **no_softmax) == partition("dynamo", **no_softmax) == [
+        ("TVM", 19), ("NUMPY", 1), ("TVM", 42), ("NUMPY", 1), ("TVM", 15)]
+    assert len(partition("legacy", fold=False)) == 9  # what the issue saw: single Constants among them
+
+
+@pytest.mark.parametrize(("name", "exporter"), [("transformer_encoder_dynamic", "dynamo"), ("hf_bert_dynamic", "legacy")])
+def test_one_compiled_model_runs_three_shapes_of_a_symbolic_export(name: str, exporter: str) -> None:
+    """An export with symbolic batch and sequence: loaded as it is, compiled once, run at
+    three input shapes, each specialized (TVM takes the static graph) and matching onnxruntime."""
+    sample = load(name, exporter)
+    graph = subgraph.from_onnx(sample.model)
+    assert not graph.is_static
+    compiled = subgraph.compile_model(graph, "HETERO:TVM,NUMPY")
+    session = ort.InferenceSession(sample.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    for batch, seq in [(1, 3), (2, 7), (3, 5)]:
+        feeds = {}
+        for key, example in sample.feeds.items():
+            shape = (batch, seq, *example.shape[2:])
+            feeds[key] = (rng.standard_normal(shape).astype(example.dtype) if example.dtype.kind == "f" else
+                          rng.integers(example.min(), example.max() + 1, shape).astype(example.dtype))
+        outputs = compiled(feeds)
+        for out, ref in zip([o.name for o in session.get_outputs()], session.run(None, feeds)):
+            assert outputs[out].shape == ref.shape
+            np.testing.assert_allclose(outputs[out], ref, **tolerance(ref), err_msg=f"{batch}x{seq}: {out!r}")
+        assert "TVM" in {s.device for s in compiled.subgraphs}  # static once specialized
+    assert compiled.compiles == 3 and len(compiled.specializations) == 3
