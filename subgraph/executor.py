@@ -220,7 +220,7 @@ class Executor:
 
     @staticmethod
     def _check_output(node: Node, value, array: np.ndarray) -> None:
-        if value.shape is not None and (len(array.shape) != len(value.shape) or any(
+        if value.shape is not None and array.shape != value.shape and (len(array.shape) != len(value.shape) or any(
                 isinstance(d, int) and d != n for d, n in zip(value.shape, array.shape))):
             raise ExecutionError(f"node {node.name!r} ({node.op}) produced %{value.name} with shape "
                                  f"{list(array.shape)}, expected {format_shape(value.shape)}\n  {node.format()}")
