@@ -65,4 +65,5 @@ print([(r.levelname, r.getMessage()) for r in records])
     result = _run(["-c", code], tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
-    assert result.stdout.strip() == repr([("INFO", WARNING)])
+    # one record for both lines, or (when TVM wrote them in two logged blocks) one each
+    assert result.stdout.strip() in (repr([("INFO", WARNING)]), repr([("INFO", WARNING.replace(", 2 times", ""))] * 2))

@@ -39,9 +39,13 @@ def cache_dir() -> Path:
     return Path(base) / "subgraph" / "corpus"
 
 
+#: bump when an entry's module, example input or export settings change: older files are not reused
+RECIPE = 2
+
+
 def cached_paths(name: str, exporter: str, torch_version: str) -> tuple[Path, Path]:
     """The model file and feeds file of one export."""
-    folder = cache_dir() / f"torch-{torch_version}"
+    folder = cache_dir() / f"torch-{torch_version}-recipe{RECIPE}"
     return folder / f"{name}.{exporter}.onnx", folder / f"{name}.{exporter}.npz"
 
 
