@@ -24,6 +24,7 @@ from subgraph.properties.tvm.cache import (
     BUILD_LOCK,
     MEMORY,
     cache_key,
+    check_private,
     default_cache_dir,
     load_entry,
     store_entry,
@@ -79,7 +80,8 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
     ------
     PropertyError
         TVM cannot import or build the graph; the message names the graph (and the op when
-        the importer says which) and summarises TVM's message.
+        the importer says which) and summarises TVM's message. Or the cache folder is owned
+        by another user or writable by others (:func:`~subgraph.properties.tvm.cache.check_private`).
 
     Examples
     --------
@@ -101,6 +103,8 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
     device = tvm.device(tgt.get_target_device_type(), 0)
     graph, model = onnx_for_tvm(graph)
     directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    if use_cache:
+        check_private(directory)
     database = open_database(tuning, directory) if tgt.kind.name == "llvm" and schedule == "cpu" else None
     tiles = database.tiles() if database else None
     key = cache_key(model.SerializeToString(deterministic=True), str(tgt),
