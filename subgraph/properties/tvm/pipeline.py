@@ -34,6 +34,7 @@ from tvm import relax, s_tir, te, topi
 from tvm.relax.backend.cpu_generic import pipeline as cpu
 from tvm.s_tir import dlight as dl
 
+from subgraph.properties.tvm.nan import NAN_LEGALIZE
 from subgraph.properties.tvm.schedules import Tile, schedule_rules, vector_lanes, vector_widths
 
 __all__ = ["SCHEDULES", "prepare_passes", "relax_pipeline"]
@@ -53,7 +54,8 @@ def prepare_passes(target: Any, schedule: str = "cpu") -> list[Any]:
 
     # TVM's legalize-and-fuse passes, with our erf and softmax in its LegalizeOps
     legalize = [relax.transform.LegalizeOps(customize_legalize_map={"relax.erf": _fast_erf,
-                                                                    "relax.nn.softmax": _fast_softmax})
+                                                                    "relax.nn.softmax": _fast_softmax,
+                                                                    **NAN_LEGALIZE})
                 if p.info.name == "LegalizeOps" else p for p in cpu.legalize_passes(target)]
     return [_ClampsAsRelaxOps(), _ConvertLayoutIfPossible(), *cpu.library_dispatch_passes(target), *legalize]
 

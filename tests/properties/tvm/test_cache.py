@@ -139,14 +139,14 @@ def _damage_in_a_child(cache_dir, damage: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("damage, reason", [
     # truncated, with the metadata's size and checksum rewritten to match: only the ELF check catches it
-    ("data = data[:len(data) // 2]; lib.write_bytes(data); meta.update(size=len(data), "
-     "sha256=hashlib.sha256(data).hexdigest()); meta_path.write_text(json.dumps(meta))", "truncated"),
+    (("data = data[:len(data) // 2]; lib.write_bytes(data); meta.update(size=len(data), "
+      "sha256=hashlib.sha256(data).hexdigest()); meta_path.write_text(json.dumps(meta))"), "truncated"),
     ("lib.write_bytes(data + b'x')", "size"),
     ("lib.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))", "checksum does not match"),
     ("meta_path.write_text('[1, 2]')", "not a JSON object"),
     ("meta_path.write_text('garbage')", "Expecting value"),
-    ("data = b'garbage'; lib.write_bytes(data); meta.update(size=len(data), "
-     "sha256=hashlib.sha256(data).hexdigest()); meta_path.write_text(json.dumps(meta))", "not an ELF file"),
+    (("data = b'garbage'; lib.write_bytes(data); meta.update(size=len(data), "
+      "sha256=hashlib.sha256(data).hexdigest()); meta_path.write_text(json.dumps(meta))"), "not an ELF file"),
 ])
 def test_a_damaged_entry_is_rebuilt_never_loaded(cache_dir, damage, reason):
     x = sample((1, 3, 8, 8))
