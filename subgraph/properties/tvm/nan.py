@@ -2,14 +2,14 @@
 
 TVM lowers a float ``max(a, b)`` to a compare and select, which returns ``b`` when ``a`` is
 NaN: a compiled Relu turned NaN into 0. These legalizations compute ``relax.nn.relu``,
-``relax.maximum`` and ``relax.minimum`` on floats with LLVM's ``llvm.maximum`` /
-``llvm.minimum`` (IEEE 754-2019 maximum/minimum: NaN in, NaN out), which x86 lowers to a
-vector max plus a NaN fix-up, so loops stay vectorised.
+``relax.maximum``, ``relax.minimum`` and the reductions ``relax.max`` / ``relax.min``
+(ONNX Max and Min are imported as a stack and one of these) on floats with LLVM's
+``llvm.maximum`` / ``llvm.minimum`` (IEEE 754-2019 maximum/minimum: NaN in, NaN out),
+which x86 lowers to a vector max plus a NaN fix-up, so loops stay vectorised.
 
-Scope: the ``"cpu"`` schedule (whose LegalizeOps takes this map). Not yet
-NaN-safe: the ``"dlight"`` and ``"none"`` schedules (the latter also the fallback when a schedule
-fails), and reductions (``relax.max``/``relax.min``: ONNX Max, Min, ReduceMax, ReduceMin)
-and MaxPool, whose combiners are TVM's compare-and-select max/min.
+Scope: the ``"cpu"`` schedule (whose LegalizeOps takes this map). Not yet NaN-safe: the
+``"dlight"`` and ``"none"`` schedules (the latter also the fallback when a schedule fails),
+and MaxPool, whose combiner is TVM's compare-and-select max.
 """
 
 from __future__ import annotations
@@ -70,6 +70,37 @@ def _broadcast(op: Any, a: Any, b: Any) -> Any:
     return lambda *i: op(str(a.dtype), pick(a, i), pick(b, i))
 
 
+def _reduce(name: str, combine: Any, identity: float) -> Any:
+    """Legalize ``relax.<name>`` (``max``/``min`` over ``axis``, ``keepdims``) with ``combine``."""
+    def legalize(bb: Any, call: Any) -> Any:
+        if not _float(call):
+            return tvm.ir.Op.get(f"relax.{name}").get_attr("FLegalize")(bb, call)
+        axes, keepdims = call.attrs.axis, bool(call.attrs.keepdims)
+
+        def compute(x: Any) -> Any:
+            ndim, dtype = len(x.shape), str(x.dtype)
+            reduced = sorted(int(a) % ndim for a in axes) if axes is not None else list(range(ndim))
+            reducer = te.comm_reducer(lambda a, b: combine(dtype, a, b), lambda t: tirx.const(identity, t),
+                                      name=f"nan_{name}")
+            over = {a: te.reduce_axis((0, x.shape[a]), name=f"k{a}") for a in reduced}
+            shape = [1 if a in over else d for a, d in enumerate(x.shape) if keepdims or a not in over]
+
+            def body(*index: Any) -> Any:
+                rest, full = iter(index), []
+                for a in range(ndim):
+                    if a in over:
+                        full.append(over[a])
+                        if keepdims:
+                            next(rest)
+                    else:
+                        full.append(next(rest))
+                return reducer(x(*full), axis=list(over.values()))
+            return te.compute(shape, body, name=name)
+        return bb.call_te(compute, call.args[0], primfunc_name_hint=name)
+    return legalize
+
+
 #: relax op -> legalization, for ``LegalizeOps(customize_legalize_map=...)``
 NAN_LEGALIZE = {"relax.nn.relu": _legalize_relu, "relax.maximum": _binary("maximum", nan_max),
-                "relax.minimum": _binary("minimum", nan_min)}
+                "relax.minimum": _binary("minimum", nan_min), "relax.max": _reduce("max", nan_max, float("-inf")),
+                "relax.min": _reduce("min", nan_min, float("inf"))}
