@@ -7,9 +7,9 @@ NaN: a compiled Relu turned NaN into 0. These legalizations compute ``relax.nn.r
 ``llvm.maximum`` / ``llvm.minimum`` (IEEE 754-2019 maximum/minimum: NaN in, NaN out),
 which x86 lowers to a vector max plus a NaN fix-up, so loops stay vectorised.
 
-Scope: the ``"cpu"`` schedule (whose LegalizeOps takes this map). Not yet NaN-safe: the
-``"dlight"`` and ``"none"`` schedules (the latter also the fallback when a schedule fails),
-and MaxPool, whose combiner is TVM's compare-and-select max.
+Every CPU schedule legalizes with this map (:mod:`~subgraph.properties.tvm.pipeline`). Not
+yet NaN-safe: GPU targets (TVM's own pipeline) and MaxPool, whose combiner is TVM's
+compare-and-select max.
 """
 
 from __future__ import annotations

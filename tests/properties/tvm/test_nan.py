@@ -32,9 +32,9 @@ def _graph(op: str, **attrs) -> Graph:
     return g
 
 
-def _check(op: str, **attrs) -> None:
+def _check(op: str, schedule: str = "cpu", **attrs) -> None:
     graph = _graph(op, **attrs)
-    model = compile_model(graph, "HETERO:TVM,NUMPY")
+    model = compile_model(graph, "HETERO:TVM,NUMPY", {"TVM": {"schedule": schedule}})
     assert [(s.device, list(s.nodes)) for s in model.subgraphs] == [("TVM", ["n"])]
     feeds = {"x": X, "y": X[:, ::-1].copy()} if op in ("Max", "Min") else {"x": X.reshape(graph.inputs[0].shape)}
     got = model(feeds)["n"]
@@ -46,8 +46,9 @@ def _check(op: str, **attrs) -> None:
 @pytest.mark.parametrize("op, attrs", [("Relu", {}), ("Clip", {}), ("Softmax", {"axis": -1}), ("Max", {}),
                                        ("Min", {}), ("ReduceMax", {"keepdims": 1}), ("ReduceMin", {"keepdims": 0}),
                                        ("ReduceMax", {"keepdims": 0, "axes": [1]})])
-def test_nan_and_inf_propagate(op, attrs):
-    _check(op, **attrs)
+@pytest.mark.parametrize("schedule", ["cpu", "dlight", "none"])  # "none" is also the fallback
+def test_nan_and_inf_propagate(op, attrs, schedule):
+    _check(op, schedule, **attrs)
 
 
 @pytest.mark.xfail(strict=True, reason="unfinished: TVM's pooling combiner (compare and select) drops NaN")
