@@ -18,19 +18,79 @@ import numpy as np
 
 from subgraph.ir import Node
 from subgraph.ops.registry import KERNELS, any_dtype, register_kernel  # noqa: F401  (KERNELS: doctest)
-from subgraph.ops.common import normalize_axis
+from subgraph.ops.common import node_error, normalize_axis
 
-__all__: list[str] = []
+__all__ = ["INDEX_OPS", "check_indices", "index_limits"]
+
+#: Ops whose input 1 indexes input 0 and must lie in [-size, size - 1] (ONNX; onnxruntime raises)
+INDEX_OPS = frozenset({"Gather", "GatherElements", "GatherND", "Scatter", "ScatterElements", "ScatterND"})
+
+
+def index_limits(node: Node, data_shape: tuple[int, ...], indices_shape: tuple[int, ...]) -> list[tuple[int, int]]:
+    """``(axis, size)`` of ``data`` that the indices of ``node`` (an :data:`INDEX_OPS` op) address:
+    one pair for the axis ops, one per column of the last indices axis for GatherND/ScatterND.
+
+    Examples
+    --------
+    >>> from subgraph.ir import Graph
+    >>> g = Graph("g")
+    >>> x = g.add_input("x", (4, 5, 6), "float32")
+    >>> index_limits(g.add_node("Gather", [x, x], attrs={"axis": -1}), (4, 5, 6), (2,))
+    [(2, 6)]
+    >>> index_limits(g.add_node("GatherND", [x, x], attrs={"batch_dims": 1}), (4, 5, 6), (4, 2))
+    [(1, 5), (2, 6)]
+    """
+    ndim = len(data_shape)
+    if node.op in ("GatherND", "ScatterND"):
+        first = int(node.attrs.get("batch_dims", 0)) if node.op == "GatherND" else 0
+        depth = indices_shape[-1] if indices_shape else 0
+        return [(first + j, int(data_shape[first + j])) for j in range(min(depth, ndim - first))]
+    axis = normalize_axis(node.attrs.get("axis", 0), ndim)
+    return [(axis, int(data_shape[axis]))]
+
+
+def check_indices(node: Node, indices: np.ndarray, limits: list[tuple[int, int]]) -> None:
+    """Raise an :class:`~subgraph.errors.ExecutionError` naming ``node``, its op, the first bad index,
+    the axis and its size unless every index lies in ``[-size, size - 1]`` (one min/max per column).
+
+    Examples
+    --------
+    >>> from subgraph.ir import Graph
+    >>> g = Graph("g")
+    >>> x = g.add_input("x", (3,), "float32")
+    >>> check_indices(g.add_node("Gather", [x, x], name="take"), np.array([4, -1]), [(0, 3)])
+    Traceback (most recent call last):
+    ...
+    subgraph.errors.ExecutionError: node 'take' (Gather): index 4 is out of range for axis 0 of size 3 (indices must lie in [-3, 2])
+    """
+    if indices.size == 0:
+        return
+    if node.op in ("GatherND", "ScatterND"):
+        columns = indices.reshape(-1, indices.shape[-1])
+        low, high = columns.min(axis=0), columns.max(axis=0)
+    else:  # whole-array min/max: several times faster than along an axis for small arrays
+        low, high = (indices.min(),), (indices.max(),)
+    for j, (axis, size) in enumerate(limits):
+        bad = high[j] if high[j] >= size else low[j] if low[j] < -size else None
+        if bad is not None:
+            raise node_error(node, f"index {int(bad)} is out of range for axis {axis} of size {size} "
+                                   f"(indices must lie in [{-size}, {size - 1}])")
+
+
+def _check(node: Node, data: np.ndarray, indices: np.ndarray) -> None:
+    check_indices(node, indices, index_limits(node, data.shape, indices.shape))
 
 
 @register_kernel("Gather", supports=any_dtype)
 def _gather(node: Node, data: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    _check(node, data, indices)
     axis = normalize_axis(node.attrs.get("axis", 0), data.ndim)
     return np.take(data, indices.astype(np.intp, copy=False), axis=axis)
 
 
 @register_kernel("GatherElements", supports=any_dtype)
 def _gather_elements(node: Node, data: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    _check(node, data, indices)
     axis = normalize_axis(node.attrs.get("axis", 0), data.ndim)
     indices = indices.astype(np.intp, copy=False)
     indices = np.where(indices < 0, indices + data.shape[axis], indices)
@@ -39,6 +99,7 @@ def _gather_elements(node: Node, data: np.ndarray, indices: np.ndarray) -> np.nd
 
 @register_kernel("GatherND", supports=any_dtype)
 def _gather_nd(node: Node, data: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    _check(node, data, indices)
     batch_dims = int(node.attrs.get("batch_dims", 0))
     depth = indices.shape[-1]
     batch_shape = indices.shape[:batch_dims]
@@ -64,6 +125,7 @@ def _reduction(node: Node) -> np.ufunc | None:
 
 @register_kernel("ScatterElements", "Scatter", supports=any_dtype)  # Scatter: its opset 9-10 name
 def _scatter_elements(node: Node, data: np.ndarray, indices: np.ndarray, updates: np.ndarray) -> np.ndarray:
+    _check(node, data, indices)
     axis = normalize_axis(node.attrs.get("axis", 0), data.ndim)
     indices = indices.astype(np.intp, copy=False)
     indices = np.where(indices < 0, indices + data.shape[axis], indices)
@@ -92,6 +154,7 @@ def _one_hot(node: Node, indices: np.ndarray, depth: np.ndarray, values: np.ndar
 
 @register_kernel("ScatterND", supports=any_dtype)
 def _scatter_nd(node: Node, data: np.ndarray, indices: np.ndarray, updates: np.ndarray) -> np.ndarray:
+    _check(node, data, indices)
     depth = indices.shape[-1]
     rows = indices.reshape(-1, depth).astype(np.intp, copy=False)
     rows = np.where(rows < 0, rows + np.array(data.shape[:depth], dtype=np.intp), rows)

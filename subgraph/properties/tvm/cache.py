@@ -2,9 +2,15 @@
 
 Entries are keyed by a sha256 over the ONNX bytes, the target, the schedule, the tuning
 records and ``tvm.__version__``: ``<key>.so`` (``export_library``) plus ``<key>.json``
-(metadata and the library's checksum), each written to a temporary file and renamed, so
-concurrent processes never read half a file; a damaged entry is ignored with a warning
-(and recompiled by the caller).
+(metadata with the library's size and checksum), each written to a temporary file and
+renamed, so concurrent processes never read half a file.
+
+Loading a library runs its code, so the cache is private and verified: the folder is made
+owner-only (0o700, files 0o600) and a folder another user owns or may write to is refused
+(:func:`check_private`); an entry is loaded only when the library's size and sha256 match
+its metadata and its ELF program headers lie inside the file (a truncated library whose
+checksum was rewritten would otherwise kill the process with SIGBUS inside ``dlopen``).
+A damaged entry is ignored with a warning and recompiled by the caller.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
+import struct
 import threading
 import warnings
 from pathlib import Path
@@ -20,15 +28,17 @@ from typing import Any
 import tvm
 from tvm import relax
 
+from subgraph.errors import PropertyError
 from subgraph.fileio import atomic_path, write_atomic
 from subgraph.properties.tvm.messages import error_summary
 
-__all__ = ["BUILD_LOCK", "MEMORY", "cache_key", "clear_memory_cache", "default_cache_dir", "load_entry",
-           "store_entry"]
+__all__ = ["BUILD_LOCK", "MEMORY", "cache_key", "check_private", "clear_memory_cache", "default_cache_dir",
+           "load_entry", "store_entry"]
 
 
 #: Bump when the way a build is made or stored changes, so old disk entries are not reused.
-_FORMAT = "subgraph-tvm-4"  # 2: scheduled CPU builds, host mcpu; 3: BN folded, tuning; 4: no vector selects
+_FORMAT = "subgraph-tvm-6"  # 2: scheduled CPU builds, host mcpu; 3: BN folded, tuning; 4: no vector selects;
+#   5: metadata holds the library size; 6: NaN-propagating relu, maximum, minimum, max, min
 
 
 def cache_key(model_bytes: bytes, target: str, schedule: str = "cpu") -> str:
@@ -81,6 +91,62 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def check_private(directory: Path) -> None:
+    """Make ``directory`` (created if missing) owner-only, or refuse a folder others control.
+
+    Raises
+    ------
+    PropertyError
+        ``directory`` is not a folder, is owned by another user, or is writable by its group
+        or by others: anyone who can write there can plant a library this process would load.
+    """
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = directory.lstat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise PropertyError(f"the TVM cache {directory} is not a folder")
+    if hasattr(os, "getuid") and info.st_uid != os.getuid():
+        raise PropertyError(f"refusing the TVM cache {directory}: it is owned by user id {info.st_uid}, not by "
+                            "this user, and loading a library from it would run their code; set "
+                            "SUBGRAPH_CACHE_DIR or cache_dir to a folder of your own")
+    if info.st_mode & 0o022:
+        raise PropertyError(f"refusing the TVM cache {directory}: it is writable by other users (mode "
+                            f"{stat.S_IMODE(info.st_mode):o}), and loading a library from it would run their "
+                            f"code; remove it or make it private (chmod 700)")
+    if stat.S_IMODE(info.st_mode) != 0o700:
+        os.chmod(directory, 0o700)
+
+
+def _check_elf(path: Path, size: int) -> None:
+    """Raise ValueError unless ``path`` is an ELF file whose headers and loaded segments lie inside it."""
+    with open(path, "rb") as f:
+        head = f.read(64)
+        if len(head) < 64 or head[:4] != b"\x7fELF":
+            raise ValueError("the library is not an ELF file")
+        if head[4] != 2:  # ELFCLASS64: TVM builds 64-bit hosts only here
+            return
+        order = "<" if head[5] == 1 else ">"
+        phoff, shoff = struct.unpack_from(order + "QQ", head, 32)
+        phentsize, phnum, shentsize, shnum = struct.unpack_from(order + "HHHH", head, 54)
+        if phoff + phentsize * phnum > size or shoff + shentsize * shnum > size:
+            raise ValueError("the library is truncated (its headers end past the file)")
+        f.seek(phoff)
+        table = f.read(phentsize * phnum)
+    for i in range(phnum):
+        kind, _, offset, _, _, filesz = struct.unpack_from(order + "IIQQQQ", table, i * phentsize)
+        if kind == 1 and offset + filesz > size:  # PT_LOAD
+            raise ValueError("the library is truncated (a loaded segment ends past the file)")
+
+
+def _verify(lib: Path, meta: dict) -> None:
+    """Raise ValueError unless the library matches its metadata's size and sha256 and is a whole ELF file."""
+    size = lib.stat().st_size
+    if meta.get("size") != size:
+        raise ValueError(f"the library's size {size} does not match its metadata ({meta.get('size')})")
+    if meta.get("sha256") != _file_sha256(lib):
+        raise ValueError("the library's checksum does not match its metadata")
+    _check_elf(lib, size)
+
+
 def load_entry(directory: Path, key: str, device: Any) -> tuple[Any, dict] | None:
     """The cached library and its metadata, or None; a damaged entry warns and is ignored."""
     lib, meta_path = directory / f"{key}.so", directory / f"{key}.json"
@@ -88,8 +154,9 @@ def load_entry(directory: Path, key: str, device: Any) -> tuple[Any, dict] | Non
         return None
     try:
         meta = json.loads(meta_path.read_text())
-        if meta.get("sha256") != _file_sha256(lib):
-            raise ValueError("the library's checksum does not match its metadata")
+        if not isinstance(meta, dict):
+            raise ValueError("the metadata is not a JSON object")
+        _verify(lib, meta)
         module = tvm.runtime.load_module(str(lib))
         relax.VirtualMachine(module, device)  # fails here rather than on the first call
         return module, meta
@@ -100,13 +167,17 @@ def load_entry(directory: Path, key: str, device: Any) -> tuple[Any, dict] | Non
 
 
 def store_entry(directory: Path, key: str, executable: Any, meta: dict) -> None:
-    """Write the library, then its metadata (with the library's checksum), each atomically."""
+    """Write the library, then its metadata (with the library's size and checksum), each atomically
+    and owner-only (the folder is private, see :func:`check_private`)."""
+    lib, meta_path = directory / f"{key}.so", directory / f"{key}.json"
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        with atomic_path(directory / f"{key}.so") as tmp:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with atomic_path(lib) as tmp:
             executable.export_library(tmp)
-            digest = _file_sha256(Path(tmp))
-        write_atomic(directory / f"{key}.json", json.dumps(dict(meta, sha256=digest), indent=1, sort_keys=True))
+            digest, size = _file_sha256(Path(tmp)), os.path.getsize(tmp)
+        os.chmod(lib, 0o600)
+        write_atomic(meta_path, json.dumps(dict(meta, sha256=digest, size=size), indent=1, sort_keys=True))
+        os.chmod(meta_path, 0o600)
     except Exception as exc:  # a read-only or full disk must not stop the run
         warnings.warn(f"could not write the TVM cache in {directory}: {error_summary(exc, 1)}",
                       RuntimeWarning, stacklevel=3)

@@ -19,11 +19,13 @@ import tvm
 
 from subgraph.errors import PropertyError
 from subgraph.ir import Graph
+from subgraph.ops.index import INDEX_OPS, index_limits
 from subgraph.properties.tvm.build import build
 from subgraph.properties.tvm.cache import (
     BUILD_LOCK,
     MEMORY,
     cache_key,
+    check_private,
     default_cache_dir,
     load_entry,
     store_entry,
@@ -79,7 +81,8 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
     ------
     PropertyError
         TVM cannot import or build the graph; the message names the graph (and the op when
-        the importer says which) and summarises TVM's message.
+        the importer says which) and summarises TVM's message. Or the cache folder is owned
+        by another user or writable by others (:func:`~subgraph.properties.tvm.cache.check_private`).
 
     Examples
     --------
@@ -101,6 +104,8 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
     device = tvm.device(tgt.get_target_device_type(), 0)
     graph, model = onnx_for_tvm(graph)
     directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    if use_cache:
+        check_private(directory)
     database = open_database(tuning, directory) if tgt.kind.name == "llvm" and schedule == "cpu" else None
     tiles = database.tiles() if database else None
     key = cache_key(model.SerializeToString(deterministic=True), str(tgt),
@@ -125,8 +130,21 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
         fn = TVMFunction(module, device, name=graph.name, key=key, target=str(tgt),
                          inputs=[(v.name, v.shape, v.dtype) for v in graph.inputs],
                          output_names=[v.name for v in graph.outputs],
-                         constant_outputs=constant_outputs, source=source, tuned=tuned)
+                         constant_outputs=constant_outputs, source=source, tuned=tuned,
+                         index_checks=_index_checks(graph))
         if use_cache:
             MEMORY[key] = fn
         return fn
 
+
+
+def _index_checks(graph: Graph) -> list[tuple[int, object, list[tuple[int, int]]]]:
+    """The graph inputs that index ops use as indices, with their limits, for the compiled
+    function to check per call (TVM's kernels do not; support admits no other computed indices)."""
+    position = {v.name: i for i, v in enumerate(graph.inputs)}
+    checks = []
+    for node in graph.nodes:
+        if node.op in INDEX_OPS and node.inputs[1].name in position and not node.inputs[1].is_constant:
+            checks.append((position[node.inputs[1].name], node,
+                           index_limits(node, node.inputs[0].shape, node.inputs[1].shape)))
+    return checks

@@ -34,6 +34,7 @@ from tvm import relax, s_tir, te, topi
 from tvm.relax.backend.cpu_generic import pipeline as cpu
 from tvm.s_tir import dlight as dl
 
+from subgraph.properties.tvm.nan import NAN_LEGALIZE
 from subgraph.properties.tvm.schedules import Tile, schedule_rules, vector_lanes, vector_widths
 
 __all__ = ["SCHEDULES", "prepare_passes", "relax_pipeline"]
@@ -48,14 +49,21 @@ def prepare_passes(target: Any, schedule: str = "cpu") -> list[Any]:
 
     Their output's TIR functions are what the schedule rules see and what tuning measures.
     """
-    if schedule != "cpu":
-        return cpu.library_dispatch_passes(target) + cpu.legalize_passes(target)
+    if schedule != "cpu":  # clamps as Relax ops too: their legalization propagates NaN
+        return [_ClampsAsRelaxOps(), *cpu.library_dispatch_passes(target), *_legalize_passes(target)]
 
     # TVM's legalize-and-fuse passes, with our erf and softmax in its LegalizeOps
     legalize = [relax.transform.LegalizeOps(customize_legalize_map={"relax.erf": _fast_erf,
-                                                                    "relax.nn.softmax": _fast_softmax})
+                                                                    "relax.nn.softmax": _fast_softmax,
+                                                                    **NAN_LEGALIZE})
                 if p.info.name == "LegalizeOps" else p for p in cpu.legalize_passes(target)]
     return [_ClampsAsRelaxOps(), _ConvertLayoutIfPossible(), *cpu.library_dispatch_passes(target), *legalize]
+
+
+def _legalize_passes(target: Any) -> list[Any]:
+    """TVM's legalize-and-fuse passes, max/min lowered NaN-propagating (:mod:`~subgraph.properties.tvm.nan`)."""
+    return [relax.transform.LegalizeOps(customize_legalize_map=NAN_LEGALIZE) if p.info.name == "LegalizeOps" else p
+            for p in cpu.legalize_passes(target)]
 
 
 def _ClampsAsRelaxOps() -> Any:  # noqa: N802 - a pass, named like TVM's
@@ -241,7 +249,8 @@ def relax_pipeline(target: Any, schedule: str = "cpu", tiles: Mapping[str, Tile]
     target : tvm.target.Target
         An ``llvm`` target; its vector width decides the vector lanes.
     schedule : str
-        One of :data:`SCHEDULES`; ``"none"`` returns ``"default"`` (TVM's own pipeline).
+        One of :data:`SCHEDULES`; ``"none"`` is TVM's default CPU pipeline (with
+        NaN-propagating max/min, :mod:`~subgraph.properties.tvm.nan`).
     tiles : mapping, optional
         Tuned tiles by :func:`~subgraph.properties.tvm.schedules.function_key` (from
         :mod:`~subgraph.properties.tvm.tuner`); functions not in it get the default
@@ -257,13 +266,19 @@ def relax_pipeline(target: Any, schedule: str = "cpu", tiles: Mapping[str, Tile]
     Examples
     --------
     >>> import tvm
-    >>> relax_pipeline(tvm.target.Target("llvm"), "none")
-    'default'
+    >>> relax_pipeline(tvm.target.Target("llvm"), "none").info.name
+    'SubgraphDefaultPipeline'
     """
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown TVM schedule {schedule!r}; expected one of {list(SCHEDULES)}")
-    if schedule == "none":
-        return "default"
+    if schedule == "none":  # TVM's default CPU pipeline, with the NaN-propagating max/min
+        @tvm.transform.module_pass(opt_level=0, name="SubgraphDefaultPipeline")
+        def _default(mod: Any, _ctx: Any) -> Any:
+            with target:
+                return tvm.transform.Sequential(
+                    [_ClampsAsRelaxOps(), *cpu.library_dispatch_passes(target), *_legalize_passes(target)]
+                    + cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target))(mod)
+        return _default
 
     rules = schedule_rules(schedule, vector_lanes(target), tiles, applied)
 

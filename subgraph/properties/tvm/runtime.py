@@ -12,6 +12,7 @@ import tvm
 from tvm import relax
 
 from subgraph.errors import ExecutionError, InputError
+from subgraph.ops.index import check_indices
 from subgraph.properties.tvm.messages import error_summary
 from subgraph.properties.tvm.tensors import as_tvm_tensor, to_numpy
 
@@ -43,11 +44,17 @@ class TVMFunction:
     tuned : list[str]
         The tuning records (their names, ``graph/function`` as tuned) whose tiles this
         build used; empty for an untuned build.
+    index_checks : list[tuple[int, Node, list[tuple[int, int]]]]
+        ``(input position, index node, (axis, size) limits)``: TVM's index kernels do not
+        check indices, so :meth:`__call__` checks the inputs that are indices (one min/max
+        per call) and raises :class:`~subgraph.errors.ExecutionError` naming the node.
     """
     def __init__(self, module: Any, device: Any, *, name: str, key: str, target: str,
                  inputs: list[tuple[str, tuple[int, ...], np.dtype]], output_names: list[str],
-                 constant_outputs: list[int], source: str, tuned: list[str] | None = None) -> None:
+                 constant_outputs: list[int], source: str, tuned: list[str] | None = None,
+                 index_checks: list[tuple[int, Any, list[tuple[int, int]]]] | None = None) -> None:
         self.tuned = list(tuned or [])
+        self.index_checks = list(index_checks or [])
         self._module = module
         self.device = device
         self.name = name
@@ -69,7 +76,9 @@ class TVMFunction:
         return entry
 
     def run_tensors(self, *tensors: Any) -> list[Any]:
-        """Run on TVM tensors already on the device; returns TVM tensors (no copies)."""
+        """Run on TVM tensors already on the device; returns TVM tensors (no copies).
+
+        Unchecked: inputs that are indices (:attr:`index_checks`) must be checked by the caller."""
         if len(tensors) != len(self._inputs):
             raise InputError(f"TVM function for graph {self.name!r} takes {len(self._inputs)} "
                              f"input(s) {self.input_names}, got {len(tensors)}")
@@ -97,7 +106,10 @@ class TVMFunction:
             if array.dtype != dtype or array.shape != shape:
                 raise InputError(f"TVM function for graph {self.name!r}: input {name!r} expects "
                                  f"{dtype.name}{list(shape)}, got {array.dtype.name}{list(array.shape)}")
-            tensors.append(as_tvm_tensor(array, self.device))
+            tensors.append(array)
+        for position, node, limits in self.index_checks:
+            check_indices(node, tensors[position], limits)
+        tensors = [as_tvm_tensor(array, self.device) for array in tensors]
         ran = clock()
         outs = self.run_tensors(*tensors)
         back = clock()

@@ -20,7 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from subgraph.errors import ExecutionError
 from subgraph.ir import Node
+from subgraph.ops.index import INDEX_OPS, check_indices, index_limits
 
 __all__ = ["tvm_installed", "tvm_supports", "op_conditions", "unsupported_reason", "SUPPORTED_OPS", "EXCLUDED_OPS"]
 
@@ -195,6 +197,27 @@ def _op_specific(node: Node) -> str | None:
         return "normalising over every axis (axis 0) fails to compile"
     if op == "Resize":
         return _resize_reason(node)
+    if op in INDEX_OPS:
+        return _indices_reason(node)
+    return None
+
+
+def _indices_reason(node: Node) -> str | None:
+    """TVM's index kernels do not check their indices (out-of-range ones read or write any
+    memory: garbage, or a crash), so the indices must be checkable before TVM runs: a constant
+    (checked here) or an input of the graph (checked by the compiled function on every call,
+    :func:`~subgraph.properties.tvm.runtime.TVMFunction`), never computed by another node."""
+    data, indices = node.inputs[0], node.inputs[1]
+    values = _constant_data(indices)
+    if values is not None:
+        try:
+            check_indices(node, np.asarray(values), index_limits(node, data.shape, np.shape(values)))
+        except ExecutionError as exc:
+            return f"its constant indices are out of range ({str(exc).split('): ', 1)[-1]})"
+        return None
+    if indices.producer is not None:
+        return (f"its indices %{indices.name} are computed by node {indices.producer.name!r} "
+                f"({indices.producer.op}); TVM does not check indices, so they must be a constant or a graph input")
     return None
 
 
@@ -223,6 +246,8 @@ _OTHER_CONDITIONS: dict[str, str] = {
     "DequantizeLinear": "no blocked quantization (block_size)",
     "RMSNormalization": "axis not 0",
     "Resize": "no axes attribute; scales giving whole output sizes",
+    **dict.fromkeys(sorted(INDEX_OPS - {"Scatter"}), "indices a constant in range or a graph input "
+                                                      "(checked on every call)"),
 }
 
 

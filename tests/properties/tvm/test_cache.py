@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import stat
 import subprocess
 import sys
 import textwrap
@@ -14,6 +16,7 @@ pytest.importorskip("tvm", reason="needs apache-tvm")  # the backend's modules i
 
 from tvm_graphs import conv_relu_graph, mm_softmax_graph, sample
 
+from subgraph.errors import PropertyError
 from subgraph.properties.tvm.cache import cache_key, clear_memory_cache, default_cache_dir
 from subgraph.properties.tvm.compiler import compile_graph
 
@@ -58,7 +61,7 @@ def test_a_damaged_cache_file_is_recompiled(cache_dir):
     (library,) = cache_dir.glob("*.so")
     library.write_bytes(b"not a shared library")
     clear_memory_cache()
-    with pytest.warns(RuntimeWarning, match="ignoring damaged TVM cache entry .*checksum does not match"):
+    with pytest.warns(RuntimeWarning, match="ignoring damaged TVM cache entry .*size 20 does not match its metadata"):
         fn = compile_graph(graph)
     assert fn.source == "compiled"
     np.testing.assert_allclose(fn(x)[0], want, rtol=1e-6)
@@ -78,3 +81,82 @@ def test_default_cache_dir_follows_the_environment(cache_dir, monkeypatch):
     monkeypatch.delenv("SUBGRAPH_CACHE_DIR")
     assert default_cache_dir().parts[-2:] == ("subgraph", "tvm")
 
+
+
+def test_the_cache_is_owner_only(cache_dir):
+    compile_graph(mm_softmax_graph())
+    assert stat.S_IMODE(cache_dir.stat().st_mode) == 0o700
+    assert sorted(stat.S_IMODE(p.stat().st_mode) for p in cache_dir.iterdir()) == [0o600, 0o600]
+    meta = json.loads(next(cache_dir.glob("*.json")).read_text())
+    library = next(cache_dir.glob("*.so"))
+    assert meta["size"] == library.stat().st_size and len(meta["sha256"]) == 64
+
+
+def test_a_private_cache_folder_of_ours_is_tightened(cache_dir):
+    cache_dir.mkdir(mode=0o755)
+    os.chmod(cache_dir, 0o755)
+    compile_graph(mm_softmax_graph())
+    assert stat.S_IMODE(cache_dir.stat().st_mode) == 0o700
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o775, 0o757])
+def test_a_cache_folder_others_can_write_to_is_refused(cache_dir, mode):
+    cache_dir.mkdir()
+    os.chmod(cache_dir, mode)
+    with pytest.raises(PropertyError, match=rf"refusing the TVM cache {cache_dir}: it is writable by other users "
+                                            rf"\(mode {mode:o}\).*run their code"):
+        compile_graph(mm_softmax_graph())
+    assert list(cache_dir.iterdir()) == []
+    compile_graph(mm_softmax_graph(), use_cache=False)  # no cache, nothing loaded: allowed
+
+
+def _damage_in_a_child(cache_dir, damage: str) -> subprocess.CompletedProcess:
+    """Compile, damage the entry with ``damage`` (Python over ``lib``, ``meta``), then compile again
+    in a new process: a library dlopen cannot map would kill the process, so never here (nor may
+    this process have the library loaded: damaging a mapped file kills its mapper)."""
+    script = textwrap.dedent(f"""
+        import hashlib, json, sys, warnings
+        from pathlib import Path
+        import numpy as np
+        sys.path.insert(0, {HERE!r})
+        from tvm_graphs import conv_relu_graph, sample
+        from subgraph.properties.tvm.compiler import compile_graph
+        lib = next(Path({str(cache_dir)!r}).glob("*.so"))
+        meta_path = lib.with_suffix(".json")
+        meta = json.loads(meta_path.read_text())
+        data = lib.read_bytes()
+        {damage}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fn = compile_graph(conv_relu_graph(), cache_dir={str(cache_dir)!r})
+        print(fn.source)
+        print([str(w.message) for w in caught])
+        x = sample((1, 3, 8, 8))
+        print(float(np.abs(fn(x)[0]).sum()))
+    """)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
+
+
+@pytest.mark.parametrize("damage, reason", [
+    # truncated, with the metadata's size and checksum rewritten to match: only the ELF check catches it
+    (("data = data[:len(data) // 2]; lib.write_bytes(data); meta.update(size=len(data), "
+      "sha256=hashlib.sha256(data).hexdigest()); meta_path.write_text(json.dumps(meta))"), "truncated"),
+    ("lib.write_bytes(data + b'x')", "size"),
+    ("lib.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))", "checksum does not match"),
+    ("meta_path.write_text('[1, 2]')", "not a JSON object"),
+    ("meta_path.write_text('garbage')", "Expecting value"),
+    (("data = b'garbage'; lib.write_bytes(data); meta.update(size=len(data), "
+      "sha256=hashlib.sha256(data).hexdigest()); meta_path.write_text(json.dumps(meta))"), "not an ELF file"),
+])
+def test_a_damaged_entry_is_rebuilt_never_loaded(cache_dir, damage, reason):
+    x = sample((1, 3, 8, 8))
+    want = float(np.abs(compile_graph(conv_relu_graph(), cache_dir=cache_dir)(x)[0]).sum())
+    clear_memory_cache()
+    done = _damage_in_a_child(cache_dir, damage)
+    assert done.returncode == 0, done.stderr
+    source, messages, total = done.stdout.splitlines()
+    assert source == "compiled"
+    assert "ignoring damaged TVM cache entry" in messages and reason in messages
+    assert float(total) == want
+    clear_memory_cache()
+    assert compile_graph(conv_relu_graph(), cache_dir=cache_dir).source == "disk"  # rewritten whole
