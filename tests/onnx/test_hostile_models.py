@@ -11,7 +11,7 @@ import textwrap
 import pytest
 from onnx import helper
 
-from subgraph.errors import ModelLoadError, ShapeError
+from subgraph.errors import GraphError, ModelLoadError, ShapeError
 from tests.onnx.test_bad_models import F, assert_rejected, external_model, make_model, save, tensor
 
 BIG = 2**63 - 1
@@ -109,3 +109,45 @@ def test_nul_byte_in_an_external_data_location(tmp_path):
     path = external_model(tmp_path / "m", "w.bin\0.txt")
     assert_rejected(path, ModelLoadError, r"tensor 'w': external data location 'w\.bin\\x00\.txt' contains a "
                                           r"NUL byte; it cannot name a file")
+
+
+# --------------------------------------------------------------------------- accepted although invalid
+def relu_model(**attrs):
+    return make_model([helper.make_node("Relu", ["x"], ["y"], name="relu", **attrs)], [tensor("x", [2])],
+                      [tensor("y", [2])])
+
+
+def test_negative_input_dimension(tmp_path):
+    model = make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [tensor("x", [-2])],
+                       [tensor("y", [2])])
+    assert_rejected(save(model, tmp_path / "m.onnx"), ShapeError,
+                    r"^input 'x' dimension 0 is -2 in \[-2\]: dimensions are sizes \(at least 0\) or symbolic names$")
+
+
+def test_a_graph_without_outputs(tmp_path):
+    model = make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [tensor("x", [2])], [])
+    assert_rejected(save(model, tmp_path / "m.onnx"), GraphError,
+                    r"^model 'm' has no outputs; a model must declare at least one graph output$")
+
+
+def test_an_attribute_the_schema_does_not_define(tmp_path):
+    assert_rejected(save(relu_model(alpha=1.0), tmp_path / "m.onnx"), ModelLoadError,
+                    r"^node 'relu' \(Relu\) has attribute\(s\) \['alpha'\] that Relu \(opset 14\) does not define; "
+                    r"its attributes are: none$")
+
+
+def test_an_attribute_given_twice(tmp_path):
+    node = helper.make_node("LeakyRelu", ["x"], ["y"], name="leaky", alpha=0.1)
+    node.attribute.extend([helper.make_attribute("alpha", 0.2)])
+    model = make_model([node], [tensor("x", [2])], [tensor("y", [2])])
+    assert_rejected(save(model, tmp_path / "m.onnx"), ModelLoadError,
+                    r"^node 'leaky' \(LeakyRelu\) has attribute\(s\) \['alpha'\] more than once$")
+
+
+def test_a_declared_output_dtype_contradicting_inference(tmp_path):
+    from onnx import TensorProto
+
+    model = make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [tensor("x", [2])],
+                       [tensor("y", [2], TensorProto.INT64)])
+    assert_rejected(save(model, tmp_path / "m.onnx"), ShapeError,
+                    r"^graph output %y is declared int64 but node 'relu' \(Relu\) produces float32$")
