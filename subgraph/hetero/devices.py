@@ -159,7 +159,18 @@ def query_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
 
     Nodes no device supports are absent. Manual affinities in ``rt_info`` are ignored
     (the query asks the devices, as OpenVINO's does).
+
+    Raises
+    ------
+    DeviceError
+        ``graph`` is not a Graph, a bad device string or ``device_properties`` (see
+        :func:`device_properties_for`).
+    PropertyError
+        A device's ``supports`` raised or answered something other than a bool.
     """
+    if not isinstance(graph, Graph):
+        raise DeviceError(f"query_model: argument graph must be a subgraph.ir.Graph, got "
+                          f"{type(graph).__name__} {graph!r}")
     devices = parse_devices(device)
     props = device_properties_for(devices, device_properties)
     affinity = {}

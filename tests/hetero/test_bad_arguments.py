@@ -54,6 +54,12 @@ def test_bad_graph_and_progress_arguments():
             ["NUMPY"])
 
 
+def test_query_model_graph_argument():
+    with pytest.raises(DeviceError, match=r"^query_model: argument graph must be a subgraph\.ir\.Graph, got "
+                                          r"NoneType None$"):
+        query_model(None, "HETERO:NUMPY")
+
+
 def test_partition_options_are_checked():
     refused(PartitionError, r"^partition_graph: argument max_subgraph_size must be an int or None, got str '3'$",
             "HETERO:NUMPY", max_subgraph_size="3")
