@@ -63,9 +63,26 @@ def _refuse(node: Node, name: str, value: Any, why: str) -> ShapeError:
     return ShapeError(f"node {node.name!r} ({node.op}): attribute {name}={value!r} {why}")
 
 
+def _check_group(node: Node, shapes: Mapping[str, tuple | None]) -> None:
+    """``group`` of a convolution: at least 1 and dividing the input's channels where known."""
+    group = node.attrs.get("group")
+    if not isinstance(group, int) or isinstance(group, bool):
+        return
+    if group < 1:
+        raise _refuse(node, "group", group, "must be at least 1")
+    source = node.inputs[0] if node.inputs else None
+    shape = None if source is None else (shapes.get(source.name, source.shape) if source.producer is not None
+                                         else source.shape)
+    channels = shape[1] if shape is not None and len(shape) > 1 else None
+    if isinstance(channels, int) and channels % group:
+        raise _refuse(node, "group", group, f"does not divide the {channels} channels of input %{source.name}")
+
+
 def _check_node(node: Node, shapes: Mapping[str, tuple | None]) -> None:
     if node.subgraph is not None or node.domain not in ("", "ai.onnx"):
         return
+    if node.op in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv"):
+        _check_group(node, shapes)
     rank = _rank(node, shapes)
     for name in (*_AXIS_ATTRS, "perm"):
         entries = _entries(node.attrs.get(name))

@@ -157,6 +157,10 @@ def _node_outputs(graph: Graph) -> list[Value]:
 def _check_sizes(graph: Graph, types: dict[str, _Type]) -> None:
     for value in _node_outputs(graph):
         shape, dtype = types.get(value.name, (None, None))
+        if shape is not None and any(isinstance(d, int) and d < 0 for d in shape):
+            node = value.producer
+            raise ShapeError(f"node {node.name!r} ({node.op}): output %{value.name} would have the negative "
+                             f"shape {list(shape)}; its attributes or inputs are out of range\n    {node.format()}")
         if shape is not None:
             check_tensor_size(describe_value(value), shape, dtype)
 

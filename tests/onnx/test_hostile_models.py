@@ -151,3 +151,21 @@ def test_a_declared_output_dtype_contradicting_inference(tmp_path):
                        [tensor("y", [2], TensorProto.INT64)])
     assert_rejected(save(model, tmp_path / "m.onnx"), ShapeError,
                     r"^graph output %y is declared int64 but node 'relu' \(Relu\) produces float32$")
+
+
+def test_huge_conv_group(tmp_path):
+    weight = helper.make_tensor("w", F, [4, 1, 3, 3], [1.0] * 36)
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", group=BIG)],
+                       [tensor("x", [1, 4, 8, 8])], [tensor("y")], [weight])
+    assert_rejected(save(model, tmp_path / "m.onnx"), ShapeError,
+                    r"^node 'conv' \(Conv\): attribute group=9223372036854775807 does not divide the 4 channels "
+                    r"of input %x$")
+
+
+def test_huge_kernel_shape_gives_no_negative_shape(tmp_path):
+    """ONNX infers a negative output size for it; the graph used to load with that shape."""
+    node = helper.make_node("MaxPool", ["x"], ["y"], name="pool", kernel_shape=[BIG, BIG])
+    model = make_model([node], [tensor("x", [1, 4, 8, 8])], [tensor("y")])
+    assert_rejected(save(model, tmp_path / "m.onnx"), ShapeError,
+                    r"^node 'pool' \(MaxPool\): output %y would have the negative shape \[1, 4, "
+                    r"-9223372036854775798, -9223372036854775798\]; its attributes or inputs are out of range")
