@@ -3,7 +3,10 @@ naming them (issue 13); the caller's graph is never modified."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from subgraph.errors import DeviceError, PartitionError, PropertyError, SubgraphError
 from subgraph.hetero import compile_model, query_model
@@ -87,8 +90,6 @@ class Arrays(NumpyProperty):
     device = "ARRAYS"
 
     def supports(self, node):
-        import numpy as np
-
         return np.array([True, True])
 
 
@@ -123,3 +124,51 @@ def test_measure_cost_returning_a_non_number(devices):
     refused(PropertyError, r"^Worded\.measure_cost\('subgraph0'\) must return a finite number of seconds >= 0 "
                            r"or None, got str 'fast'$", "HETERO:WORDED,NUMPY", {"WORDED": {"ops": RELU_ADD}},
             choose="measured")
+
+
+class Faulty(NumpyProperty):
+    """A device whose ``hook`` misbehaves with ``answer`` (raise it, or return it)."""
+
+    device = "FAULTY"
+    hook, answer = "supports", None
+
+    def _misbehave(self, hook, honest):
+        if hook != self.hook:
+            return honest()
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer
+
+    def supports(self, node):
+        return self._misbehave("supports", lambda: super(Faulty, self).supports(node))
+
+    def decline_reason(self, node):
+        return self._misbehave("decline_reason", lambda: super(Faulty, self).decline_reason(node))
+
+    def measure_cost(self, subgraph, kernel, inputs):
+        return self._misbehave("measure_cost", lambda: super(Faulty, self).measure_cost(subgraph, kernel, inputs))
+
+
+@settings(max_examples=40, deadline=None)
+@given(hook=st.sampled_from(["supports", "decline_reason", "measure_cost"]),
+       answer=st.sampled_from([ValueError("bad"), np.array([True]), "yes", None, 1, float("nan"), -1.0, True]),
+       call=st.sampled_from(["compile", "query", "explain"]))
+def test_faulty_properties_raise_only_subgraph_errors(hook, answer, call):
+    from subgraph.hetero.explain import explain_affinity
+
+    register_property("faulty_test")(Faulty)
+    Faulty.hook, Faulty.answer = hook, answer
+    graph = seed_example()
+    copy = graph.copy()
+    try:
+        if call == "compile":
+            compile_model(graph, "HETERO:FAULTY,NUMPY", {"FAULTY": {"ops": RELU_ADD}}, choose="measured")
+        elif call == "query":
+            query_model(graph, "HETERO:FAULTY,NUMPY", {"FAULTY": {"ops": RELU_ADD}})
+        else:
+            explain_affinity(graph, "HETERO:FAULTY,NUMPY", {"FAULTY": {"ops": RELU_ADD}})
+    except SubgraphError:
+        pass
+    finally:
+        del PROPERTIES["faulty_test"]
+    assert graph.equals(copy)
