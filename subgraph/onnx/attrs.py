@@ -132,7 +132,8 @@ def attrs_to_onnx(op: str, attrs: dict[str, Any], domain: str = "", opset: int |
 
 def check_attribute_names(node: onnx.NodeProto, name: str, opset: Mapping[str, int]) -> None:
     """Raise :class:`~subgraph.errors.ModelLoadError` for an attribute given twice, or one
-    the op's ONNX schema (at the model's opset) does not have; ops without a schema pass."""
+    the op's ONNX schema (at the model's opset) does not have, or a string attribute of
+    such an op that is not UTF-8 text; ops without a schema pass (their strings may be bytes)."""
     given = [a.name for a in node.attribute]
     twice = sorted({a for a in given if given.count(a) > 1})
     where = f"node {name!r} ({node.op_type})"
@@ -143,6 +144,14 @@ def check_attribute_names(node: onnx.NodeProto, name: str, opset: Mapping[str, i
         schema = onnx.defs.get_schema(node.op_type, opset.get(domain, opset.get("ai.onnx", 1)), domain)
     except Exception:  # no schema (a custom or unknown op): check_ops decides about it
         return
+    for attr in node.attribute:
+        texts = [attr.s] if attr.type == AttributeProto.STRING else list(attr.strings)
+        try:
+            for text in texts:
+                text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ModelLoadError(f"{where}: attribute {attr.name!r} is not valid UTF-8 text "
+                                 f"({texts[0][:20]!r}...)") from None
     unknown = sorted(set(given) - set(schema.attributes))
     if unknown:
         known = ", ".join(sorted(schema.attributes)) or "none"

@@ -307,10 +307,18 @@ def fused_functions(model: onnx.ModelProto) -> dict[tuple[str, str], onnx.Functi
 def _attr_value(attr: onnx.AttributeProto) -> Any:
     value = helper.get_attribute_value(attr)
     if isinstance(value, bytes):
-        return value.decode("utf-8")
+        return _text(value)
     if isinstance(value, list):
-        return [v.decode("utf-8") if isinstance(v, bytes) else v for v in value]
+        return [_text(v) if isinstance(v, bytes) else v for v in value]
     return value
+
+
+def _text(raw: bytes) -> str | bytes:
+    """UTF-8 text, or the bytes themselves for an op's binary string attribute."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw
 
 
 def _marked(proto: onnx.NodeProto, key: str) -> bool:

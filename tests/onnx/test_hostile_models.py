@@ -169,3 +169,14 @@ def test_huge_kernel_shape_gives_no_negative_shape(tmp_path):
     assert_rejected(save(model, tmp_path / "m.onnx"), ShapeError,
                     r"^node 'pool' \(MaxPool\): output %y would have the negative shape \[1, 4, "
                     r"-9223372036854775798, -9223372036854775798\]; its attributes or inputs are out of range")
+
+
+def test_invalid_utf8_in_a_string_attribute(tmp_path):
+    """Used to load and fail only when run; an op with a schema takes text only."""
+    pads = helper.make_tensor("p", 7, [2], [1, 1])
+    model = make_model([helper.make_node("Pad", ["x", "p"], ["y"], name="pad", mode="MODEZZ")],
+                       [tensor("x", [2])], [tensor("y")], [pads])
+    path = tmp_path / "m.onnx"
+    path.write_bytes(hostile_bytes(model, "MODEZZ"))
+    assert_rejected(path, ModelLoadError, r"^node 'pad' \(Pad\): attribute 'mode' is not valid UTF-8 text "
+                                          r"\(b'\\xff\\xff\\xff\\xff\\xff\\xff'\.\.\.\)$")
