@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from subgraph.analysis.constants import fold_constants as fold
 from subgraph.analysis.shape_inference import infer_shapes
-from subgraph.errors import UnsupportedOpError
+from subgraph.errors import ShapeError, UnsupportedOpError
 from subgraph.ir import Graph
 from subgraph.onnx.reader import read_onnx
 from subgraph.ops import op_path
@@ -74,16 +74,30 @@ def from_onnx(path_or_model: str | os.PathLike | onnx.ModelProto,
     UnsupportedOpError
         An op with neither a kernel nor an onnx.reference fallback.
     ShapeError
-        A symbolic dimension not fixed by ``input_shapes``, an inference failure, or a
+        A symbolic dimension not fixed by ``input_shapes``, an inference failure, an
+        axis-like attribute out of range, a graph output declared with another element
+        type than its node produces, or a
         tensor larger than :data:`subgraph.ir.limits.MAX_TENSOR_BYTES`.
     """
     graph = read_onnx(path_or_model, input_shapes)
     check_ops(graph)
+    declared = {v.name: v.dtype for v in graph.outputs if v.producer is not None and v.dtype is not None}
     infer_shapes(graph)
+    _check_declared_dtypes(graph, declared)
     if fold_constants:
         graph = fold(graph)
     type_subgraphs(graph)
     return graph
+
+
+def _check_declared_dtypes(graph: Graph, declared: Mapping[str, Any]) -> None:
+    """A graph output whose declared element type is not the one its node produces is an error."""
+    for value in graph.outputs:
+        dtype = declared.get(value.name)
+        if dtype is not None and value.producer is not None and value.dtype != dtype:
+            node = value.producer
+            raise ShapeError(f"graph output %{value.name} is declared {dtype} but node {node.name!r} ({node.op}) "
+                             f"produces {value.dtype}")
 
 
 def check_ops(graph: Graph) -> None:

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from subgraph.analysis.attr_check import check_attributes
 from subgraph.analysis.control_flow import loop_carried_hints
 from subgraph.errors import ShapeError
 from subgraph.ir import Graph, Node, Value, is_static_shape
@@ -156,6 +157,10 @@ def _node_outputs(graph: Graph) -> list[Value]:
 def _check_sizes(graph: Graph, types: dict[str, _Type]) -> None:
     for value in _node_outputs(graph):
         shape, dtype = types.get(value.name, (None, None))
+        if shape is not None and any(isinstance(d, int) and d < 0 for d in shape):
+            node = value.producer
+            raise ShapeError(f"node {node.name!r} ({node.op}): output %{value.name} would have the negative "
+                             f"shape {list(shape)}; its attributes or inputs are out of range\n    {node.format()}")
         if shape is not None:
             check_tensor_size(describe_value(value), shape, dtype)
 
@@ -311,11 +316,13 @@ def infer_shapes(graph: Graph, *, dynamic: bool = True) -> None:
     Raises
     ------
     ShapeError
-        ONNX inference rejected a node (the message names it and its op), a value has
+        ONNX inference rejected a node (the message names it and its op), an axis-like
+        attribute is out of range for its input's rank (checked before inference), a value has
         no inferable dtype (or, with ``dynamic=False``, no static shape), or a tensor
         would exceed :data:`subgraph.ir.limits.MAX_TENSOR_BYTES`.
     """
     _check_declared(graph)
+    check_attributes(graph)  # before native inference: some attribute values crash it
     known: dict[str, np.ndarray] = {}  # folded constants
     hints: dict[str, _Type] = {}  # types from _output_rules
     while True:
@@ -330,5 +337,6 @@ def infer_shapes(graph: Graph, *, dynamic: bool = True) -> None:
             if not dynamic or untyped:
                 raise _unknown_error(graph, untyped or missing, notes, dtype=bool(untyped))
             break
+    check_attributes(graph, {name: value_type[0] for name, value_type in types.items()})
     for value in _node_outputs(graph):
         value.shape, value.dtype = types[value.name]

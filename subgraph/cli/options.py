@@ -14,6 +14,7 @@ import numpy as np
 
 from subgraph.analysis.inputs import random_inputs
 from subgraph.api import example_model
+from subgraph.hetero.devices import KNOWN_OPTIONS
 from subgraph.ir import Graph
 
 __all__ = [
@@ -31,9 +32,6 @@ __all__ = [
 #: the model used when a command is given none (see zoo/make_example.py)
 EXAMPLE_MODEL = example_model()
 
-#: options of the built-in devices; devices registered by users accept any key
-KNOWN_OPTIONS = {"TVM": ("target", "cache_dir", "ops", "exclude_ops", "use_cache", "schedule", "tuning"),
-                 "NUMPY": ("ops", "reference")}
 _LIST_OPTIONS = ("ops", "exclude_ops")
 
 class UsageError(Exception):

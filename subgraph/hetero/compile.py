@@ -16,7 +16,8 @@ from typing import Any
 
 from subgraph.analysis.specialize import specialize
 from subgraph.errors import DeviceError, SubgraphError
-from subgraph.hetero.devices import FALLBACK_DEVICE, assign_affinity, device_properties_for, parse_devices
+from subgraph.hetero.devices import (FALLBACK_DEVICE, assign_affinity, check_device_options,
+                                     device_properties_for, parse_devices)
 from subgraph.hetero.dynamic import MAX_SPECIALIZATIONS, SpecializingModel
 from subgraph.hetero.measured import measure_node
 from subgraph.hetero.model import CompiledModel, SubgraphInfo
@@ -107,6 +108,19 @@ def compile_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
     **partition_options
         Passed to :func:`~subgraph.partition_graph` (``min_subgraph_size`` ...).
 
+    Raises
+    ------
+    DeviceError
+        A bad device string, ``choose``, ``graph``, ``progress`` or ``device_properties``
+        (not a dict of dicts, an unknown option of a built-in device, a value of the wrong
+        type); the message names the argument or option.
+    PartitionError
+        A bad partition option, or a selector or property hook (a device's ``supports``,
+        ``measure_cost``) that raised or answered the wrong type.
+    SubgraphError
+        A device could not compile a subgraph with ``fallback=False``, or the ``progress``
+        callback raised.
+
     Examples
     --------
     >>> import numpy as np
@@ -119,6 +133,17 @@ def compile_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
     """
     if choose not in CHOICES:
         raise DeviceError(f"compile_model: choose={choose!r} is not one of {', '.join(map(repr, CHOICES))}")
+    if not isinstance(graph, Graph):
+        raise DeviceError(f"compile_model: argument graph must be a subgraph.ir.Graph, got "
+                          f"{type(graph).__name__} {graph!r}")
+    if not isinstance(device, str):
+        raise DeviceError(f"compile_model: argument device must be a str such as 'HETERO:TVM,NUMPY', got "
+                          f"{type(device).__name__} {device!r}")
+    if progress is not None and not callable(progress):
+        raise DeviceError(f"compile_model: argument progress must be callable(done, total, info) or None, "
+                          f"got {type(progress).__name__} {progress!r}")
+    parse_devices(device)
+    check_device_options(device_properties)  # bad options fail now, not on the first call
 
     def build(static: Graph) -> CompiledModel:
         return _partition_model(static, device, device_properties, profile, progress, fallback,
@@ -197,8 +222,16 @@ def _finish(graph: Graph, props: dict[str, SubgraphProperty], kernels: FusedKern
                             tuple(n.op for n in node.subgraph.nodes), crossing, failed, costs, moved)
         infos.append(info)
         if progress is not None:
-            progress(index + 1, len(fused), info)
+            try:
+                progress(index + 1, len(fused), info)
+            except Exception as exc:
+                raise SubgraphError(f"compile_model: the progress callback {_callable_name(progress)} raised "
+                                    f"{type(exc).__name__}: {exc} (after {info.fused_node} on {info.device})") from exc
     return infos
+
+
+def _callable_name(function: Callable[..., Any]) -> str:
+    return getattr(function, "__qualname__", None) or type(function).__name__
 
 
 def _move(node: Node, prop: SubgraphProperty) -> None:

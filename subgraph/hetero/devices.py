@@ -15,15 +15,18 @@ Examples
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
-from subgraph.errors import DeviceError
+import numpy as np
+
+from subgraph.errors import DeviceError, PropertyError, call_hook
 from subgraph.ir import Graph, Node, Value
 from subgraph.properties import SubgraphProperty, get_property, registered_devices
 
-__all__ = ["FALLBACK_DEVICE", "parse_devices", "device_properties_for", "query_model", "assign_affinity",
-           "format_nodes", "takes", "decline_reason", "declined"]
+__all__ = ["FALLBACK_DEVICE", "KNOWN_OPTIONS", "check_device_options", "parse_devices", "device_properties_for",
+           "query_model", "assign_affinity", "format_nodes", "takes", "decline_reason", "declined"]
 
 #: the device a subgraph falls back to when its own compile fails
 FALLBACK_DEVICE = "NUMPY"
@@ -55,11 +58,64 @@ def parse_devices(device: str) -> list[str]:
     return names
 
 
+#: options of the built-in devices; devices registered by users accept any key
+KNOWN_OPTIONS = {"TVM": ("target", "cache_dir", "ops", "exclude_ops", "use_cache", "schedule", "tuning"),
+                 "NUMPY": ("ops", "reference")}
+#: the type each built-in option needs (options not listed take any value)
+_OPTION_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "cache_dir": ((str, os.PathLike), "a folder path"), "use_cache": ((bool,), "a bool"),
+    "reference": ((bool,), "a bool"), "schedule": ((str,), "a str"),
+}
+
+
+def check_device_options(device_properties: Any) -> dict[str, dict[str, Any]]:
+    """``device_properties`` with upper-case device names, each option checked; see
+    :func:`device_properties_for` for what raises :class:`~subgraph.errors.DeviceError`."""
+    if device_properties is None:
+        return {}
+    if not isinstance(device_properties, Mapping):
+        raise DeviceError(f"device_properties must map device names to option dicts, e.g. "
+                          f"{{'TVM': {{'target': 'llvm'}}}}, got {type(device_properties).__name__} "
+                          f"{device_properties!r}")
+    checked: dict[str, dict[str, Any]] = {}
+    for device, options in device_properties.items():
+        if not isinstance(device, str):
+            raise DeviceError(f"device_properties: device names must be str, got {device!r}")
+        if not isinstance(options, Mapping):
+            raise DeviceError(f"device_properties[{device!r}] must be a dict of options, got "
+                              f"{type(options).__name__} {options!r}")
+        known = KNOWN_OPTIONS.get(device.upper())
+        for key, value in options.items():
+            where = f"device_properties[{device!r}][{key!r}]"
+            if known is not None and key not in known:
+                raise DeviceError(f"device_properties[{device!r}]: {device.upper()} has no option {key!r}; "
+                                  f"its options are {', '.join(known)}")
+            if known is not None and key in ("ops", "exclude_ops"):
+                if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple, set, frozenset)) \
+                        or not all(isinstance(op, str) for op in value):
+                    raise DeviceError(f"{where} must be a list of op type names (str), got "
+                                      f"{type(value).__name__} {value!r}")
+            elif known is not None and key in _OPTION_TYPES and value is not None:
+                types, wanted = _OPTION_TYPES[key]
+                if not isinstance(value, types):
+                    raise DeviceError(f"{where} must be {wanted}, got {type(value).__name__} {value!r}")
+        checked[device.upper()] = dict(options)
+    return checked
+
+
 def device_properties_for(devices: list[str], device_properties: Mapping[str, Mapping[str, Any]] | None
                 ) -> dict[str, SubgraphProperty]:
     """One property instance per device of ``devices`` (and the fallback device), built
-    with that device's options from ``device_properties``."""
-    device_properties = {k.upper(): dict(v) for k, v in (device_properties or {}).items()}
+    with that device's options from ``device_properties``.
+
+    Raises
+    ------
+    DeviceError
+        ``device_properties`` is not a mapping of device names to option dicts, names a
+        device not in ``devices``, or gives a built-in device an unknown option
+        (:data:`KNOWN_OPTIONS`) or an option value of the wrong type.
+    """
+    device_properties = check_device_options(device_properties)
     extra = sorted(set(device_properties) - set(devices) - {FALLBACK_DEVICE})
     if extra:
         raise DeviceError(f"device_properties names {extra}, which are not among the devices {devices}")
@@ -85,10 +141,16 @@ def decline_reason(prop: SubgraphProperty, node: Node) -> str | None:
 
 
 def takes(prop: SubgraphProperty, node: Node) -> bool:
-    """True when ``prop``'s device takes ``node`` under HETERO (see :func:`decline_reason`)."""
+    """True when ``prop``'s device takes ``node`` under HETERO (see :func:`decline_reason`);
+    :class:`~subgraph.errors.PropertyError` when ``supports`` raises or answers no bool."""
     if not prop.dynamic_shapes and _dynamic_value(node) is not None:
         return False
-    return prop.supports(node)
+    where = f"{node.name!r} ({node.op})"
+    answer = call_hook(PropertyError, prop, "supports", node, where=where)
+    if not isinstance(answer, (bool, np.bool_)):
+        raise PropertyError(f"{type(prop).__name__}.supports({where}) must return a bool, got "
+                            f"{type(answer).__name__}")
+    return bool(answer)
 
 
 def query_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
@@ -97,7 +159,18 @@ def query_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
 
     Nodes no device supports are absent. Manual affinities in ``rt_info`` are ignored
     (the query asks the devices, as OpenVINO's does).
+
+    Raises
+    ------
+    DeviceError
+        ``graph`` is not a Graph, a bad device string or ``device_properties`` (see
+        :func:`device_properties_for`).
+    PropertyError
+        A device's ``supports`` raised or answered something other than a bool.
     """
+    if not isinstance(graph, Graph):
+        raise DeviceError(f"query_model: argument graph must be a subgraph.ir.Graph, got "
+                          f"{type(graph).__name__} {graph!r}")
     devices = parse_devices(device)
     props = device_properties_for(devices, device_properties)
     affinity = {}

@@ -65,6 +65,13 @@ def explain_affinity(graph: Graph, device: str = "HETERO:TVM,NUMPY",
     -------
     dict
         Node name -> :class:`NodeExplanation`, in graph order.
+
+    Raises
+    ------
+    DeviceError
+        A bad device string or ``device_properties`` (as for ``compile_model``).
+    PropertyError
+        A device's ``supports`` or ``decline_reason`` raised, or ``supports`` answered no bool.
     """
     devices = parse_devices(device)
     props = device_properties_for(devices, device_properties)

@@ -20,6 +20,11 @@ False
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
+from subgraph.errors import PropertyError
 from subgraph.ir import Node
 from subgraph.analysis.inputs import random_inputs
 from subgraph.properties import FusedKernel, SubgraphProperty
@@ -45,7 +50,13 @@ def _cost(prop: SubgraphProperty, node: Node, kernel, inputs: list | None) -> fl
         cost = prop.measure_cost(node.subgraph, kernel, inputs)
     except Exception:  # noqa: BLE001 - any failure means "no cost known": the subgraph stays
         return None
-    return None if cost is None else float(cost)
+    if cost is None:
+        return None
+    if isinstance(cost, bool) or not isinstance(cost, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(cost) or cost < 0:
+        raise PropertyError(f"{type(prop).__name__}.measure_cost({node.name!r}) must return a finite number "
+                            f"of seconds >= 0 or None, got {type(cost).__name__} {cost!r}")
+    return float(cost)
 
 
 def measure_node(node: Node, kernel: FusedKernel, prop: SubgraphProperty, numpy_prop: SubgraphProperty

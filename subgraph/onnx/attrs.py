@@ -10,7 +10,7 @@ op's schema decides the attribute type where Python's type is ambiguous (an empt
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -20,8 +20,8 @@ from onnx import AttributeProto, numpy_helper
 from subgraph.errors import ModelLoadError, SubgraphError
 from subgraph.ir import FUSED_DOMAIN, Graph, OnnxGraphAttr
 
-__all__ = ["attrs_from_onnx", "attrs_to_onnx", "RT_INFO_PREFIX", "FUNCTION_DOMAIN", "FUNCTION_OPSET",
-           "CONSTANT_KEY", "COPY_KEY", "GRAPH_NAME_KEY"]
+__all__ = ["attrs_from_onnx", "check_attribute_names", "attrs_to_onnx", "RT_INFO_PREFIX", "FUNCTION_DOMAIN",
+           "FUNCTION_OPSET", "CONSTANT_KEY", "COPY_KEY", "GRAPH_NAME_KEY"]
 
 # Conventions the reader and the writer share (see subgraph.onnx.writer for the format).
 #: ``rt_info`` entries travel as node ``metadata_props`` with this key prefix, values as JSON.
@@ -128,3 +128,32 @@ def attrs_to_onnx(op: str, attrs: dict[str, Any], domain: str = "", opset: int |
         attr_type = kind if isinstance(value, list) and not value and kind else None
         protos.append(onnx.helper.make_attribute(name, value, attr_type=attr_type))
     return protos
+
+
+def check_attribute_names(node: onnx.NodeProto, name: str, opset: Mapping[str, int]) -> None:
+    """Raise :class:`~subgraph.errors.ModelLoadError` for an attribute given twice, or one
+    the op's ONNX schema (at the model's opset) does not have, or a string attribute of
+    such an op that is not UTF-8 text; ops without a schema pass (their strings may be bytes)."""
+    given = [a.name for a in node.attribute]
+    twice = sorted({a for a in given if given.count(a) > 1})
+    where = f"node {name!r} ({node.op_type})"
+    if twice:
+        raise ModelLoadError(f"{where} has attribute(s) {twice} more than once")
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset.get(domain, opset.get("ai.onnx", 1)), domain)
+    except Exception:  # no schema (a custom or unknown op): check_ops decides about it
+        return
+    for attr in node.attribute:
+        texts = [attr.s] if attr.type == AttributeProto.STRING else list(attr.strings)
+        try:
+            for text in texts:
+                text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ModelLoadError(f"{where}: attribute {attr.name!r} is not valid UTF-8 text "
+                                 f"({texts[0][:20]!r}...)") from None
+    unknown = sorted(set(given) - set(schema.attributes))
+    if unknown:
+        known = ", ".join(sorted(schema.attributes)) or "none"
+        raise ModelLoadError(f"{where} has attribute(s) {unknown} that {node.op_type} (opset "
+                             f"{schema.since_version}) does not define; its attributes are: {known}")

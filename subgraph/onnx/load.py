@@ -65,6 +65,9 @@ def _check_location(tensor: onnx.TensorProto, folder: str) -> str:
     location = {entry.key: entry.value for entry in tensor.external_data}.get("location", "")
     if not location:
         raise ModelLoadError(f"tensor {tensor.name!r} has external data without a location")
+    if "\0" in location:
+        raise ModelLoadError(f"tensor {tensor.name!r}: external data location {location!r} contains a NUL "
+                             "byte; it cannot name a file")
     if os.path.isabs(location) or os.path.splitdrive(location)[0] or location.startswith(("/", "\\")):
         raise ModelLoadError(f"tensor {tensor.name!r}: external data location {location!r} is an absolute "
                              "path; only files inside the model's folder are read")
@@ -76,9 +79,51 @@ def _check_location(tensor: onnx.TensorProto, folder: str) -> str:
     return location
 
 
+def _is_text(value: str | bytes) -> bool:
+    if isinstance(value, bytes):  # protobuf hands a string field's invalid UTF-8 over as bytes
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeError:  # or as lone surrogates
+        return False
+    return True
+
+
+def _bad_text(message: object, path: str) -> str | None:
+    """The path of the first string field under ``message`` that is not valid UTF-8."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    for field in message.DESCRIPTOR.fields:  # type: ignore[attr-defined]
+        if field.type not in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_MESSAGE):
+            continue
+        name = f"{path}.{field.name}" if path else field.name
+        repeated = bool(field.is_repeated)
+        if not repeated and field.type == FieldDescriptor.TYPE_MESSAGE and not message.HasField(field.name):
+            continue
+        try:
+            value = getattr(message, field.name)
+        except UnicodeError:
+            return name
+        items = list(value) if repeated else [value]
+        for index, item in enumerate(items):
+            where = f"{name}[{index}]" if repeated else name
+            if field.type == FieldDescriptor.TYPE_STRING:
+                if not _is_text(item):
+                    return where
+                continue
+            found = _bad_text(item, where)
+            if found is not None:
+                return found
+    return None
+
+
 def _check_parsed(model: onnx.ModelProto, where: str) -> None:
     if not model.HasField("graph") or model.ir_version <= 0:
         raise ModelLoadError(f"{where} is not an ONNX model (it has no graph or no IR version)")
+    field = _bad_text(model, "")
+    if field is not None:
+        raise ModelLoadError(f"{where}: {field} is not valid UTF-8; names, domains, attribute strings "
+                             "and metadata must be UTF-8 text")
 
 
 def load_model(path_or_model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:

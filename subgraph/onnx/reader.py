@@ -44,7 +44,8 @@ from onnx import helper, numpy_helper
 from subgraph.errors import GraphError, ModelLoadError, ShapeError, SubgraphError
 from subgraph.ir import FUSED_DOMAIN, FUSED_OP, Graph, Node, fresh_name
 from subgraph.ir.limits import check_tensor_size
-from subgraph.onnx.attrs import CONSTANT_KEY, COPY_KEY, FUNCTION_DOMAIN, GRAPH_NAME_KEY, RT_INFO_PREFIX, attrs_from_onnx
+from subgraph.onnx.attrs import (CONSTANT_KEY, COPY_KEY, FUNCTION_DOMAIN, GRAPH_NAME_KEY, RT_INFO_PREFIX,
+                                 attrs_from_onnx, check_attribute_names)
 from subgraph.onnx.bodies import node_outer_names
 from subgraph.onnx.load import load_model, ordered_nodes, unique_node_names
 
@@ -151,6 +152,8 @@ def graph_from_model(model: onnx.ModelProto, input_shapes: dict[str, Sequence[in
     order = ordered_nodes(graph, g.node, names, [node_outer_names(n) for n in g.node])
     _add_nodes(graph, g, order, names, functions)
     outs = [o.name for o in g.output]
+    if not outs:
+        raise GraphError(f"model {graph.name!r} has no outputs; a model must declare at least one graph output")
     for name in outs:
         if not graph.has_value(name):
             raise GraphError(f"model {graph.name!r}: graph output {name!r} is produced by no node, "
@@ -199,6 +202,7 @@ def _add_nodes(graph: Graph, g: onnx.GraphProto, order: list[int], names: list[s
         if i in calls:
             add_fused_node(graph, proto, names[i], functions, _rt_info_from(proto))
             continue
+        check_attribute_names(proto, names[i], graph.opset)
         try:
             attrs = attrs_from_onnx(proto)
         except SubgraphError:
@@ -303,10 +307,18 @@ def fused_functions(model: onnx.ModelProto) -> dict[tuple[str, str], onnx.Functi
 def _attr_value(attr: onnx.AttributeProto) -> Any:
     value = helper.get_attribute_value(attr)
     if isinstance(value, bytes):
-        return value.decode("utf-8")
+        return _text(value)
     if isinstance(value, list):
-        return [v.decode("utf-8") if isinstance(v, bytes) else v for v in value]
+        return [_text(v) if isinstance(v, bytes) else v for v in value]
     return value
+
+
+def _text(raw: bytes) -> str | bytes:
+    """UTF-8 text, or the bytes themselves for an op's binary string attribute."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw
 
 
 def _marked(proto: onnx.NodeProto, key: str) -> bool:

@@ -18,6 +18,7 @@ from subgraph.errors import PartitionError, PropertyError, SubgraphError, call_h
 from subgraph.analysis.shape_inference import infer_shapes
 from subgraph.ir import Graph
 from subgraph.properties import SubgraphProperty, get_property
+from subgraph.selectors import SubgraphSelector
 from subgraph.partition.fuse import fuse
 from subgraph.partition.grow import NON_COMPUTE_OPS, GrowContext
 from subgraph.partition.index import PartitionIndex
@@ -39,8 +40,54 @@ def _resolve(prop: SubgraphProperty | str, options: dict[str, Any]) -> SubgraphP
     if isinstance(prop, str):
         return get_property(prop, **options)
     if not isinstance(prop, SubgraphProperty):
-        raise TypeError(f"partition_graph needs a SubgraphProperty or a registered name, got {prop!r}")
+        raise PartitionError(f"partition_graph: argument prop must be a SubgraphProperty or a registered "
+                             f"property name, got {type(prop).__name__} {prop!r}")
     return prop
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_arguments(graph: Any, strategy: Any, dedup: Any, min_size: Any, max_size: Any, op_deny: Any,
+                     explain: Any, trace: Any) -> frozenset[str]:
+    """The deny set, after checking every argument of :func:`partition_graph`."""
+    def bad(argument: str, wanted: str, value: Any) -> PartitionError:
+        return PartitionError(f"partition_graph: argument {argument} must be {wanted}, got "
+                              f"{type(value).__name__} {value!r}")
+
+    if not isinstance(graph, Graph):
+        raise bad("graph", "a subgraph.ir.Graph", graph)
+    if not isinstance(strategy, str):
+        raise bad("strategy", f"one of {list(STRATEGIES)}", strategy)
+    for argument, value in (("dedup", dedup), ("explain", explain)):
+        if not isinstance(value, bool):
+            raise bad(argument, "a bool", value)
+    if not _is_int(min_size):
+        raise bad("min_subgraph_size", "an int", min_size)
+    if max_size is not None and not _is_int(max_size):
+        raise bad("max_subgraph_size", "an int or None", max_size)
+    if trace is not None and not isinstance(trace, list):
+        raise bad("trace", "a list or None", trace)
+    if isinstance(op_deny, (str, bytes)) or not isinstance(op_deny, Iterable):
+        raise bad("op_deny", "an iterable of op type names (e.g. a list of str)", op_deny)
+    deny = frozenset(op_deny)
+    wrong = sorted(repr(op) for op in deny if not isinstance(op, str))
+    if wrong:
+        raise PartitionError(f"partition_graph: argument op_deny must hold op type names (str), got {', '.join(wrong)}")
+    return deny
+
+
+def _selector_factory(prop: SubgraphProperty) -> Any:
+    """``prop.create_subgraph_selector`` whose failures and wrong answers are PropertyErrors."""
+    def create() -> SubgraphSelector:
+        selector = call_hook(PropertyError, prop, "create_subgraph_selector")
+        if not isinstance(selector, SubgraphSelector):
+            raise PropertyError(f"{type(prop).__name__}.create_subgraph_selector must return a "
+                                f"SubgraphSelector, got {type(selector).__name__}")
+        return selector
+
+    return create
 
 
 @contextlib.contextmanager
@@ -97,6 +144,21 @@ def partition_graph(graph: Graph, prop: SubgraphProperty | str, *, strategy: str
     Graph
         A new graph that verifies, with the same inputs and outputs, in the same order.
 
+    Raises
+    ------
+    PartitionError
+        An argument of the wrong type or value (the message names it).
+    SelectorError
+        A selector hook raised or answered something other than a bool (``filter``: a
+        list of its candidates); the message names the selector, hook, node and op.
+    PropertyError
+        A property hook raised or returned the wrong thing (``create_subgraph_selector``
+        not a selector, ``create_subgraph_node`` not a new Node).
+    RegistryError
+        ``prop`` names no registered property.
+    ShapeError
+        The graph's shapes could not be inferred.
+
     Examples
     --------
     >>> from subgraph.ir import Graph
@@ -109,9 +171,11 @@ def partition_graph(graph: Graph, prop: SubgraphProperty | str, *, strategy: str
     >>> [n.op for n in p.nodes], [n.name for n in p.nodes[0].subgraph.nodes]
     (['Subgraph', 'Softmax', 'Subgraph'], ['n0', 'n1'])
     """
+    deny = _check_arguments(graph, strategy, dedup, min_subgraph_size, max_subgraph_size, op_deny, explain,
+                            trace)
     with _gc_paused():
         return _partition(graph, _resolve(prop, options), strategy, dedup, min_subgraph_size,
-                          max_subgraph_size, frozenset(op_deny), explain, trace, options)
+                          max_subgraph_size, deny, explain, trace, options)
 
 
 def _partition(graph: Graph, prop: SubgraphProperty, strategy: str, dedup: bool, min_subgraph_size: int,
@@ -128,7 +192,7 @@ def _partition(graph: Graph, prop: SubgraphProperty, strategy: str, dedup: bool,
         infer_shapes(work)  # selectors see shapes and dtypes
     _hook(prop, "pre_partition", work, **options)
     index = PartitionIndex(work)
-    ctx = GrowContext(index, prop.create_subgraph_selector, op_deny, max_subgraph_size, trace,
+    ctx = GrowContext(index, _selector_factory(prop), op_deny, max_subgraph_size, trace,
                       explainer=prop if explain else None)
     propose(ctx, strategy)
     _drop_small(index, min_subgraph_size, ctx.reasons)

@@ -103,12 +103,14 @@ def fuse(graph: Graph, index: PartitionIndex, prop, dedup: bool,
                   key=lambda b: index.block_lo[b])
     fused: dict[int, tuple[Node, Boundary]] = {}
     joined: dict[int, tuple[int, str]] = {}
+    originals = {id(n) for n in nodes}
+    returned: dict[int, int] = {}  # id of a node create_subgraph_node returned -> its subgraph id
     for sid, b in enumerate(live):
         member_ids = sorted(index.members[b], key=index.pos.__getitem__)
         members = [nodes[i] for i in member_ids]
         bd = _boundary(graph, members, {id(m) for m in members}, dedup)
         sub = build_subgraph(graph, members, bd, f"{graph.name}_{prop.name}_{sid}")
-        node = _create(prop, sub, sid, members)
+        node = _create(prop, sub, sid, members, originals | {id(n) for n in sub.nodes}, returned)
         if node is None:
             index.uncommit(b)
             for i in member_ids:
@@ -124,12 +126,24 @@ def fuse(graph: Graph, index: PartitionIndex, prop, dedup: bool,
     return _assemble(graph, index, fused, joined), joined
 
 
-def _create(prop, sub: Graph, sid: int, members: list[Node]) -> Node | None:
+def _create(prop, sub: Graph, sid: int, members: list[Node], originals: set[int],
+            returned: dict[int, int]) -> Node | None:
+    """The property's fused node for subgraph ``sid``: a new Node (or None), never one it
+    returned before (the second would run the first subgraph) nor a node of the graph."""
     where = f"subgraph {sid} (nodes {[m.name for m in members[:5]]}{'...' if len(members) > 5 else ''})"
+    call = f"{type(prop).__name__}.create_subgraph_node"
     node = call_hook(PropertyError, prop, "create_subgraph_node", sub, sid, where=where)
-    if node is not None and not isinstance(node, Node):
-        raise PropertyError(f"{type(prop).__name__}.create_subgraph_node must return a Node or None "
-                            f"for {where}, got {type(node).__name__}")
+    if node is None:
+        return None
+    if not isinstance(node, Node):
+        raise PropertyError(f"{call} must return a Node or None for {where}, got {type(node).__name__}")
+    if id(node) in originals:
+        raise PropertyError(f"{call} returned node {node.name!r} ({node.op}) of the graph itself for {where}; "
+                            "it must return a new fused node")
+    if id(node) in returned:
+        raise PropertyError(f"{call} returned the same node object {node.name!r} ({node.op}) for {where} as "
+                            f"for subgraph {returned[id(node)]}; it must return a new node each call")
+    returned[id(node)] = sid
     return node
 
 

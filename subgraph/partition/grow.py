@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from subgraph.errors import PropertyError, SelectorError, call_hook
 from subgraph.ir import Node
 from subgraph.properties.base import SubgraphProperty
@@ -45,7 +47,11 @@ class GrowContext:
         """Call a selector hook; anything it raises becomes a SelectorError naming it."""
         where = ", ".join(f"{n.name!r} ({n.op})" if isinstance(n, Node) else repr([m.name for m in n])
                           for n in nodes)
-        return call_hook(SelectorError, selector, hook, *nodes, where=where)
+        answer = call_hook(SelectorError, selector, hook, *nodes, where=where)
+        if hook.startswith("select") and not isinstance(answer, (bool, np.bool_)):
+            raise SelectorError(f"{type(selector).__name__}.{hook}({where}) must return a bool, got "
+                                f"{type(answer).__name__}")
+        return answer
 
     def not_selected(self, selector: SubgraphSelector, node: Node) -> str:
         """Why ``node`` was refused: the property's decline reason when it has one."""

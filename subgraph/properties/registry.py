@@ -51,7 +51,13 @@ def list_properties() -> list[str]:
 
 
 def get_property(name: str, **options: Any) -> SubgraphProperty:
-    """A new instance of the property registered as ``name``, built with ``options``."""
+    """A new instance of the property registered as ``name``, built with ``options``.
+
+    Raises
+    ------
+    RegistryError
+        No property is registered as ``name``; the message lists those that are.
+    """
     cls = PROPERTIES.get(name)
     if cls is None:
         raise RegistryError(f"no subgraph property named {name!r}; registered: {list_properties()}")

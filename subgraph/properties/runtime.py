@@ -83,6 +83,13 @@ def run(graph: Graph, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
 
     :func:`subgraph.executor.run` (same arguments and errors) with a ``kernel_for`` that
     also runs fused nodes: each one's subgraph is compiled by its property for this call.
+
+    Raises
+    ------
+    InputError
+        A feed is missing, unknown, or of the wrong shape or dtype.
+    ExecutionError
+        A kernel failed on a node; the message names it, its op and its input types.
     """
     return Executor(graph, kernel_for=FusedKernels()).run(feeds)
 

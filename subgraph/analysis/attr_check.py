@@ -1,0 +1,124 @@
+"""Axis-like attributes checked before ONNX's native shape inference sees them.
+
+ONNX's C++ inference trusts some attribute values (``LayerNormalization`` with
+``axis = 2**63 - 1`` has crashed it, and ``Softmax``/``Concat``/``Gather`` with such an
+axis pass it silently, leaving a made-up shape). :func:`check_attributes` refuses, before
+inference, any axis, axes or permutation entry no tensor can have (numpy tensors have at
+most :data:`MAX_RANK` dimensions) and, where the input's rank is already known, any entry
+outside it.
+
+Examples
+--------
+>>> from subgraph.ir import Graph
+>>> g = Graph("g")
+>>> x = g.add_input("x", (2, 3), "float32")
+>>> y = g.add_node("Softmax", [x], name="soft", attrs={"axis": 2}).outputs[0]
+>>> g.set_outputs([y])
+>>> check_attributes(g)
+Traceback (most recent call last):
+...
+subgraph.errors.ShapeError: node 'soft' (Softmax): attribute axis=2 is out of range [-2, 1] for input %x of rank 2
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from subgraph.errors import ShapeError
+from subgraph.ir import Graph, Node
+
+__all__ = ["check_attributes", "MAX_RANK"]
+
+#: The most dimensions a tensor can have (numpy's limit).
+MAX_RANK = 64
+
+#: Attributes whose entries index the first input's dimensions.
+_AXIS_ATTRS = ("axis", "axes", "batch_axis", "time_axis")
+#: Ops whose axis may equal the rank (``Flatten``) or index the output (``Unsqueeze``).
+_AXIS_UP_TO_RANK = frozenset({"Flatten", "OneHot"})
+_OUTPUT_AXES = frozenset({"Unsqueeze"})
+
+
+def _entries(value: Any) -> list[int] | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return [value]
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) and not isinstance(v, bool)
+                                                          for v in value):
+        return list(value)
+    return None
+
+
+def _rank(node: Node, shapes: Mapping[str, tuple | None]) -> int | None:
+    if not node.inputs or node.inputs[0] is None:
+        return None
+    source = node.inputs[0]
+    shape = shapes.get(source.name, source.shape) if source.producer is not None else source.shape
+    return None if shape is None else len(shape)
+
+
+def _refuse(node: Node, name: str, value: Any, why: str) -> ShapeError:
+    return ShapeError(f"node {node.name!r} ({node.op}): attribute {name}={value!r} {why}")
+
+
+def _check_group(node: Node, shapes: Mapping[str, tuple | None]) -> None:
+    """``group`` of a convolution: at least 1 and dividing the input's channels where known."""
+    group = node.attrs.get("group")
+    if not isinstance(group, int) or isinstance(group, bool):
+        return
+    if group < 1:
+        raise _refuse(node, "group", group, "must be at least 1")
+    source = node.inputs[0] if node.inputs else None
+    shape = None if source is None else (shapes.get(source.name, source.shape) if source.producer is not None
+                                         else source.shape)
+    channels = shape[1] if shape is not None and len(shape) > 1 else None
+    if isinstance(channels, int) and channels % group:
+        raise _refuse(node, "group", group, f"does not divide the {channels} channels of input %{source.name}")
+
+
+def _check_node(node: Node, shapes: Mapping[str, tuple | None]) -> None:
+    if node.subgraph is not None or node.domain not in ("", "ai.onnx"):
+        return
+    if node.op in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv"):
+        _check_group(node, shapes)
+    rank = _rank(node, shapes)
+    for name in (*_AXIS_ATTRS, "perm"):
+        entries = _entries(node.attrs.get(name))
+        if entries is None:
+            continue
+        if any(not -MAX_RANK <= e <= MAX_RANK for e in entries):
+            raise _refuse(node, name, node.attrs[name], f"has an entry no tensor can have (tensors have at "
+                                                        f"most {MAX_RANK} dimensions)")
+        if rank is None:
+            continue
+        where = f"for input %{node.inputs[0].name} of rank {rank}"
+        if name == "perm":
+            if sorted(entries) != list(range(rank)):
+                raise _refuse(node, name, node.attrs[name], f"is not a permutation of 0..{rank - 1} {where}")
+            continue
+        if node.op in _OUTPUT_AXES:
+            continue
+        top = rank if node.op in _AXIS_UP_TO_RANK else rank - 1
+        low = -rank
+        if any(not low <= e <= top for e in entries):
+            raise _refuse(node, name, node.attrs[name], f"is out of range [{low}, {top}] {where}")
+
+
+def check_attributes(graph: Graph, shapes: Mapping[str, tuple | None] | None = None) -> None:
+    """Raise :class:`~subgraph.errors.ShapeError` naming the first node (control-flow
+    bodies included) whose axis-like attribute (``axis``, ``axes``, ``perm``,
+    ``batch_axis``, ``time_axis``) no tensor, or its input's known rank, allows.
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph; its inputs' and constants' shapes give ranks.
+    shapes : dict[str, tuple | None] | None
+        Inferred shapes of node outputs by value name (not yet stored on the graph).
+    """
+    for node in graph.nodes:
+        for body in node.bodies.values():
+            check_attributes(body)
+        _check_node(node, shapes or {})
