@@ -76,7 +76,24 @@ def _close(out: Console, owned: bool) -> None:
         out.file.close()
 
 
-class CompileProgress:
+class _Display:
+    """A rich display used as a context manager: drawn while the block runs, then removed
+    (and the console closed when this display opened it)."""
+
+    console: Console
+    owned: bool
+    progress: Any
+
+    def __enter__(self):  # noqa: ANN204 - returns the subclass
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+        _close(self.console, self.owned)
+
+
+class CompileProgress(_Display):
     """The ``progress`` callback of :func:`~subgraph.compile_model`, used as a context manager:
     subgraphs compiled of all, the total elapsed time and the time spent on the subgraph
     being compiled now.
@@ -97,21 +114,13 @@ class CompileProgress:
         self.done, self.total = 0, None
         self.task = self.progress.add_task("compiling subgraph 1", total=None, since=time.perf_counter())
 
-    def __enter__(self) -> CompileProgress:
-        self.progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
-        _close(self.console, self.owned)
-
     def __call__(self, done: int, total: int, info: Any) -> None:
         self.done, self.total = done, total
         text = f"compiling subgraph {done + 1} of {total}" if done < total else f"compiled {total} subgraph(s)"
         self.progress.update(self.task, completed=done, total=total, description=text, since=time.perf_counter())
 
 
-class TuneProgress:
+class TuneProgress(_Display):
     """The ``progress`` callback of :func:`~subgraph.properties.tvm.tuner.tune_graphs`, used as a
     context manager: functions tuned of all and seconds spent of the budget."""
 
@@ -122,14 +131,6 @@ class TuneProgress:
                                   MofNCompleteColumn(), TimeElapsedColumn(),
                                   TextColumn(f"of the {budget:g} s budget"))
         self.task = self.progress.add_task("(timing the default tiles)", total=None)
-
-    def __enter__(self) -> TuneProgress:
-        self.progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
-        _close(self.console, self.owned)
 
     def __call__(self, done: int, total: int, task: Any, record: Any) -> None:
         what = task.name if record is not None else f"{task.name} (budget spent: default tile)"
