@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from subgraph.analysis.shape_inference import estimated_elements
-from subgraph.analysis.specialize import bind_dims, format_shape
+from subgraph.analysis.specialize import bind_dims
 from subgraph.errors import ExecutionError, InputError, ShapeError, SubgraphError
-from subgraph.ir import Graph, Node
+from subgraph.ir import Graph, Node, format_shape
 from subgraph.ir.limits import MAX_TENSOR_BYTES
 from subgraph.ops import get_kernel
 from subgraph.ops.control import ControlFlowKernel, runs_bodies

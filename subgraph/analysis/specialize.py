@@ -18,8 +18,6 @@ Examples
 >>> s = specialize(g, {"x": (3, 4)})
 >>> s.value("relu").type_str(), s.is_static, g.value("x").type_str()
 ('float32[3,4]', True, 'float32[batch,4]')
->>> input_signature(s)
-(('x', (3, 4), 'float32'),)
 """
 
 from __future__ import annotations
@@ -29,9 +27,9 @@ from collections.abc import Mapping, Sequence
 from subgraph.analysis.constants import fold_constants
 from subgraph.analysis.shape_inference import infer_shapes
 from subgraph.errors import ShapeError, SubgraphError
-from subgraph.ir import Graph, Value, is_static_shape
+from subgraph.ir import Graph, Value, format_shape, is_static_shape
 
-__all__ = ["specialize", "bind_dims", "input_signature", "format_shape", "Signature"]
+__all__ = ["specialize", "bind_dims", "Signature"]
 
 #: ``((input name, shape, dtype name), ...)``: what a specialization is keyed by
 Signature = tuple[tuple[str, tuple[int, ...], str], ...]
@@ -75,17 +73,6 @@ def bind_dims(inputs: Sequence[Value], shapes: Mapping[str, Sequence[int]],
                     raise error(f"input {value.name!r} dimension {i} is {dim!r} = {size}, but input "
                                 f"{first[1]!r} bound {dim!r} to {first[0]}")
     return {dim: size for dim, (size, _) in bound.items()}
-
-
-def format_shape(shape: Sequence[int | str | None]) -> str:
-    """``[batch, 3, ?]``: a shape for a message."""
-    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
-
-
-def input_signature(graph: Graph) -> Signature:
-    """The inputs' names, shapes and dtypes: the key of a specialization."""
-    return tuple((v.name, tuple(v.shape or ()), v.dtype.name if v.dtype is not None else "?")
-                 for v in graph.inputs)
 
 
 def specialize(graph: Graph, shapes: Mapping[str, Sequence[int]], *, fold: bool = True) -> Graph:

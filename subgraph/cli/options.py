@@ -15,7 +15,7 @@ import numpy as np
 from subgraph.analysis.inputs import random_inputs
 from subgraph.api import example_model
 from subgraph.hetero.devices import KNOWN_OPTIONS
-from subgraph.ir import Graph
+from subgraph.ir import Graph, format_shape
 
 __all__ = [
     "EXAMPLE_MODEL",
@@ -81,9 +81,8 @@ def load_graph(path: str | None, shapes: Sequence[str]) -> tuple[Graph, str]:
             if not isinstance(dim, int):
                 example = ",".join(str(d) if isinstance(d, int) else "1" for d in value.shape)
                 what = f"symbolic ({dim!r})" if dim else "unknown"
-                dims = ", ".join("?" if d is None else str(d) for d in value.shape)
-                raise UsageError(f"input {value.name!r} dimension {i} is {what} in [{dims}]; fix it with "
-                                 f"--input-shape {value.name}={example}")
+                raise UsageError(f"input {value.name!r} dimension {i} is {what} in {format_shape(value.shape)}; "
+                                 f"fix it with --input-shape {value.name}={example}")
     return graph, label
 
 

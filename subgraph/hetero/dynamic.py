@@ -29,6 +29,15 @@ __all__ = ["SpecializingModel", "MAX_SPECIALIZATIONS"]
 MAX_SPECIALIZATIONS = 8
 
 
+def _signature(graph: Graph, feeds: Mapping[str, np.ndarray]) -> Signature | None:
+    """The feeds' names, shapes and dtypes in input order; ``None`` when they lack an input."""
+    try:
+        arrays = [np.asarray(feeds[v.name]) for v in graph.inputs]
+    except (KeyError, TypeError):
+        return None
+    return tuple((v.name, tuple(a.shape), a.dtype.name) for v, a in zip(graph.inputs, arrays))
+
+
 class SpecializingModel:
     """A model compiled once per input signature; call it like a :class:`CompiledModel`.
 
@@ -84,13 +93,17 @@ class SpecializingModel:
         Raises :class:`~subgraph.errors.InputError` when the feeds contradict the
         declared shapes (a symbolic dimension bound to two sizes ...).
         """
-        arrays, _ = bind_feeds(self.graph, feeds)
-        key: Signature = tuple((v.name, tuple(arrays[v.name].shape), arrays[v.name].dtype.name)
-                               for v in self.graph.inputs)
+        key = _signature(self.graph, feeds)
+        with self._lock:
+            model = self._models.get(key) if key is not None else None
+            if model is not None:  # its executor checks the feeds against this very signature
+                self._models.move_to_end(key)
+                return model
+        arrays, _ = bind_feeds(self.graph, feeds)  # a new signature: checked before it is compiled
+        key = _signature(self.graph, arrays)
         with self._lock:
             model = self._models.get(key)
-            if model is not None:
-                self._models.move_to_end(key)
+            if model is not None:  # another thread compiled it meanwhile
                 return model
             model = self._build(specialize(self.graph, {name: shape for name, shape, _ in key}))
             self.compiles += 1

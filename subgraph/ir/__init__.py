@@ -12,7 +12,7 @@ from __future__ import annotations
 from subgraph.ir.fused import FUSED_DOMAIN, FUSED_OP, is_fused, output_map
 from subgraph.ir.graph import Graph, ValueMap
 from subgraph.ir.names import fresh_name
-from subgraph.ir.node import Dim, Node, OnnxGraphAttr, Value, is_static_shape
+from subgraph.ir.node import Dim, Node, OnnxGraphAttr, Value, format_shape, is_static_shape
 
 __all__ = ["Graph", "Node", "Value", "ValueMap", "OnnxGraphAttr", "FUSED_OP", "FUSED_DOMAIN", "is_fused",
-           "output_map", "fresh_name", "Dim", "is_static_shape"]
+           "output_map", "fresh_name", "Dim", "is_static_shape", "format_shape"]

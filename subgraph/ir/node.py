@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Value", "Node", "OnnxGraphAttr", "format_attr", "ShapeLike", "Dim", "is_static_shape"]
+__all__ = ["Value", "Node", "OnnxGraphAttr", "format_attr", "ShapeLike", "Dim", "is_static_shape", "format_shape"]
 
 #: One dimension: a size, a symbolic name (``"batch"``, bound when the model runs), or
 #: ``None`` for a size known only from the data (NonZero's count, a Loop's trip count).
@@ -53,6 +53,17 @@ def is_static_shape(shape: ShapeLike) -> bool:
 
 def format_dim(dim: Dim) -> str:
     return "?" if dim is None else str(dim)
+
+
+def format_shape(shape: Sequence[Dim]) -> str:
+    """``[batch, 3, ?]``: a shape for a message.
+
+    Examples
+    --------
+    >>> format_shape(("batch", 3, None))
+    '[batch, 3, ?]'
+    """
+    return "[" + ", ".join(map(format_dim, shape)) + "]"
 
 
 class Value:

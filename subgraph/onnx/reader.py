@@ -42,7 +42,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from subgraph.errors import GraphError, ModelLoadError, ShapeError, SubgraphError
-from subgraph.ir import FUSED_DOMAIN, FUSED_OP, Graph, Node, fresh_name
+from subgraph.ir import FUSED_DOMAIN, FUSED_OP, Graph, Node, format_shape, fresh_name
 from subgraph.ir.limits import check_tensor_size
 from subgraph.onnx.attrs import (CONSTANT_KEY, COPY_KEY, FUNCTION_DOMAIN, GRAPH_NAME_KEY, RT_INFO_PREFIX,
                                  attrs_from_onnx, check_attribute_names)
@@ -108,24 +108,20 @@ def _input_shape(info: onnx.ValueInfoProto, given: Sequence[int] | None) -> tupl
             raise ShapeError(f"input_shapes[{name!r}] = {list(shape)} has a negative dimension")
         if dims is not None and len(dims) != len(shape):
             raise ShapeError(f"input_shapes[{name!r}] = {list(shape)} has rank {len(shape)}, but input "
-                             f"{name!r} is declared with rank {len(dims)} ({_dims_text(dims)})")
+                             f"{name!r} is declared with rank {len(dims)} ({format_shape(dims)})")
         for i, (declared, fixed) in enumerate(zip(dims or (), shape)):
             if isinstance(declared, int) and declared != fixed:
                 raise ShapeError(f"input_shapes[{name!r}] = {list(shape)} sets dimension {i} to {fixed}, "
-                                 f"but input {name!r} declares it as {declared} ({_dims_text(dims)})")
+                                 f"but input {name!r} declares it as {declared} ({format_shape(dims)})")
         return shape
     if dims is None:
         raise ShapeError(f"input {name!r} has no declared shape (not even a rank); give it with "
                          f"from_onnx(..., input_shapes={{{name!r}: [...]}})")
     for i, d in enumerate(dims):
         if isinstance(d, int) and d < 0:
-            raise ShapeError(f"input {name!r} dimension {i} is {d} in {_dims_text(dims)}: dimensions "
+            raise ShapeError(f"input {name!r} dimension {i} is {d} in {format_shape(dims)}: dimensions "
                              "are sizes (at least 0) or symbolic names")
     return tuple(dims)
-
-
-def _dims_text(dims: Sequence[int | str | None]) -> str:
-    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
 
 
 def _constant_array(tensor: onnx.TensorProto) -> np.ndarray:
