@@ -79,6 +79,8 @@ class CompiledModel:
         self.stages = [list(s) for s in stages] if stages is not None else device_stages(graph)
         self._executor = (ProfilingExecutor if profile else Executor)(graph, kernel_for=self.kernels)
         self._records: list[ProfileRecord] = []
+        #: the ``split="pipeline"`` plan (stages, cut points, predicted and measured times), else None
+        self.pipeline_plan = None
         self._pipeline: Pipeline | None = None
         self._pipeline_lock = threading.Lock()
         self._requests = 0
@@ -229,6 +231,8 @@ class CompiledModel:
         if any(t is None for s in self.subgraphs for _, t in s.costs):
             rows.append("(? = not measured: NUMPY does not run every op of that subgraph, or timing it failed; "
                         "the subgraph stays on its device)")
+        if self.pipeline_plan is not None:
+            rows += ["", self.pipeline_plan.format()]
         return "\n".join(rows)
 
 

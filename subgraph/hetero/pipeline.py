@@ -27,7 +27,9 @@ Examples
 from __future__ import annotations
 
 import queue
+import statistics
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -35,11 +37,12 @@ from typing import Any
 
 import numpy as np
 
+from subgraph.errors import PartitionError
 from subgraph.executor import Executor
 from subgraph.ir import Graph, Value
 from subgraph.properties import FusedKernels
 
-__all__ = ["Stage", "Pipeline", "device_stages", "stage_graphs", "copy_feeds"]
+__all__ = ["Stage", "Pipeline", "device_stages", "stage_graphs", "copy_feeds", "time_stages"]
 
 
 def device_stages(graph: Graph) -> list[list[str]]:
@@ -97,6 +100,9 @@ def stage_graphs(graph: Graph, stages: Sequence[Sequence[str]]) -> list[Stage]:
                     continue
                 if value.is_constant:
                     values[value.name] = part.add_constant(value.name, value.data)
+                elif value.name not in available:
+                    raise PartitionError(f"stage {s} node {node.name!r} ({node.op}) reads %{value.name}, which "
+                                         f"no earlier stage produces: the stages are not in topological order")
                 else:
                     values[value.name] = part.add_input(value.name, value.shape if value.is_static else None,
                                                         value.dtype)
@@ -186,3 +192,20 @@ class Pipeline:
 def copy_feeds(feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Private copies of checked feeds, so the caller may reuse its arrays at once."""
     return {name: np.array(array, copy=True) for name, array in feeds.items()}
+
+
+def time_stages(graph: Graph, kernels: FusedKernels, stages: Sequence[Sequence[str]],
+                feeds: Mapping[str, np.ndarray], repeat: int = 5) -> list[float]:
+    """Median seconds of each stage of ``stages`` on ``feeds``, run one after the other as
+    a pipeline worker runs them (after one warm-up run)."""
+    parts = stage_graphs(graph, stages)
+    runners = [Executor(part.graph, kernel_for=kernels) for part in parts]
+    times: list[list[float]] = [[] for _ in parts]
+    for trial in range(repeat + 1):
+        env = dict(feeds)
+        for part, runner, spent in zip(parts, runners, times):
+            start = time.perf_counter()
+            env.update(runner.run({v.name: env[v.name] for v in part.graph.inputs}))
+            if trial:
+                spent.append(time.perf_counter() - start)
+    return [statistics.median(spent) for spent in times]
