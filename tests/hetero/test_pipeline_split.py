@@ -26,6 +26,7 @@ UNIT = {str(i): 1.0 for i in range(1, 8)}
 
 class StageA(NumpyProperty):
     device = "STAGEA"
+    known_options = (*NumpyProperty.known_options, "per_byte")
 
     def transfer_seconds(self, nbytes):
         return self.options.get("per_byte", 0.0) * nbytes
