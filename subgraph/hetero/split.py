@@ -32,7 +32,6 @@ the best two-stage split is the last node alone.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -85,10 +84,14 @@ class PipelinePlan:
                 f"{'measured':>10}  first .. last node"]
         measured = self.measured or [None] * len(self.stages)
         for j, (device, names) in enumerate(zip(self.devices, self.stages)):
-            seen = "?" if measured[j] is None else f"{measured[j] * 1e3:.3g} ms"
+            seen = "?" if measured[j] is None else _seconds(measured[j])
             rows.append(f"{j:>5}  {device:<8} {len(names):>5}  {_bytes(self.crossing[j]):>10}  "
-                        f"{self.predicted[j] * 1e3:>7.3g} ms  {seen:>10}  {names[0]} .. {names[-1]}")
+                        f"{_seconds(self.predicted[j]):>10}  {seen:>10}  {names[0]} .. {names[-1]}")
         return "\n".join(rows)
+
+
+def _seconds(t: float) -> str:
+    return f"{t * 1e3:.3g} ms" if t < 1 else f"{t:.3g} s"
 
 
 def _bytes(n: int) -> str:
@@ -211,16 +214,17 @@ def plan_pipeline(graph: Graph, devices: Sequence[str], costs: Mapping[str, floa
                         [crossing[a][b] for a, b in spans])
 
 
-def measure_node_costs(graph: Graph, inputs: Mapping[str, np.ndarray], repeat: int = 3) -> dict[str, float]:
-    """Median seconds of every node over ``repeat`` profiled runs of ``graph`` on the
-    numpy kernels (after one warm-up run): the relative costs the split balances."""
+def measure_node_costs(graph: Graph, inputs: Mapping[str, np.ndarray], repeat: int = 5) -> dict[str, float]:
+    """Seconds of every node on the numpy kernels, the fastest of ``repeat`` profiled runs
+    of ``graph`` (after one warm-up run; other load on the machine only ever adds time):
+    the relative costs the split balances."""
     executor = ProfilingExecutor(graph)
     executor.run(inputs)
     runs = []
     for _ in range(max(repeat, 1)):
         executor.run(inputs)
         runs.append(executor.stats.node_times)
-    return {n.name: statistics.median(run.get(n.name, 0.0) for run in runs) for n in graph.nodes}
+    return {n.name: min(run.get(n.name, 0.0) for run in runs) for n in graph.nodes}
 
 
 @lru_cache(maxsize=1)

@@ -254,3 +254,28 @@ def test_queue_arguments_are_checked():
     with pytest.raises(InputError, match="that were not fed"):
         queue.start_async({})
     assert queue.is_ready()  # the failed start gave its job back
+
+
+def test_synchronous_calls_from_threads_and_async_requests_together_stay_exact(tmp_path, monkeypatch):
+    """The kernels are shared by the pipeline workers and by callers' threads (TVM keeps a
+    virtual machine per thread): every result still equals the single-threaded one."""
+    monkeypatch.setenv("SUBGRAPH_CACHE_DIR", str(tmp_path / "tvm-cache"))
+    model = compile_model(subgraph.from_onnx(subgraph.example_model()), "HETERO:TVM,NUMPY",
+                          {"TVM": {"exclude_ops": ["MaxPool", "Softmax"]}})
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal((1, 3, 32, 32), dtype=np.float32) for _ in range(8)]
+    expected = [model.run({"image": x})["probs"].tobytes() for x in xs]
+    requests = [model.start_async({"image": x}) for x in xs * 4]
+    mismatches = []
+
+    def caller():
+        for x, want in zip(xs, expected):
+            if model.run({"image": x})["probs"].tobytes() != want:
+                mismatches.append(want)
+    threads = [threading.Thread(target=caller) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert mismatches == []
+    assert [r.wait(120)["probs"].tobytes() for r in requests] == expected * 4
