@@ -279,3 +279,34 @@ def test_synchronous_calls_from_threads_and_async_requests_together_stay_exact(t
         thread.join(120)
     assert mismatches == []
     assert [r.wait(120)["probs"].tobytes() for r in requests] == expected * 4
+
+
+def test_a_model_with_symbolic_inputs_runs_async_per_specialization():
+    graph = Graph("dyn")
+    x = graph.add_input("x", ("n", 2), "float32")
+    graph.set_outputs([graph.add_node("Relu", [x], name="relu").outputs[0]])
+    model = compile_model(graph, "HETERO:NUMPY")
+    xs = [np.full((n, 2), n - 2.5, np.float32) for n in (1, 3, 1, 2)]
+    requests = [model.start_async({"x": x}) for x in xs]
+    assert [r.index for r in requests] == [0, 1, 2, 3]
+    assert [r.wait(10)["relu"].tolist() for r in requests] == [np.maximum(x, 0).tolist() for x in xs]
+    assert model.compiles == 3
+    queue = AsyncInferQueue(model, jobs=2)
+    for x in xs:
+        queue.start_async({"x": x})
+    assert [r.results["relu"].shape for r in queue.wait_all(30)] == [(1, 2), (3, 2), (1, 2), (2, 2)]
+
+
+def test_the_stage_workers_stop_when_the_model_is_dropped():
+    import gc
+    graph = seed_example()
+    graph.name = "dropped_model"
+    model = compile_model(graph, "HETERO:NUMPY", ALL_OPS)
+    model.start_async({"x": np.ones(4, np.float32)}).wait(10)
+    workers = [t for t in threading.enumerate() if t.name.startswith("subgraph-dropped_model-stage")]
+    assert len(workers) == 1
+    del model
+    gc.collect()
+    for worker in workers:
+        worker.join(10)
+    assert not any(worker.is_alive() for worker in workers)
