@@ -19,7 +19,7 @@ worker thread pinned to one core). Medians of ``--repeat`` timed rounds; the mac
 other load shows in the numbers.
 
 Usage: ``python benchmarks/remote_pipeline.py [--layers 8] [--width 1024] [--batch 32]
-[--requests 24] [--repeat 3] [--local]``
+[--requests 32] [--repeat 3] [--local]``
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--width", type=int, default=1024)
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--requests", type=int, default=24)
+    parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--local", action="store_true", help="TVM.0,TVM.1 in this process instead of RPC servers")
     args = parser.parse_args()
@@ -148,6 +148,7 @@ def main() -> None:
         print(f"model    {graph.name}: {len(graph.nodes)} nodes, x: float32[{args.batch},{args.width}], "
               f"{args.layers} x (MatMul {args.width}x{args.width}, Add, Relu)")
         print(f"devices  {where}; TVM_NUM_THREADS={os.environ['TVM_NUM_THREADS']}")
+        print(f"machine  {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the start")
 
         costs = measure_node_costs(graph, feeds)  # the same costs for the split and for brute force
         start = time.perf_counter()
@@ -193,7 +194,8 @@ def main() -> None:
         for mode, rate in rows:
             print(f"{mode:<32} {rate:>10.2f} {rate / sync:>7.2f}x")
         print(f"(target: >= 1.60x with the pipeline full; {args.requests} requests per round, median of "
-              f"{args.repeat} rounds; every async result equal to model.run bitwise)")
+              f"{args.repeat} rounds; every async result equal to model.run bitwise; load average now "
+              f"{os.getloadavg()[0]:.2f})")
 
         if not args.local:
             tiny = Graph("tiny")
