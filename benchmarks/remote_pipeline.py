@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -77,7 +78,8 @@ def start_server(core: int) -> tuple[subprocess.Popen, str]:
     env = dict(os.environ, TVM_NUM_THREADS="1")
     proc = subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-m", "tvm.exec.rpc_server",
                              "--host", "127.0.0.1", "--port", str(port), "--port-end", str(port + 1)],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)  # its own group: its forked workers die with it
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -87,8 +89,17 @@ def start_server(core: int) -> tuple[subprocess.Popen, str]:
             return proc, f"127.0.0.1:{port}"
         except OSError:
             time.sleep(0.2)
-    proc.terminate()
+    stop(proc)
     raise RuntimeError(f"the RPC server on core {core} did not listen within 60 s")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Kill a server started here and the workers it forked (its process group)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=30)
 
 
 def pin_stage_workers(model_name: str) -> None:
@@ -216,8 +227,7 @@ def main() -> None:
                   "per subgraph")
     finally:
         for proc in servers:
-            proc.terminate()
-            proc.wait(timeout=10)
+            stop(proc)
 
 
 def _timed(fn, *args) -> float:
