@@ -15,8 +15,8 @@ each under ``taskset -c <core>`` with ``TVM_NUM_THREADS=1``, compiles a chain-li
 - the cost of one remote call on loopback for a tiny subgraph (the per-subgraph overhead).
 
 ``--local`` runs the same on ``HETERO:TVM.0,TVM.1`` in this process instead (each stage's
-worker thread pinned to one core). Medians of ``--repeat`` timed rounds; the machine's
-other load shows in the numbers.
+worker thread pinned to one core). Medians of ``--repeat`` rounds of each mode, the modes
+interleaved; the machine's other load still shows in the numbers.
 
 Usage: ``python benchmarks/remote_pipeline.py [--layers 8] [--width 1024] [--batch 32]
 [--requests 32] [--repeat 3] [--local]``
@@ -123,14 +123,16 @@ def brute_force(graph: Graph, devices: list[str], costs: dict[str, float], trans
     return best, where
 
 
-def throughput(run_round, requests: int, repeat: int) -> float:
-    """Requests per second: the median of ``repeat`` rounds of ``requests`` requests."""
-    times = []
+def interleaved(rounds: dict[str, object], requests: int, repeat: int) -> dict[str, float]:
+    """Requests per second of each mode: ``repeat`` rounds of every mode in turn (load that
+    comes and goes hits every mode alike), the median round of each."""
+    times: dict[str, list[float]] = {mode: [] for mode in rounds}
     for _ in range(repeat):
-        start = time.perf_counter()
-        run_round()
-        times.append(time.perf_counter() - start)
-    return requests / statistics.median(times)
+        for mode, run_round in rounds.items():
+            start = time.perf_counter()
+            run_round()
+            times[mode].append(time.perf_counter() - start)
+    return {mode: requests / statistics.median(spent) for mode, spent in times.items()}
 
 
 def main() -> None:
@@ -185,7 +187,7 @@ def main() -> None:
 
         for _ in range(3):
             model.run(feeds)
-        rows = [("synchronous loop (model.run)", throughput(sync_round, args.requests, args.repeat))]
+        rounds = {"synchronous loop (model.run)": sync_round}
         for jobs in (1, 2, 4):
             queue = AsyncInferQueue(model, jobs=jobs)
 
@@ -196,16 +198,17 @@ def main() -> None:
                     if request.results[key].tobytes() != expected[key].tobytes():
                         raise SystemExit(f"request {request.index}: the async result differs from model.run")
 
-            async_round()  # warm-up: starts the stage workers (and pins them with --local)
-            if args.local:
-                pin_stage_workers(graph.name)
-            rows.append((f"AsyncInferQueue jobs={jobs}", throughput(async_round, args.requests, args.repeat)))
+            rounds[f"AsyncInferQueue jobs={jobs}"] = async_round
+        rounds["AsyncInferQueue jobs=1"]()  # warm-up: starts the stage workers
+        if args.local:
+            pin_stage_workers(graph.name)
+        rows = list(interleaved(rounds, args.requests, args.repeat).items())
         sync = rows[0][1]
         print(f"\n{'mode':<32} {'requests/s':>10} {'vs sync':>8}")
         for mode, rate in rows:
             print(f"{mode:<32} {rate:>10.2f} {rate / sync:>7.2f}x")
         print(f"(target: >= 1.60x with the pipeline full; {args.requests} requests per round, median of "
-              f"{args.repeat} rounds; every async result equal to model.run bitwise; load average now "
+              f"{args.repeat} rounds of each, interleaved; every async result equal to model.run bitwise; load average now "
               f"{os.getloadavg()[0]:.2f})")
 
         if not args.local:

@@ -126,7 +126,8 @@ def compile_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
         runs one worker per stage.
     pipeline_costs : dict[str, float] | None
         With ``split="pipeline"``: seconds per node name (every node). Default: measured,
-        each node's median time on the numpy kernels on seeded random inputs.
+        each node's fastest time over repeated runs on the numpy kernels on seeded random
+        inputs (:func:`~subgraph.hetero.split.measure_node_costs`).
     **partition_options
         Passed to :func:`~subgraph.partition_graph` (``min_subgraph_size`` ...).
 

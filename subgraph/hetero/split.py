@@ -32,6 +32,7 @@ the best two-stage split is the last node alone.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -214,17 +215,24 @@ def plan_pipeline(graph: Graph, devices: Sequence[str], costs: Mapping[str, floa
                         [crossing[a][b] for a, b in spans])
 
 
-def measure_node_costs(graph: Graph, inputs: Mapping[str, np.ndarray], repeat: int = 5) -> dict[str, float]:
-    """Seconds of every node on the numpy kernels, the fastest of ``repeat`` profiled runs
-    of ``graph`` (after one warm-up run; other load on the machine only ever adds time):
-    the relative costs the split balances."""
+def measure_node_costs(graph: Graph, inputs: Mapping[str, np.ndarray], *, budget: float = 1.0,
+                       min_runs: int = 5, max_runs: int = 50) -> dict[str, float]:
+    """Seconds of every node on the numpy kernels: the fastest of its times over profiled
+    runs of ``graph`` on ``inputs`` (after one warm-up run), as many as fill ``budget``
+    seconds within ``min_runs .. max_runs``. Other load on the machine only ever adds
+    time, so the fastest of many runs is the cost least disturbed by it. These are the
+    relative costs the split balances."""
     executor = ProfilingExecutor(graph)
+    start = time.perf_counter()
     executor.run(inputs)
-    runs = []
-    for _ in range(max(repeat, 1)):
+    warm = time.perf_counter() - start
+    runs = min(max_runs, max(min_runs, math.ceil(budget / max(warm, 1e-9))))
+    best = {n.name: math.inf for n in graph.nodes}
+    for _ in range(runs):
         executor.run(inputs)
-        runs.append(executor.stats.node_times)
-    return {n.name: min(run.get(n.name, 0.0) for run in runs) for n in graph.nodes}
+        for name, seconds in executor.stats.node_times.items():
+            best[name] = min(best[name], seconds)
+    return {name: 0.0 if seconds == math.inf else seconds for name, seconds in best.items()}
 
 
 @lru_cache(maxsize=1)
