@@ -207,7 +207,9 @@ class CompiledModel:
         op types; with ``choose="measured"`` also the measured costs (``?``: not measured, said
         in a note under the table). A device marked
         ``(moved)`` took the subgraph by measurement, ``(fallback)`` failed to compile it, so
-        it runs on NUMPY.
+        it runs on NUMPY. With ``split="pipeline"``, the pipeline plan follows the table
+        (:meth:`~subgraph.hetero.split.PipelinePlan.format`): the cut points and, per stage,
+        its device, nodes, bytes crossing, predicted and measured seconds.
 
         >>> from subgraph.testing import seed_example
         >>> from subgraph.hetero import partition_model

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from subgraph.errors import PartitionError
+from subgraph.errors import PartitionError, SubgraphError
 from subgraph.executor import Executor
 from subgraph.ir import Graph, Value
 from subgraph.properties import FusedKernels
@@ -153,7 +153,7 @@ class Pipeline:
         """Start one request on ``feeds`` (checked arrays the pipeline may keep: the caller
         must not change them); returns its future, done with ``{output name: array}``."""
         if self._closed:
-            raise RuntimeError("the pipeline is closed")
+            raise SubgraphError("this pipeline is closed: its model was dropped or close() was called")
         future: Future = Future()
         future.set_running_or_notify_cancel()
         self._queues[0].put((future, dict(feeds)))
