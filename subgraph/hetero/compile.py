@@ -228,7 +228,8 @@ def _pipeline_affinity(graph: Graph, devices: list[str], props: dict[str, Subgra
     if manual:
         raise DeviceError(f"split='pipeline' chooses every node's device, but {len(manual)} node(s) carry a "
                           f"manual rt_info['affinity'] (first {manual[0]!r}); remove them or drop split")
-    if costs is None:
+    measured = costs is None
+    if measured:
         try:
             costs = measure_node_costs(graph, random_inputs(graph))
         except SubgraphError as exc:
@@ -236,6 +237,8 @@ def _pipeline_affinity(graph: Graph, devices: list[str], props: dict[str, Subgra
                               f"random inputs ({exc}); give pipeline_costs={{node name: seconds}}") from exc
     _check_costs(graph, costs)
     plan = plan_pipeline(graph, devices, costs, {d: transfer_function(props[d]) for d in devices})
+    if measured:
+        plan.source = "measured on the numpy kernels"
     for j, (name, names) in enumerate(zip(plan.devices, plan.stages)):
         for node in map(graph.node, names):
             if not takes(props[name], node):
