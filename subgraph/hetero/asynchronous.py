@@ -129,14 +129,14 @@ class AsyncInferQueue:
         self._callback: Callable[[AsyncRequest, Any], None] | None = None
         self._pending: list[AsyncRequest] = []
         self._finished: dict[int, AsyncRequest] = {}
-        self._submitted = self._reported = 0
+        self._submitted = self._reported = self._running = 0
         self._draining = False
         self._callback_errors: list[tuple[AsyncRequest, BaseException]] = []
 
     def set_callback(self, callback: Callable[[AsyncRequest, Any], None] | None) -> None:
         """Call ``callback(request, userdata)`` as each request finishes, in submission order,
-        from a worker thread (keep it short). An exception it raises is re-raised by
-        :meth:`wait_all`."""
+        from a worker thread (keep it short; it may start further requests: the finished
+        request's job is free by then). An exception it raises is re-raised by :meth:`wait_all`."""
         if callback is not None and not callable(callback):
             raise DeviceError(f"AsyncInferQueue.set_callback: callback must be callable(request, userdata), "
                               f"got {type(callback).__name__} {callback!r}")
@@ -154,6 +154,7 @@ class AsyncInferQueue:
         with self._lock:
             request = AsyncRequest(future, self._submitted, userdata)
             self._submitted += 1
+            self._running += 1
             self._pending.append(request)
         future.add_done_callback(lambda _f: self._finish(request))
         return request
@@ -171,6 +172,8 @@ class AsyncInferQueue:
                 if ready is None:
                     self._draining = False
                     return
+                self._running -= 1
+            self._slots.release()  # before the callback, which may start the next request
             callback = self._callback
             if callback is not None:
                 try:
@@ -181,12 +184,11 @@ class AsyncInferQueue:
             with self._lock:
                 self._reported += 1
                 self._lock.notify_all()
-            self._slots.release()
 
     def is_ready(self) -> bool:
         """True when a job is free (``start_async`` would not block)."""
         with self._lock:
-            return self._submitted - self._reported < self.jobs
+            return self._running < self.jobs
 
     def wait_all(self, timeout: float | None = None) -> list[AsyncRequest]:
         """Wait until every request started so far is done and reported; return them in
