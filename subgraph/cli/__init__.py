@@ -35,9 +35,9 @@ from typing import Any
 
 from subgraph.errors import SubgraphError
 from subgraph.fileio import write_atomic
+from subgraph.hetero.devices import known_options
 from subgraph.cli.options import (
     EXAMPLE_MODEL,
-    KNOWN_OPTIONS,
     UsageError,
     apply_affinity,
     device_properties,
@@ -113,10 +113,10 @@ def _common(affinity: bool) -> argparse.ArgumentParser:
                    help="devices by priority, 'HETERO:DEV,DEV' or one device name "
                         f"(default {_DEFAULT_DEVICES})")
     p.add_argument("--device-option", action="append", default=[], metavar="DEV.KEY=VALUE",
-                   help="a device option, repeatable. TVM: " + ", ".join(KNOWN_OPTIONS["TVM"]) +
+                   help="a device option, repeatable. TVM: " + ", ".join(known_options("TVM")) +
                         " (TVM.exclude_ops=Softmax,MaxPool, TVM.target=llvm, TVM.schedule=cpu|dlight|none, "
                         "TVM.tuning=false, TVM.cache_dir=DIR, TVM.use_cache=false); NUMPY: " +
-                        ", ".join(KNOWN_OPTIONS["NUMPY"]) + " (NUMPY.ops=Relu,Add, NUMPY.reference=false)")
+                        ", ".join(known_options("NUMPY")) + " (NUMPY.ops=Relu,Add, NUMPY.reference=false)")
     p.add_argument("--exclude", action="append", default=[], metavar="DEV:OP,OP",
                    help="op types a device must not take, e.g. TVM:Softmax (same as DEV.exclude_ops=...)")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D,D,...",

@@ -14,12 +14,11 @@ import numpy as np
 
 from subgraph.analysis.inputs import random_inputs
 from subgraph.api import example_model
-from subgraph.hetero.devices import KNOWN_OPTIONS
+from subgraph.hetero.devices import base_device, known_options
 from subgraph.ir import Graph, format_shape
 
 __all__ = [
     "EXAMPLE_MODEL",
-    "KNOWN_OPTIONS",
     "UsageError",
     "apply_affinity",
     "device_properties",
@@ -107,7 +106,7 @@ def device_properties(options: Sequence[str], excludes: Sequence[str], devices: 
     pairs = []
     for item in options:
         head, sep, text = item.partition("=")
-        device, dot, key = head.partition(".")
+        device, dot, key = head.rpartition(".")  # REMOTE.0.address: the instance REMOTE.0
         if not sep or not dot or not device or not key:
             raise UsageError(f"--device-option {item!r} must look like DEVICE.KEY=VALUE, "
                              "e.g. TVM.exclude_ops=Softmax,MaxPool")
@@ -119,10 +118,10 @@ def device_properties(options: Sequence[str], excludes: Sequence[str], devices: 
         pairs.append((f"--exclude {item!r}", device.strip().upper(), "exclude_ops", text))
     props: dict[str, dict[str, Any]] = {}
     for where, device, key, text in pairs:
-        if device not in devices:
+        if device not in devices and device not in map(base_device, devices):
             raise UsageError(f"{where} names device {device!r}, which is not among the devices "
                              f"{', '.join(devices)}")
-        known = KNOWN_OPTIONS.get(device)
+        known = known_options(device)
         if known is not None and key not in known:
             raise UsageError(f"{where}: {device} has no option {key!r}; its options are {', '.join(known)}")
         props.setdefault(device, {})[key] = _option_value(key, text)

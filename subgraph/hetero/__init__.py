@@ -16,11 +16,13 @@ TVM declines the Sigmoid it is told to exclude, so NUMPY, next by priority, take
 
 from __future__ import annotations
 
-from subgraph.hetero.compile import CHOICES, compile_model, partition_model
+from subgraph.hetero.asynchronous import AsyncInferQueue, AsyncRequest
+from subgraph.hetero.compile import CHOICES, SPLITS, compile_model, partition_model
 from subgraph.hetero.devices import FALLBACK_DEVICE, parse_devices, query_model
 from subgraph.hetero.dynamic import SpecializingModel
 from subgraph.hetero.explain import NodeExplanation, explain_affinity
 from subgraph.hetero.model import CompiledModel, ProfileRecord, SubgraphInfo
 
 __all__ = ["parse_devices", "query_model", "partition_model", "compile_model", "CompiledModel", "SubgraphInfo",
-           "ProfileRecord", "FALLBACK_DEVICE", "CHOICES", "SpecializingModel", "explain_affinity", "NodeExplanation"]
+           "ProfileRecord", "FALLBACK_DEVICE", "CHOICES", "SPLITS", "SpecializingModel", "explain_affinity",
+           "NodeExplanation", "AsyncRequest", "AsyncInferQueue"]

@@ -5,30 +5,39 @@ then the graph is partitioned once per device, in priority order, and every fuse
 subgraph is compiled on its device into a :class:`~subgraph.hetero.model.CompiledModel`,
 which owns the kernels. A new accelerator joins by registering a property. With
 ``choose="measured"``, a compiled subgraph NUMPY runs faster moves to NUMPY
-(:mod:`~subgraph.hetero.measured`).
+(:mod:`~subgraph.hetero.measured`). With ``split="pipeline"``, the graph is cut into one
+stage per listed device so that the slowest stage is fastest (:mod:`~subgraph.hetero.split`).
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
+from subgraph.analysis.inputs import random_inputs
 from subgraph.analysis.specialize import specialize
 from subgraph.errors import DeviceError, SubgraphError
-from subgraph.hetero.devices import (FALLBACK_DEVICE, assign_affinity, check_device_options,
-                                     device_properties_for, parse_devices)
+from subgraph.hetero.devices import (FALLBACK_DEVICE, assign_affinity, check_device_options, decline_reason,
+                                     device_properties_for, parse_devices, takes)
 from subgraph.hetero.dynamic import MAX_SPECIALIZATIONS, SpecializingModel
 from subgraph.hetero.measured import measure_node
 from subgraph.hetero.model import CompiledModel, SubgraphInfo
+from subgraph.hetero.pipeline import time_stages
+from subgraph.hetero.split import PipelinePlan, measure_node_costs, plan_pipeline, transfer_function
 from subgraph.ir import Graph, Node, is_static_shape
 from subgraph.partition import partition_graph
 from subgraph.properties import FusedKernel, FusedKernels, SubgraphProperty
 
-__all__ = ["partition_model", "compile_model", "CHOICES"]
+__all__ = ["partition_model", "compile_model", "CHOICES", "SPLITS"]
 
 #: how compile_model picks a subgraph's device: "priority" (OpenVINO's), "measured" (timed)
 CHOICES = ("priority", "measured")
+#: how compile_model splits the graph over the devices: None (affinity) or "pipeline"
+SPLITS = (None, "pipeline")
 
 
 def partition_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
@@ -66,7 +75,8 @@ def compile_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
                   fallback: bool = True, profile: bool = False,
                   progress: Callable[[int, int, SubgraphInfo], None] | None = None,
                   choose: str = "priority", input_shapes: Mapping[str, Sequence[int]] | None = None,
-                  max_specializations: int = MAX_SPECIALIZATIONS,
+                  max_specializations: int = MAX_SPECIALIZATIONS, split: str | None = None,
+                  pipeline_costs: Mapping[str, float] | None = None,
                   **partition_options: Any) -> CompiledModel | SpecializingModel:
     """Partition ``graph`` over the devices of ``device`` and compile every subgraph.
 
@@ -105,15 +115,29 @@ def compile_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
     max_specializations : int
         For symbolic inputs: how many specializations to keep compiled (least recently
         used dropped first).
+    split : {None, "pipeline"}
+        ``None`` (default): devices take nodes by affinity. ``"pipeline"``: the nodes, in
+        topological order, are cut into one contiguous stage per listed device (in the
+        order listed) so that the slowest stage, compute plus the bytes crossing its
+        boundary at its device's ``transfer_seconds``, is as fast as possible
+        (:mod:`~subgraph.hetero.split`); each stage's device must support all its nodes.
+        :attr:`CompiledModel.pipeline_plan` and :meth:`CompiledModel.summary` show the cut
+        points and the predicted and measured stage times; :meth:`CompiledModel.start_async`
+        runs one worker per stage.
+    pipeline_costs : dict[str, float] | None
+        With ``split="pipeline"``: seconds per node name (every node). Default: measured,
+        each node's fastest time over repeated runs on the numpy kernels on seeded random
+        inputs (:func:`~subgraph.hetero.split.measure_node_costs`).
     **partition_options
         Passed to :func:`~subgraph.partition_graph` (``min_subgraph_size`` ...).
 
     Raises
     ------
     DeviceError
-        A bad device string, ``choose``, ``graph``, ``progress`` or ``device_properties``
-        (not a dict of dicts, an unknown option of a built-in device, a value of the wrong
-        type); the message names the argument or option.
+        A bad device string, ``choose``, ``split``, ``pipeline_costs``, ``graph``,
+        ``progress`` or ``device_properties`` (not a dict of dicts, an unknown option of a
+        built-in device, a value of the wrong type), or a pipeline stage whose device does
+        not support one of its nodes; the message names the argument, option or node.
     PartitionError
         A bad partition option, or a selector or property hook (a device's ``supports``,
         ``measure_cost``) that raised or answered the wrong type.
@@ -142,26 +166,32 @@ def compile_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
     if progress is not None and not callable(progress):
         raise DeviceError(f"compile_model: argument progress must be callable(done, total, info) or None, "
                           f"got {type(progress).__name__} {progress!r}")
-    parse_devices(device)
+    if split not in SPLITS:
+        raise DeviceError(f"compile_model: split={split!r} is not one of {', '.join(map(repr, SPLITS))}")
+    if pipeline_costs is not None and split != "pipeline":
+        raise DeviceError("compile_model: pipeline_costs is only used with split='pipeline'")
+    parse_devices(device)  # a bad device string fails now, not on the first call
     check_device_options(device_properties)  # bad options fail now, not on the first call
 
     def build(static: Graph) -> CompiledModel:
         return _partition_model(static, device, device_properties, profile, progress, fallback,
-                                partition_options, compile_now=True, choose=choose)
+                                partition_options, compile_now=True, choose=choose, split=split,
+                                pipeline_costs=pipeline_costs)
 
-    parse_devices(device)  # a bad device string fails now, not on the first call
     return _specialized(graph, build, input_shapes, max_specializations)
 
 
 def _partition_model(graph: Graph, device: str, device_properties, profile: bool, progress, fallback: bool,
                      partition_options: dict[str, Any], compile_now: bool = False,
-                     choose: str = "priority") -> CompiledModel:
+                     choose: str = "priority", split: str | None = None,
+                     pipeline_costs: Mapping[str, float] | None = None) -> CompiledModel:
     devices = parse_devices(device)
     props = device_properties_for(devices, device_properties)
     if profile:
         for prop in props.values():
             prop.options["profile"] = True
     work = graph.copy()
+    plan = _pipeline_affinity(work, devices, props, pipeline_costs) if split == "pipeline" else None
     affinity = assign_affinity(work, devices, props, device)
     for node in work.nodes:
         node.rt_info["affinity"] = affinity[node.name]
@@ -172,7 +202,67 @@ def _partition_model(graph: Graph, device: str, device_properties, profile: bool
         work = partition_graph(work, _Leftover(props[FALLBACK_DEVICE], {n.name for n in leftover}))
     kernels = FusedKernels()
     subgraphs = _finish(work, props, kernels, fallback, progress, compile_now, choose)
-    return CompiledModel(work, affinity, subgraphs, profile, kernels)
+    if plan is None:
+        return CompiledModel(work, affinity, subgraphs, profile, kernels)
+    stage_of = {name: j for j, names in enumerate(plan.stages) for name in names}
+    stages: list[list[str]] = [[] for _ in plan.stages]
+    for node in work.nodes:  # a fused node runs in its nodes' stage (one device, one stage)
+        stages[max(stage_of[n.name] for n in node.subgraph.nodes)].append(node.name)
+    model = CompiledModel(work, affinity, subgraphs, profile, kernels, stages=[s for s in stages if s])
+    model.pipeline_plan = plan
+    if compile_now:
+        try:
+            feeds = random_inputs(work)
+        except SubgraphError:  # e.g. an input that cannot be drawn: the stages stay unmeasured
+            feeds = None
+        if feeds is not None:
+            plan.measured = time_stages(work, kernels, model.stages, feeds)
+    return model
+
+
+def _pipeline_affinity(graph: Graph, devices: list[str], props: dict[str, SubgraphProperty],
+                       costs: Mapping[str, float] | None) -> PipelinePlan:
+    """Plan the pipeline split of ``graph`` (a working copy) and write each node's stage
+    device into its ``rt_info["affinity"]`` (manual mode)."""
+    manual = [n.name for n in graph.nodes if "affinity" in n.rt_info]
+    if manual:
+        raise DeviceError(f"split='pipeline' chooses every node's device, but {len(manual)} node(s) carry a "
+                          f"manual rt_info['affinity'] (first {manual[0]!r}); remove them or drop split")
+    measured = costs is None
+    if measured:
+        try:
+            costs = measure_node_costs(graph, random_inputs(graph))
+        except SubgraphError as exc:
+            raise DeviceError(f"split='pipeline' could not measure the node costs of {graph.name!r} on seeded "
+                              f"random inputs ({exc}); give pipeline_costs={{node name: seconds}}") from exc
+    _check_costs(graph, costs)
+    plan = plan_pipeline(graph, devices, costs, {d: transfer_function(props[d]) for d in devices})
+    if measured:
+        plan.source = "measured on the numpy kernels"
+    for j, (name, names) in enumerate(zip(plan.devices, plan.stages)):
+        for node in map(graph.node, names):
+            if not takes(props[name], node):
+                raise DeviceError(f"split='pipeline' puts node {node.name!r} ({node.op}) in stage {j} on {name}, "
+                                  f"which does not support it: {decline_reason(props[name], node)}")
+            node.rt_info["affinity"] = name
+    return plan
+
+
+def _check_costs(graph: Graph, costs: Any) -> None:
+    if not isinstance(costs, Mapping):
+        raise DeviceError(f"pipeline_costs must map node names to seconds, got {type(costs).__name__}")
+    unknown = [name for name in costs if not isinstance(name, str) or not graph.has_node(name)]
+    if unknown:
+        raise DeviceError(f"pipeline_costs names {len(unknown)} node(s) graph {graph.name!r} does not have: "
+                          f"{unknown[:5]}")
+    missing = [n.name for n in graph.nodes if n.name not in costs]
+    if missing:
+        raise DeviceError(f"pipeline_costs has no cost for {len(missing)} node(s): {missing[:5]}; give every node one")
+    for name, seconds in costs.items():
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float, np.integer, np.floating)) \
+                or not math.isfinite(seconds) or seconds < 0:
+            raise DeviceError(f"pipeline_costs[{name!r}] must be a finite number of seconds >= 0, got "
+                              f"{type(seconds).__name__} {seconds!r}")
 
 
 class _Leftover(SubgraphProperty):

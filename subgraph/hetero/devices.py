@@ -24,9 +24,10 @@ import numpy as np
 from subgraph.errors import DeviceError, PropertyError, call_hook
 from subgraph.ir import Graph, Node, Value
 from subgraph.properties import SubgraphProperty, get_property, registered_devices
+from subgraph.properties.registry import PROPERTIES
 
-__all__ = ["FALLBACK_DEVICE", "KNOWN_OPTIONS", "check_device_options", "parse_devices", "device_properties_for",
-           "query_model", "assign_affinity", "format_nodes", "takes", "decline_reason", "declined"]
+__all__ = ["FALLBACK_DEVICE", "known_options", "base_device", "check_device_options", "parse_devices",
+           "device_properties_for", "query_model", "assign_affinity", "format_nodes", "takes", "decline_reason", "declined"]
 
 #: the device a subgraph falls back to when its own compile fails
 FALLBACK_DEVICE = "NUMPY"
@@ -35,7 +36,15 @@ FALLBACK_DEVICE = "NUMPY"
 def parse_devices(device: str) -> list[str]:
     """``"HETERO:TVM,NUMPY"`` -> ``["TVM", "NUMPY"]``; a single device name is allowed.
 
+    A device may be a numbered instance, ``NAME.N`` (OpenVINO's ``GPU.0``): each instance
+    is its own property object with its own options (:func:`device_properties_for`).
+
     Raises :class:`DeviceError` for an empty list, a repeated or unknown device.
+
+    Examples
+    --------
+    >>> parse_devices("HETERO:tvm.0,TVM.1,NUMPY")
+    ['TVM.0', 'TVM.1', 'NUMPY']
     """
     if not isinstance(device, str) or not device.strip():
         raise DeviceError(f"device must be a string such as 'HETERO:TVM,NUMPY', got {device!r}")
@@ -50,21 +59,45 @@ def parse_devices(device: str) -> list[str]:
     for name in names:
         if not name:
             raise DeviceError(f"device string {device!r} has an empty device name")
-        if name not in known:
-            raise DeviceError(f"unknown device {name!r} in {device!r}; registered devices: {sorted(known)}")
+        base, dot, number = name.partition(".")
+        if dot and not number.isdigit():
+            raise DeviceError(f"device {name!r} in {device!r}: an instance is written NAME.N with N a "
+                              f"number, e.g. {base}.0")
+        if base not in known:
+            raise DeviceError(f"unknown device {name!r} in {device!r}; registered devices: {sorted(known)}"
+                              + (" (numbered instances: NAME.0, NAME.1, ...)" if dot else ""))
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise DeviceError(f"device string {device!r} lists {dupes} more than once")
     return names
 
 
-#: options of the built-in devices; devices registered by users accept any key
-KNOWN_OPTIONS = {"TVM": ("target", "cache_dir", "ops", "exclude_ops", "use_cache", "schedule", "tuning"),
-                 "NUMPY": ("ops", "reference")}
+def base_device(device: str) -> str:
+    """The registered device of an instance name: ``"REMOTE.1"`` -> ``"REMOTE"``.
+
+    >>> base_device("REMOTE.1"), base_device("TVM")
+    ('REMOTE', 'TVM')
+    """
+    return device.upper().partition(".")[0]
+
+
+def known_options(device: str) -> tuple[str, ...] | None:
+    """The options ``device`` (a registered device or an instance of one) takes: its
+    property class's ``known_options``; ``None`` when unknown (any key is accepted).
+
+    >>> known_options("NUMPY.1")
+    ('ops', 'reference')
+    """
+    name = registered_devices().get(base_device(device))
+    return None if name is None else PROPERTIES[name].known_options
+
+
 #: the type each built-in option needs (options not listed take any value)
 _OPTION_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "cache_dir": ((str, os.PathLike), "a folder path"), "use_cache": ((bool,), "a bool"),
     "reference": ((bool,), "a bool"), "schedule": ((str,), "a str"),
+    "address": ((str,), "a str 'host:port'"), "tracker": ((str,), "a str 'host:port'"), "key": ((str,), "a str"),
+    "timeout": ((int, float), "a positive number of seconds"), "fallback": ((bool,), "a bool"),
 }
 
 
@@ -84,7 +117,7 @@ def check_device_options(device_properties: Any) -> dict[str, dict[str, Any]]:
         if not isinstance(options, Mapping):
             raise DeviceError(f"device_properties[{device!r}] must be a dict of options, got "
                               f"{type(options).__name__} {options!r}")
-        known = KNOWN_OPTIONS.get(device.upper())
+        known = known_options(device)
         for key, value in options.items():
             where = f"device_properties[{device!r}][{key!r}]"
             if known is not None and key not in known:
@@ -97,7 +130,8 @@ def check_device_options(device_properties: Any) -> dict[str, dict[str, Any]]:
                                       f"{type(value).__name__} {value!r}")
             elif known is not None and key in _OPTION_TYPES and value is not None:
                 types, wanted = _OPTION_TYPES[key]
-                if not isinstance(value, types):
+                if not isinstance(value, types) or (key == "timeout" and (isinstance(value, bool) or
+                                                                           not 0 < value < float("inf"))):
                     raise DeviceError(f"{where} must be {wanted}, got {type(value).__name__} {value!r}")
         checked[device.upper()] = dict(options)
     return checked
@@ -108,20 +142,32 @@ def device_properties_for(devices: list[str], device_properties: Mapping[str, Ma
     """One property instance per device of ``devices`` (and the fallback device), built
     with that device's options from ``device_properties``.
 
+    An instance ``NAME.N`` takes the options of ``NAME`` updated by its own (``{"REMOTE":
+    {"timeout": 5}, "REMOTE.0": {"address": ...}}``); its property's ``device`` is the
+    instance name, so affinities, subgraphs and profiles name the instance.
+
     Raises
     ------
     DeviceError
         ``device_properties`` is not a mapping of device names to option dicts, names a
         device not in ``devices``, or gives a built-in device an unknown option
-        (:data:`KNOWN_OPTIONS`) or an option value of the wrong type.
+        (its property's ``known_options``) or an option value of the wrong type.
     """
     device_properties = check_device_options(device_properties)
-    extra = sorted(set(device_properties) - set(devices) - {FALLBACK_DEVICE})
+    allowed = {*devices, *map(base_device, devices), FALLBACK_DEVICE}
+    extra = sorted(set(device_properties) - allowed)
     if extra:
         raise DeviceError(f"device_properties names {extra}, which are not among the devices {devices}")
     known = registered_devices()
-    return {device: get_property(known[device], **device_properties.get(device, {}))
-            for device in dict.fromkeys([*devices, FALLBACK_DEVICE])}
+    props = {}
+    for device in dict.fromkeys([*devices, FALLBACK_DEVICE]):
+        base = base_device(device)
+        options = {**device_properties.get(base, {}), **device_properties.get(device, {})}
+        prop = get_property(known[base], **options)
+        if device != base:
+            prop.device = device  # this instance's name: affinity, subgraphs and profile show it
+        props[device] = prop
+    return props
 
 
 def _dynamic_value(node: Node) -> Value | None:

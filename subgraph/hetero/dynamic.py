@@ -20,6 +20,7 @@ import numpy as np
 from subgraph.analysis.specialize import Signature, specialize
 from subgraph.errors import DeviceError
 from subgraph.executor import bind_feeds
+from subgraph.hetero.asynchronous import AsyncRequest
 from subgraph.hetero.model import CompiledModel, ProfileRecord, SubgraphInfo
 from subgraph.ir import Graph
 
@@ -80,6 +81,7 @@ class SpecializingModel:
         self._models: OrderedDict[Signature, CompiledModel] = OrderedDict()
         self._lock = threading.Lock()
         self._last: CompiledModel | None = None
+        self._requests = 0
 
     @property
     def specializations(self) -> list[Signature]:
@@ -119,6 +121,20 @@ class SpecializingModel:
         return model.run(feeds)
 
     __call__ = run
+
+    def start_async(self, feeds: Mapping[str, np.ndarray]) -> AsyncRequest:
+        """:meth:`CompiledModel.start_async` on the specialization ``feeds`` pick (compiled
+        now, in the caller's thread, when their signature is new); ``index`` counts this
+        model's requests."""
+        future = self._submit(feeds)
+        with self._lock:
+            index, self._requests = self._requests, self._requests + 1
+        return AsyncRequest(future, index)
+
+    def _submit(self, feeds: Mapping[str, np.ndarray]):
+        model = self.specialization(feeds)
+        self._last = model
+        return model._submit(feeds)
 
     @property
     def last(self) -> CompiledModel:

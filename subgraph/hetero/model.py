@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from subgraph.errors import SubgraphError
-from subgraph.executor import Executor, ProfilingExecutor
+from subgraph.executor import Executor, ProfilingExecutor, check_feeds
 from subgraph.fileio import write_atomic
+from subgraph.hetero.asynchronous import AsyncRequest
+from subgraph.hetero.pipeline import Pipeline, copy_feeds, device_stages
 from subgraph.ir import Graph
 from subgraph.properties import FusedKernels
 
@@ -57,19 +61,29 @@ class CompiledModel:
     """A graph partitioned over several devices, every fused subgraph compiled.
 
     Call it (or :meth:`run`) with feeds to get ``{output name: array}``; safe to call
-    from several threads at once.
+    from several threads at once. :meth:`start_async` runs requests pipelined over the
+    model's :attr:`stages` (:mod:`~subgraph.hetero.asynchronous`).
     """
 
     def __init__(self, graph: Graph, affinity: dict[str, str], subgraphs: list[SubgraphInfo],
-                 profile: bool = False, kernels: FusedKernels | None = None) -> None:
+                 profile: bool = False, kernels: FusedKernels | None = None,
+                 stages: Sequence[Sequence[str]] | None = None) -> None:
         self.graph = graph
         self.affinity = affinity
         self.subgraphs = subgraphs
         self.profile = profile
         #: the compiled kernels of the fused nodes, by node name (compiled on first use if not yet)
         self.kernels = kernels or FusedKernels()
+        #: the pipeline stages of :meth:`start_async`: fused node names, one list per stage
+        #: (default: consecutive subgraphs on one device; ``split="pipeline"``: one per device)
+        self.stages = [list(s) for s in stages] if stages is not None else device_stages(graph)
         self._executor = (ProfilingExecutor if profile else Executor)(graph, kernel_for=self.kernels)
         self._records: list[ProfileRecord] = []
+        #: the ``split="pipeline"`` plan (stages, cut points, predicted and measured times), else None
+        self.pipeline_plan = None
+        self._pipeline: Pipeline | None = None
+        self._pipeline_lock = threading.Lock()
+        self._requests = 0
 
     @property
     def fallbacks(self) -> list[SubgraphInfo]:
@@ -84,6 +98,39 @@ class CompiledModel:
         return outputs
 
     __call__ = run
+
+    def start_async(self, feeds: Mapping[str, np.ndarray]) -> AsyncRequest:
+        """Start a run on ``feeds`` and return at once (OpenVINO's ``start_async``).
+
+        The feeds are checked now (bad feeds raise :class:`~subgraph.errors.InputError`
+        here) and copied, so the caller may change its arrays while the request runs.
+        Requests run pipelined: one worker thread per stage (:attr:`stages`), so request
+        k+1's first stage runs while request k's second stage runs on another device.
+        Each result equals :meth:`run`'s on the same feeds. Profiling records only
+        synchronous runs. :class:`~subgraph.hetero.asynchronous.AsyncInferQueue` bounds
+        the requests in flight.
+
+        Returns
+        -------
+        AsyncRequest
+            ``request.wait(timeout)`` returns ``{output name: array}`` or raises the run's
+            error; ``request.future`` is its :class:`concurrent.futures.Future`.
+        """
+        future = self._submit(feeds)
+        with self._pipeline_lock:
+            index, self._requests = self._requests, self._requests + 1
+        return AsyncRequest(future, index)
+
+    def _submit(self, feeds: Mapping[str, np.ndarray]):
+        arrays = copy_feeds(check_feeds(self.graph, feeds))
+        pipeline = self._pipeline
+        if pipeline is None:
+            with self._pipeline_lock:
+                if self._pipeline is None:  # workers hold the stages and kernels, never the model
+                    self._pipeline = Pipeline(self.graph, self.kernels, self.stages)
+                    weakref.finalize(self, self._pipeline.close)
+                pipeline = self._pipeline
+        return pipeline.submit(arrays)
 
     def _collect(self, executor: Executor) -> list[ProfileRecord]:
         by_node = {s.fused_node: s for s in self.subgraphs}
@@ -160,7 +207,9 @@ class CompiledModel:
         op types; with ``choose="measured"`` also the measured costs (``?``: not measured, said
         in a note under the table). A device marked
         ``(moved)`` took the subgraph by measurement, ``(fallback)`` failed to compile it, so
-        it runs on NUMPY.
+        it runs on NUMPY. With ``split="pipeline"``, the pipeline plan follows the table
+        (:meth:`~subgraph.hetero.split.PipelinePlan.format`): the cut points and, per stage,
+        its device, nodes, bytes crossing, predicted and measured seconds.
 
         >>> from subgraph.testing import seed_example
         >>> from subgraph.hetero import partition_model
@@ -184,6 +233,8 @@ class CompiledModel:
         if any(t is None for s in self.subgraphs for _, t in s.costs):
             rows.append("(? = not measured: NUMPY does not run every op of that subgraph, or timing it failed; "
                         "the subgraph stays on its device)")
+        if self.pipeline_plan is not None:
+            rows += ["", self.pipeline_plan.format()]
         return "\n".join(rows)
 
 

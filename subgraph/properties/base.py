@@ -110,6 +110,9 @@ class SubgraphProperty:
         The registry name, set by :func:`~subgraph.properties.register_property`.
     device : str
         The device the fused nodes run on (the affinity name, e.g. ``"TVM"``).
+    known_options : tuple[str, ...] | None
+        The options the property takes; HETERO refuses others (``device_properties``,
+        ``--device-option``). ``None`` (the default, for user properties): any key.
     dynamic_shapes : bool
         ``True`` when the device runs nodes whose shapes only the data decides (a
         symbolic dimension, NonZero's count); HETERO never gives such nodes to a device
@@ -126,6 +129,8 @@ class SubgraphProperty:
 
     name: str = "base"
     device: str = "default"
+    #: the option keys this property takes (None: any key); HETERO checks device_properties against it
+    known_options: tuple[str, ...] | None = None
     #: whether the device runs nodes whose values have dynamic shapes (symbolic or known
     #: only from the data); HETERO gives such nodes only to devices that say so
     dynamic_shapes: bool = False

@@ -34,6 +34,7 @@ class NumpyProperty(SubgraphProperty):
     """
 
     device = "NUMPY"
+    known_options = ("ops", "reference")
     dynamic_shapes = True
 
     def supports(self, node: Node) -> bool:

@@ -63,6 +63,7 @@ class TVMProperty(SubgraphProperty):
     ['1', '2', '3', '5', '6', '7']
     """
     device = "TVM"
+    known_options = ("target", "cache_dir", "ops", "exclude_ops", "use_cache", "schedule", "tuning")
 
     def __init__(self, **options: Any) -> None:
         if not tvm_installed():  # asked for TVM: say so first, not "TVM supports no node"

@@ -95,27 +95,38 @@ class TVMFunction:
     def __call__(self, *arrays: Any) -> list[np.ndarray]:
         """Run on numpy arrays (shared with TVM when aligned, see
         :func:`~subgraph.properties.tvm.tensors.as_tvm_tensor`)."""
-        if len(arrays) != len(self._inputs):
-            raise InputError(f"TVM function for graph {self.name!r} takes {len(self._inputs)} "
-                             f"input(s) {self.input_names}, got {len(arrays)}")
         clock = time.perf_counter
         start = clock()
-        tensors = []
-        for (name, shape, dtype), array in zip(self._inputs, arrays):
-            array = np.asarray(array)
-            if array.dtype != dtype or array.shape != shape:
-                raise InputError(f"TVM function for graph {self.name!r}: input {name!r} expects "
-                                 f"{dtype.name}{list(shape)}, got {array.dtype.name}{list(array.shape)}")
-            tensors.append(array)
-        for position, node, limits in self.index_checks:
-            check_indices(node, tensors[position], limits)
-        tensors = [as_tvm_tensor(array, self.device) for array in tensors]
+        tensors = [as_tvm_tensor(array, self.device) for array in self.checked_inputs(arrays)]
         ran = clock()
         outs = self.run_tensors(*tensors)
         back = clock()
         result = [to_numpy(t, copy=i in self.constant_outputs) for i, t in enumerate(outs)]
         self._local.transfers = {"input transfer": ran - start, "output transfer": clock() - back}
         return result
+
+    def checked_inputs(self, arrays: tuple[Any, ...] | list[Any]) -> list[np.ndarray]:
+        """``arrays`` as numpy arrays, checked: their number, shapes and dtypes, and the
+        inputs that are indices (:attr:`index_checks`); :class:`InputError` or
+        :class:`ExecutionError` otherwise."""
+        if len(arrays) != len(self._inputs):
+            raise InputError(f"TVM function for graph {self.name!r} takes {len(self._inputs)} "
+                             f"input(s) {self.input_names}, got {len(arrays)}")
+        checked = []
+        for (name, shape, dtype), array in zip(self._inputs, arrays):
+            array = np.asarray(array)
+            if array.dtype != dtype or array.shape != shape:
+                raise InputError(f"TVM function for graph {self.name!r}: input {name!r} expects "
+                                 f"{dtype.name}{list(shape)}, got {array.dtype.name}{list(array.shape)}")
+            checked.append(array)
+        for position, node, limits in self.index_checks:
+            check_indices(node, checked[position], limits)
+        return checked
+
+    @property
+    def executable(self) -> Any:
+        """The compiled Relax executable (``export_library`` writes it as a shared library)."""
+        return self._module
 
     def transfer_times(self) -> dict[str, float]:
         """Seconds this thread's last call spent handing inputs to TVM and outputs back."""

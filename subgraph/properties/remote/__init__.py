@@ -1,0 +1,90 @@
+"""The ``remote`` property: TVM-compiled subgraphs run on another machine's TVM RPC server.
+
+Device ``REMOTE`` (instances ``REMOTE.0``, ``REMOTE.1``, ... each with its own options)
+answers support queries exactly as the local ``TVM`` device does (it is a
+:class:`~subgraph.properties.tvm.TVMProperty`), compiles with the local TVM compiler and
+cache, uploads the library through TVM's RPC and runs it with the remote Relax VM. Its
+heavy modules are imported when it first compiles:
+
+- :mod:`~.function` -- compile, upload, run; the local rerun on failure
+- :mod:`~.session` -- one device's RPC session, every call within the timeout
+- :mod:`~.endpoint` -- the options ``address`` / ``tracker`` + ``key`` / ``timeout`` (no tvm)
+
+TVM's RPC protocol has no authentication: run servers on loopback or a private network.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from subgraph.ir import Graph
+from subgraph.properties.base import time_kernel
+from subgraph.properties.registry import register_property
+from subgraph.properties.remote.endpoint import Endpoint
+from subgraph.properties.tvm import TVMProperty
+
+__all__ = ["RemoteProperty"]
+
+
+@register_property("remote")
+class RemoteProperty(TVMProperty):
+    """Run fused subgraphs on a TVM RPC server.
+
+    Options
+    -------
+    address : str
+        ``"host:port"`` of one RPC server (``python -m tvm.exec.rpc_server``).
+    tracker, key : str
+        Or ``"host:port"`` of a tracker (``python -m tvm.exec.rpc_tracker``) and the key of the
+        servers to ask it for.
+    timeout : float
+        Seconds to wait for connecting and for each call (default 10); a server that does
+        not answer in time gives :class:`~subgraph.errors.DeviceError`.
+    fallback : bool
+        ``True``: a subgraph whose server fails reruns here (local TVM) with a warning; the
+        next call tries the server again. Default ``False``: the ``DeviceError`` is raised.
+    target : str or dict
+        The TVM target to compile for; default: the remote's CPU, as its server says.
+    cache_dir, use_cache, schedule, tuning, ops, exclude_ops
+        As for ``TVM``.
+
+    Examples
+    --------
+    >>> from subgraph.testing import seed_example
+    >>> prop = RemoteProperty(address="127.0.0.1:9090", exclude_ops=["Sigmoid"])
+    >>> [n.name for n in seed_example().nodes if prop.supports(n)]   # no connection needed
+    ['1', '2', '3', '5', '6', '7']
+    """
+    device = "REMOTE"
+    known_options = (*TVMProperty.known_options, "address", "tracker", "key", "timeout", "fallback")
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._session: Any = None
+        self._session_lock = threading.Lock()
+
+    def endpoint(self) -> Endpoint:
+        """Where this device's server is; :class:`~subgraph.errors.DeviceError` for bad options."""
+        return Endpoint.from_options(self.device, self.options)
+
+    def session(self) -> Any:
+        """This device's :class:`~subgraph.properties.remote.session.RemoteSession`, made once."""
+        with self._session_lock:
+            if self._session is None:
+                from subgraph.properties.remote.session import RemoteSession  # imports tvm
+
+                self._session = RemoteSession(self.endpoint())
+            return self._session
+
+    def compile(self, subgraph: Graph):
+        from subgraph.properties.remote.function import compile_remote  # the lazy seam: imports tvm
+
+        return compile_remote(subgraph, self.session(), self.options)
+
+    def measure_cost(self, subgraph: Graph, kernel, inputs: list) -> float | None:
+        """Median seconds of a remote call, the tensors' trips included (not shared with TVM's
+        timings of the same library)."""
+        return time_kernel(kernel, inputs)
+
+
