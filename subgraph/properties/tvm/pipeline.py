@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 import tvm
-from tvm import relax, s_tir, te, topi
+from tvm import relax, s_tir, te, tirx, topi
 from tvm.relax.backend.cpu_generic import pipeline as cpu
 from tvm.s_tir import dlight as dl
 
@@ -139,7 +139,9 @@ def _fast_softmax(bb: Any, call: Any) -> Any:
 
 def _schedule_softmax(dims: list[int], lanes: int) -> Any:
     """max, exp (fast), sum and divide per row: rows in parallel, the columns vectorised."""
-    data = te.placeholder(dims, "float32", name="x")
+    # int64 extents, as Relax's own legalizations make them: FuseTIR refuses to fuse a
+    # consumer (hf_bert's IsNaN/Where after softmax) whose buffer shapes are int64 with ours
+    data = te.placeholder([tirx.IntImm("int64", d) for d in dims], "float32", name="x")
     shifted = topi.subtract(data, topi.max(data, axis=-1, keepdims=True))
     exp = topi.fast_exp(shifted)
     out = topi.divide(exp, topi.sum(exp, axis=-1, keepdims=True))
@@ -188,7 +190,10 @@ def _ConvertLayoutIfPossible() -> Any:  # noqa: N802 - a pass, named like TVM's
     """NHWC activations and HWIO weights for ``conv2d``; the module unchanged where TVM's
     ConvertLayout fails (it does on some Concat and channel-shuffle graphs), and where there
     is no conv2d to convert (on rank-0 broadcasts TVM 0.27's ConvertLayout dies of SIGFPE)."""
-    convert = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]})
+    # conv2d_transpose stays NCHW (a transpose on each side): after the layout inference
+    # carried NHWC into it, TVM 0.27 had no legalization for it ("CodeGenVM cannot emit", UNet)
+    convert = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"],
+                                             "relax.nn.conv2d_transpose": ["NCHW", "IOHW"]})
 
     @tvm.transform.module_pass(opt_level=0, name="SubgraphConvertLayout")
     def _convert(mod: Any, _ctx: Any) -> Any:
