@@ -34,7 +34,8 @@ _MIN_PARALLEL = 4096  # as the rules: fewer output elements than this stay on on
 class FunctionStatus:
     """How one TIR function of a build was scheduled.
 
-    ``status`` is ``"scheduled"`` (``rule`` did it), ``"fallback"`` (no rule could:
+    ``status`` is ``"scheduled"`` (``rule`` did it; a function no rule takes and too small
+    to split has serial loops as its schedule), ``"fallback"`` (no rule could:
     :func:`fallback_schedule`) or ``"unscheduled"`` (naive loops); ``reason`` says why a
     function is not ``"scheduled"``.
     """
@@ -148,6 +149,8 @@ class ApplyScheduleRules:
         reason = failures[0] if failures else "no schedule rule matches it"
         try:
             sch = fallback_schedule(func)
+            if sch is None and not failures:  # too small to split: serial loops are its schedule
+                return None, FunctionStatus(name, "scheduled", "serial (too small to split)")
             if sch is not None:
                 if self.verify:
                     _builds(sch.mod["main"], target)

@@ -157,3 +157,34 @@ def test_nodes_behind_reads_relax_operator_names():
     assert nodes_behind("fused_conv2d3_relu", graph) == ("conv",)
     assert nodes_behind("transpose", graph) == ()
     assert ApplyScheduleRules.__doc__.startswith("Apply ``rules``")
+
+
+def _failing_pass(message: str):
+    @tvm.transform.module_pass(opt_level=0, name="InjectedFailure")
+    def _fail(mod, _ctx):
+        raise RuntimeError(message)
+
+    return _fail
+
+
+def test_a_failing_layout_rewrite_keeps_the_schedules(monkeypatch):
+    monkeypatch.setattr(pipeline, "_ConvertLayoutIfPossible", lambda: _failing_pass("injected layout failure"))
+    graph = conv_transpose_graph()
+    fn = compile_graph(graph, use_cache=False)
+    (note,) = fn.notes
+    assert (note.function, note.nodes, note.status) == ("(layout rewrite)", ("conv",), "NCHW, default erf and softmax")
+    assert "injected layout failure" in note.reason
+    arrays = [rand(np.random.default_rng(5), v.shape) for v in graph.inputs]
+    assert_matches_onnxruntime(graph, fn(*arrays), *arrays)
+
+
+def test_only_a_pipeline_that_fails_whole_falls_back_whole(monkeypatch):
+    monkeypatch.setattr(pipeline, "ApplyScheduleRules", lambda *args: _failing_pass("injected pipeline failure"))
+    graph = conv_transpose_graph()
+    with pytest.warns(RuntimeWarning, match=r"TVM's 'cpu' schedule failed for graph 'conv_transpose' \(RuntimeError: "
+                                            r"injected pipeline failure\); it was compiled with TVM's default"):
+        fn = compile_graph(graph, use_cache=False)
+    (note,) = fn.notes
+    assert (note.function, note.nodes, note.status) == ("(every function)", ("conv", "relu", "up"), "unscheduled")
+    arrays = [rand(np.random.default_rng(6), v.shape) for v in graph.inputs]
+    assert_matches_onnxruntime(graph, fn(*arrays), *arrays)
