@@ -80,6 +80,39 @@ def _ov_compiled(model, threads: int, tmp: str):
     return compiled, time.perf_counter() - start
 
 
+def model_gflop(graph) -> float:
+    """GFLOP of one call: 2 x the multiply-adds of its Conv, ConvTranspose, MatMul and Gemm nodes
+    (the rest is memory-bound and left out)."""
+    import numpy as np
+
+    total = 0
+    for node in graph.nodes:
+        out = node.outputs[0].shape if node.outputs and node.outputs[0] is not None else None
+        if out is None or any(not isinstance(d, int) for d in out):
+            continue
+        if node.op == "Conv":
+            weight = node.inputs[1].shape  # (out channels, in channels / group, kernel...)
+            total += 2 * int(np.prod(out)) * int(np.prod(weight[1:]))
+        elif node.op == "ConvTranspose":  # every input element times a (out channels / group, kernel) block
+            data, weight = node.inputs[0].shape, node.inputs[1].shape
+            total += 2 * int(np.prod(data)) * int(np.prod(weight[1:]))
+        elif node.op in ("MatMul", "Gemm"):
+            a = node.inputs[0].shape
+            k = a[0] if node.op == "Gemm" and node.attrs.get("transA") else a[-1]
+            total += 2 * int(np.prod(out)) * int(k)
+    return total / 1e9
+
+
+def peak_gflops(threads: int) -> float | None:
+    """threads x 32 FP32 FLOP/cycle (two 256-bit FMA pipes, or one 512-bit) x the clock /proc/cpuinfo reports."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            mhz = next(float(line.split(":")[1]) for line in f if line.startswith("cpu MHz"))
+    except (OSError, StopIteration, ValueError):
+        return None
+    return threads * 32 * mhz / 1e3
+
+
 def stage_run(name: str, threads: int, runs: int, warmup: int, tuned: bool) -> dict:
     """Compile (into the empty or the tuned cache) and time every path of one model."""
     import numpy as np
@@ -95,6 +128,7 @@ def stage_run(name: str, threads: int, runs: int, warmup: int, tuned: bool) -> d
     reference = session.run(None, sample.feeds)
     calls = {"ort": lambda: session.run(None, sample.feeds)}
     graph = subgraph.from_onnx(sample.model, sample.input_shapes)
+    result["gflop"] = model_gflop(graph)
     start = time.perf_counter()
     ours = subgraph.compile_model(graph, "HETERO:TVM,NUMPY")
     result["compile_s"] = time.perf_counter() - start
@@ -243,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds of `subgraph tune` per model for the tuned column (default 0: no tuning)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per model and stage")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--report", metavar="JSON", help="print the table of an earlier run's --json file")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -256,15 +291,20 @@ def main(argv: list[str] | None = None) -> int:
         Path(out).write_text(json.dumps(result))
         return 0
 
-    import zoo.corpus
-
-    models = args.models.split(",") if args.models else zoo.corpus.names()
     budget = f"tuning {args.tune_budget:g} s per model" if args.tune_budget > 0 else "no tuning (tuned column empty)"
     print(f"{args.threads} thread(s) everywhere; median of {args.runs} runs after {args.warmup} "
           f"warm-up, ms; {budget}; ! = outputs differ from onnxruntime's", flush=True)
     print(f"{'model':<34} " + " ".join(f"{p:>8}" for p in PATHS) + "  "
           + " ".join(f"{a + '/' + b:>7}" for a, b in RATIOS) + "  " + " ".join(f"{c:>6}" for c in (
               "first", "cached", "ov")) + "  subgraphs", flush=True)
+    if args.report:  # the table of an earlier run
+        results = json.loads(Path(args.report).read_text())
+        for r in results:
+            print(_row(r) if "ms" in r else f"{r['model']:<34} {r.get('error')}")
+        return report(results, args)
+    import zoo.corpus
+
+    models = args.models.split(",") if args.models else zoo.corpus.names()
     results = []
     for name in models:
         r = measure(name, args)
@@ -272,6 +312,12 @@ def main(argv: list[str] | None = None) -> int:
         print(_row(r) if "ms" in r else f"{name:<34} {r.get('error')}", flush=True)
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))
+    return report(results, args)
+
+
+def report(results: list[dict], args: argparse.Namespace) -> int:
+    """The geomean row, the models slower than 1.5x OpenVINO with their GFLOP/s, and every
+    mismatch, error and schedule note."""
     complete = [r for r in results if "ms" in r]
     means = [_geomean([v for v in (_ratio(r["ms"], a, b) for r in complete) if v is not None]) for a, b in RATIOS]
     print(f"{'geomean':<34} " + " ".join(f"{'':>8}" for _ in PATHS) + "  "
@@ -279,9 +325,13 @@ def main(argv: list[str] | None = None) -> int:
     for a, b in RATIOS:
         count = sum(_ratio(r["ms"], a, b) is not None for r in complete)
         print(f"  {a}/{b}: geomean over {count} model(s)")
-    cliffs = [(r["model"], _ratio(r["ms"], "tvm", "ov")) for r in complete if (_ratio(r["ms"], "tvm", "ov") or 0) > 1.5]
-    if cliffs:
-        print("slower than 1.5x OpenVINO: " + ", ".join(f"{m} {v:.2f}x" for m, v in cliffs))
+    peak = peak_gflops(args.threads)
+    cliffs = [r for r in complete if (_ratio(r["ms"], "tvm", "ov") or 0) > 1.5]
+    print(f"slower than 1.5x OpenVINO: {len(cliffs)} model(s); GFLOP/s of the contractions (Conv, MatMul, Gemm) "
+          f"per call, against a base-clock peak of {_fmt(peak, '.0f')} GFLOP/s for {args.threads} thread(s):")
+    for r in cliffs:
+        rates = ", ".join(f"{p} {r['gflop'] / (r['ms'][p] / 1e3):.1f}" for p in ("tvm", "ov", "ort") if r["ms"].get(p))
+        print(f"  {r['model']}: {_ratio(r['ms'], 'tvm', 'ov'):.2f}x, {r['gflop']:.3f} GFLOP per call; GFLOP/s {rates}")
     for r in results:
         for path, why in r.get("mismatch", {}).items():
             print(f"  ! {r['model']} {path}: {why}")
