@@ -330,8 +330,9 @@ def report(results: list[dict], args: argparse.Namespace) -> int:
     print(f"slower than 1.5x OpenVINO: {len(cliffs)} model(s); GFLOP/s of the contractions (Conv, MatMul, Gemm) "
           f"per call, against a base-clock peak of {_fmt(peak, '.0f')} GFLOP/s for {args.threads} thread(s):")
     for r in cliffs:
-        rates = ", ".join(f"{p} {r['gflop'] / (r['ms'][p] / 1e3):.1f}" for p in ("tvm", "ov", "ort") if r["ms"].get(p))
-        print(f"  {r['model']}: {_ratio(r['ms'], 'tvm', 'ov'):.2f}x, {r['gflop']:.3f} GFLOP per call; GFLOP/s {rates}")
+        gflop = r.get("gflop", 0.0)
+        rates = ", ".join(f"{p} {gflop / (r['ms'][p] / 1e3):.1f}" for p in ("tvm", "ov", "ort") if r["ms"].get(p))
+        print(f"  {r['model']}: {_ratio(r['ms'], 'tvm', 'ov'):.2f}x, {gflop:.3f} GFLOP per call; GFLOP/s {rates}")
     for r in results:
         for path, why in r.get("mismatch", {}).items():
             print(f"  ! {r['model']} {path}: {why}")
