@@ -308,8 +308,10 @@ def _finish(graph: Graph, props: dict[str, SubgraphProperty], kernels: FusedKern
                 kernels.kernels[node.name] = numpy_kernel
                 _move(node, props[FALLBACK_DEVICE])
         crossing = sum(v.nbytes or 0 for v in (*node.inputs, *node.outputs) if v is not None)
+        notes = () if not compile_now or failed or moved else \
+            tuple(getattr(kernels.fused(node).compile(), "notes", ()))
         info = SubgraphInfo(index, node.attrs["device"], node.name, tuple(n.name for n in node.subgraph.nodes),
-                            tuple(n.op for n in node.subgraph.nodes), crossing, failed, costs, moved)
+                            tuple(n.op for n in node.subgraph.nodes), crossing, failed, costs, moved, notes)
         infos.append(info)
         if progress is not None:
             try:

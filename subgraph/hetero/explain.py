@@ -102,6 +102,9 @@ def explain_affinity(graph: Graph, device: str = "HETERO:TVM,NUMPY",
         elif info is not None and info.device != affinity:
             why += (f"; dropped from its {affinity} subgraph (fewer than {min_subgraph_size} compute ops, "
                     f"min_subgraph_size), runs on {info.device}")
+        for note in () if info is None else info.notes:
+            if node.name in note.nodes:
+                why += f"; {info.device} compiled {note.function} off its fast path: {note.status}, {note.reason}"
         result[node.name] = NodeExplanation(affinity, None if info is None else info.index,
                                             None if info is None else info.device, why)
     return result

@@ -20,7 +20,7 @@ from subgraph.fileio import write_atomic
 from subgraph.hetero.asynchronous import AsyncRequest
 from subgraph.hetero.pipeline import Pipeline, copy_feeds, device_stages
 from subgraph.ir import Graph
-from subgraph.properties import FusedKernels
+from subgraph.properties import FusedKernels, KernelNote
 
 __all__ = ["CompiledModel", "SubgraphInfo", "ProfileRecord", "format_bytes", "format_ops"]
 
@@ -40,6 +40,9 @@ class SubgraphInfo:
     costs: tuple[tuple[str, float | None], ...] = ()
     #: True when ``choose="measured"`` moved it from its device to NUMPY
     moved: bool = False
+    #: the parts its device compiled off its fast path, and why (TVM: functions whose
+    #: schedule failed); empty when all got it, or before the subgraph is compiled
+    notes: tuple[KernelNote, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -164,7 +167,16 @@ class CompiledModel:
         """The profile as text, one line per record, as OpenVINO's benchmark prints it."""
         lines = [r.format() for r in self.profiling_info()]
         total = sum(r.seconds for r in self._records)
-        return "\n".join(lines + [f"Total time: {total * 1e6:.1f} microseconds"])
+        return "\n".join(lines + [f"Total time: {total * 1e6:.1f} microseconds", *self._note_lines()])
+
+    def _note_lines(self) -> list[str]:
+        """What each subgraph's device compiled off its fast path (:attr:`SubgraphInfo.notes`)."""
+        lines = []
+        for s in self.subgraphs:
+            if s.notes:
+                lines.append(f"subgraph {s.index} ({s.device}): {len(s.notes)} part(s) off the fast path:")
+                lines += [f"  {note.format()}" for note in s.notes]
+        return lines
 
     def profile_trace(self) -> dict[str, Any]:
         """The last profiled run in the Chrome trace event format (what torch.profiler and
@@ -207,7 +219,9 @@ class CompiledModel:
         op types; with ``choose="measured"`` also the measured costs (``?``: not measured, said
         in a note under the table). A device marked
         ``(moved)`` took the subgraph by measurement, ``(fallback)`` failed to compile it, so
-        it runs on NUMPY. With ``split="pipeline"``, the pipeline plan follows the table
+        it runs on NUMPY. Under the table, every part a device compiled off its fast path
+        (:attr:`SubgraphInfo.notes`: TVM functions whose schedule failed) and why. With
+        ``split="pipeline"``, the pipeline plan follows
         (:meth:`~subgraph.hetero.split.PipelinePlan.format`): the cut points and, per stage,
         its device, nodes, bytes crossing, predicted and measured seconds.
 
@@ -233,6 +247,7 @@ class CompiledModel:
         if any(t is None for s in self.subgraphs for _, t in s.costs):
             rows.append("(? = not measured: NUMPY does not run every op of that subgraph, or timing it failed; "
                         "the subgraph stays on its device)")
+        rows += self._note_lines()
         if self.pipeline_plan is not None:
             rows += ["", self.pipeline_plan.format()]
         return "\n".join(rows)

@@ -8,9 +8,9 @@ happen when it first compiles.
 from subgraph.properties import tvm  # noqa: F401, I001
 from subgraph.properties import numpy  # noqa: F401
 from subgraph.properties import remote  # noqa: F401
-from subgraph.properties.base import FusedKernel, SubgraphProperty
+from subgraph.properties.base import FusedKernel, KernelNote, SubgraphProperty
 from subgraph.properties.registry import get_property, list_properties, register_property, registered_devices
 from subgraph.properties.runtime import FusedKernels
 
-__all__ = ["SubgraphProperty", "FusedKernel", "FusedKernels", "register_property", "get_property",
+__all__ = ["SubgraphProperty", "FusedKernel", "FusedKernels", "KernelNote", "register_property", "get_property",
            "list_properties", "registered_devices"]

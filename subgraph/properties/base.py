@@ -15,6 +15,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ import numpy as np
 from subgraph.ir import FUSED_DOMAIN, FUSED_OP, Graph, Node
 from subgraph.selectors import ContainOpSelector, SubgraphSelector
 
-__all__ = ["SubgraphProperty", "FusedKernel", "time_kernel", "Kernel"]
+__all__ = ["SubgraphProperty", "FusedKernel", "KernelNote", "time_kernel", "Kernel"]
 
 Kernel = Callable[..., Sequence[np.ndarray]]
 
@@ -66,6 +67,33 @@ def time_kernel(kernel: Callable[..., Any], inputs: Sequence[np.ndarray], *, rep
         kernel(*inputs)
         times.append(clock() - start)
     return statistics.median(times)
+
+
+@dataclass(frozen=True)
+class KernelNote:
+    """Part of a compiled subgraph that did not get its device's fast path, and why.
+
+    A compiled kernel lists them in its ``notes`` attribute (TVM: functions whose schedule
+    failed); ``CompiledModel.summary()``, ``--explain`` and ``--profile`` print them.
+
+    Examples
+    --------
+    >>> KernelNote("fused_conv2d_transpose", ("up",), "fallback", "ContractionRule failed").format()
+    'fused_conv2d_transpose (up): fallback, ContractionRule failed'
+    """
+
+    #: the device's name for the part (a TIR function)
+    function: str
+    #: the graph nodes it computes, as far as the device can tell
+    nodes: tuple[str, ...]
+    #: what it got instead of the fast path (TVM: "fallback" or "unscheduled")
+    status: str
+    #: why
+    reason: str
+
+    def format(self) -> str:
+        nodes = f" ({', '.join(self.nodes[:6])}{', ...' if len(self.nodes) > 6 else ''})" if self.nodes else ""
+        return f"{self.function}{nodes}: {self.status}, {self.reason}"
 
 
 class FusedKernel:

@@ -20,6 +20,7 @@ import tvm
 from subgraph.errors import PropertyError
 from subgraph.ir import Graph
 from subgraph.ops.index import INDEX_OPS, index_limits
+from subgraph.properties.base import KernelNote
 from subgraph.properties.tvm.build import build
 from subgraph.properties.tvm.cache import (
     BUILD_LOCK,
@@ -70,6 +71,8 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
     Returns
     -------
     TVMFunction
+        Its ``notes`` name every TIR function (and the nodes behind it) that did not get
+        the scheduled path, and why (:mod:`~subgraph.properties.tvm.build`).
 
     Notes
     -----
@@ -119,19 +122,23 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
         if entry is not None:
             module, meta = entry
             constant_outputs, tuned, source = list(meta.get("constant_outputs", [])), meta.get("tuned", []), "disk"
+            notes = [KernelNote(n["function"], tuple(n["nodes"]), n["status"], n["reason"])
+                     for n in meta.get("notes", [])]
         else:
-            module, constant_outputs, keys = build(graph, model, tgt, schedule, tiles)
+            module, constant_outputs, keys, notes = build(graph, model, tgt, schedule, tiles)
             tuned = sorted(database.records[k].name for k in keys) if database else []
             source = "compiled"
             if use_cache:
                 store_entry(directory, key, module, {
                     "graph": graph.name, "target": str(tgt), "schedule": schedule, "tvm": tvm.__version__,
-                    "constant_outputs": constant_outputs, "tuned": tuned})
+                    "constant_outputs": constant_outputs, "tuned": tuned,
+                    "notes": [{"function": n.function, "nodes": list(n.nodes), "status": n.status,
+                               "reason": n.reason} for n in notes]})
         fn = TVMFunction(module, device, name=graph.name, key=key, target=str(tgt),
                          inputs=[(v.name, v.shape, v.dtype) for v in graph.inputs],
                          output_names=[v.name for v in graph.outputs],
                          constant_outputs=constant_outputs, source=source, tuned=tuned,
-                         index_checks=_index_checks(graph))
+                         index_checks=_index_checks(graph), notes=notes)
         if use_cache:
             MEMORY[key] = fn
         return fn

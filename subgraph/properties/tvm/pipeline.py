@@ -11,8 +11,10 @@ tiles ahead of time and stores the winners), so a build stays a matter of second
   weights (``relax.transform.ConvertLayout``; the weight transposes fold into constants), so
   that the output channel is contiguous in both the output and the weights (where TVM's
   ConvertLayout fails, the graph stays NCHW); then every fused function gets the rules of
-  :func:`~subgraph.properties.tvm.schedules.schedule_rules`; ``erf`` and ``softmax`` go
-  through TVM's fast (vectorisable) approximations.
+  :func:`~subgraph.properties.tvm.schedules.schedule_rules`, each function on its own
+  (:class:`~subgraph.properties.tvm.isolation.ApplyScheduleRules`: a rule that fails on one
+  function costs that function alone); ``erf`` and ``softmax`` go through TVM's fast
+  (vectorisable) approximations.
 - ``"dlight"``: only TVM's ``dlight.cpu`` rules (GEMV, row reductions).
 - ``"none"``: TVM's default pipeline, unscheduled.
 
@@ -30,10 +32,10 @@ from typing import Any
 
 import numpy as np
 import tvm
-from tvm import relax, s_tir, te, topi
+from tvm import relax, s_tir, te, tirx, topi
 from tvm.relax.backend.cpu_generic import pipeline as cpu
-from tvm.s_tir import dlight as dl
 
+from subgraph.properties.tvm.isolation import ApplyScheduleRules, FunctionStatus
 from subgraph.properties.tvm.nan import NAN_LEGALIZE
 from subgraph.properties.tvm.schedules import Tile, schedule_rules, vector_lanes, vector_widths
 
@@ -44,12 +46,13 @@ __all__ = ["SCHEDULES", "prepare_passes", "relax_pipeline"]
 SCHEDULES: tuple[str, ...] = ("cpu", "dlight", "none")
 
 
-def prepare_passes(target: Any, schedule: str = "cpu") -> list[Any]:
+def prepare_passes(target: Any, schedule: str = "cpu", rewrite: bool = True) -> list[Any]:
     """The passes before scheduling: layout (``"cpu"``), library dispatch, legalize and fuse.
 
     Their output's TIR functions are what the schedule rules see and what tuning measures.
+    ``rewrite=False`` leaves out the NHWC rewrite and the fast erf and softmax.
     """
-    if schedule != "cpu":  # clamps as Relax ops too: their legalization propagates NaN
+    if schedule != "cpu" or not rewrite:  # clamps as Relax ops too: their legalization propagates NaN
         return [_ClampsAsRelaxOps(), *cpu.library_dispatch_passes(target), *_legalize_passes(target)]
 
     # TVM's legalize-and-fuse passes, with our erf and softmax in its LegalizeOps
@@ -139,7 +142,9 @@ def _fast_softmax(bb: Any, call: Any) -> Any:
 
 def _schedule_softmax(dims: list[int], lanes: int) -> Any:
     """max, exp (fast), sum and divide per row: rows in parallel, the columns vectorised."""
-    data = te.placeholder(dims, "float32", name="x")
+    # int64 extents, as Relax's own legalizations make them: FuseTIR refuses to fuse a
+    # consumer (hf_bert's IsNaN/Where after softmax) whose buffer shapes are int64 with ours
+    data = te.placeholder([tirx.IntImm("int64", d) for d in dims], "float32", name="x")
     shifted = topi.subtract(data, topi.max(data, axis=-1, keepdims=True))
     exp = topi.fast_exp(shifted)
     out = topi.divide(exp, topi.sum(exp, axis=-1, keepdims=True))
@@ -158,7 +163,9 @@ def _schedule_softmax(dims: list[int], lanes: int) -> Any:
     widths = vector_widths(lanes, dims[-1])
     for block in (fexp, div) if widths else ():
         sch.vectorize(sch.split(sch.get_loops(block)[-1], factors=[None, widths[0]])[-1])
-    return sch.mod["main"].with_attr("tirx.is_scheduled", True)
+    # opaque to FuseOps: fused with its consumers (hf_bert's IsNaN/Where mask) the function
+    # would no longer be ours, and no rule schedules the fusion (naive loops)
+    return sch.mod["main"].with_attr("tirx.is_scheduled", True).with_attr("op_pattern", 8)
 
 
 def _fast_erf(bb: Any, call: Any) -> Any:
@@ -188,7 +195,10 @@ def _ConvertLayoutIfPossible() -> Any:  # noqa: N802 - a pass, named like TVM's
     """NHWC activations and HWIO weights for ``conv2d``; the module unchanged where TVM's
     ConvertLayout fails (it does on some Concat and channel-shuffle graphs), and where there
     is no conv2d to convert (on rank-0 broadcasts TVM 0.27's ConvertLayout dies of SIGFPE)."""
-    convert = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]})
+    # conv2d_transpose stays NCHW (a transpose on each side): after the layout inference
+    # carried NHWC into it, TVM 0.27 had no legalization for it ("CodeGenVM cannot emit", UNet)
+    convert = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"],
+                                             "relax.nn.conv2d_transpose": ["NCHW", "IOHW"]})
 
     @tvm.transform.module_pass(opt_level=0, name="SubgraphConvertLayout")
     def _convert(mod: Any, _ctx: Any) -> Any:
@@ -241,7 +251,8 @@ def _opaque_concat_reshape(mod: Any) -> Any:
 
 
 def relax_pipeline(target: Any, schedule: str = "cpu", tiles: Mapping[str, Tile] | None = None,
-                   applied: list[str] | None = None) -> Any:
+                   applied: list[str] | None = None, status: dict[str, FunctionStatus] | None = None,
+                   verify: bool = False, rewrite: bool = True) -> Any:
     """The Relax pipeline for ``tvm.compile(mod, target, relax_pipeline=...)`` on a CPU target.
 
     Parameters
@@ -258,6 +269,16 @@ def relax_pipeline(target: Any, schedule: str = "cpu", tiles: Mapping[str, Tile]
     applied : list, optional
         Receives the :func:`~subgraph.properties.tvm.schedules.function_key` of every
         function that got a tile from ``tiles``.
+    status : dict, optional
+        Receives how each TIR function was scheduled
+        (:class:`~subgraph.properties.tvm.isolation.FunctionStatus`, by function name).
+        Each function is scheduled on its own: a rule that fails costs only its function.
+    verify : bool
+        Build each scheduled function alone and give a function whose scheduled code does
+        not build a simpler schedule (slower compiles: for a retry after a failed build).
+    rewrite : bool
+        ``False`` keeps the layouts and the default erf and softmax (a retry after the
+        rewrites failed).
 
     Returns
     -------
@@ -281,12 +302,13 @@ def relax_pipeline(target: Any, schedule: str = "cpu", tiles: Mapping[str, Tile]
         return _default
 
     rules = schedule_rules(schedule, vector_lanes(target), tiles, applied)
+    status = {} if status is None else status
 
     @tvm.transform.module_pass(opt_level=0, name="SubgraphCPUPipeline")
     def _pipeline(mod: Any, _ctx: Any) -> Any:
         with target:
             mod = tvm.transform.Sequential(
-                prepare_passes(target, schedule) + [dl.ApplyDefaultSchedule(*rules)]
+                prepare_passes(target, schedule, rewrite) + [ApplyScheduleRules(rules, status, verify)]
                 + cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target))(mod)
         return mod
 

@@ -48,12 +48,17 @@ class TVMFunction:
         ``(input position, index node, (axis, size) limits)``: TVM's index kernels do not
         check indices, so :meth:`__call__` checks the inputs that are indices (one min/max
         per call) and raises :class:`~subgraph.errors.ExecutionError` naming the node.
+    notes : list[KernelNote]
+        The TIR functions that did not get the scheduled path, and why
+        (:class:`~subgraph.properties.base.KernelNote`); empty when every one did.
     """
     def __init__(self, module: Any, device: Any, *, name: str, key: str, target: str,
                  inputs: list[tuple[str, tuple[int, ...], np.dtype]], output_names: list[str],
                  constant_outputs: list[int], source: str, tuned: list[str] | None = None,
-                 index_checks: list[tuple[int, Any, list[tuple[int, int]]]] | None = None) -> None:
+                 index_checks: list[tuple[int, Any, list[tuple[int, int]]]] | None = None,
+                 notes: list[Any] | None = None) -> None:
         self.tuned = list(tuned or [])
+        self.notes = list(notes or [])
         self.index_checks = list(index_checks or [])
         self._module = module
         self.device = device

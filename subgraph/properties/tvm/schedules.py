@@ -7,8 +7,9 @@ second axis, parallel outer loops, the epilogue fused in the tile. The tile is a
 :func:`schedule_rules` gives the rules a schedule name applies, in order of preference:
 the contraction rule, TVM's own ``s_tir.dlight.cpu`` rules (GEMV; softmax and layer-norm
 style row reductions) and fused, parallel, vectorised element-wise loops. A rule that
-cannot handle a function leaves it alone, so a schedule can make a build slower to run
-but never wrong: the schedule primitives keep the computation's meaning.
+cannot handle a function leaves it alone (one that raises costs that function alone:
+:class:`~subgraph.properties.tvm.isolation.ApplyScheduleRules`), so a schedule can make a
+build slower to run but never wrong: the schedule primitives keep the computation's meaning.
 """
 
 from __future__ import annotations
@@ -283,12 +284,10 @@ def _make_rules(lanes: int, tiles: Mapping[str, Tile], applied: list[str] | None
         default :class:`Tile`; the keys of functions given a tuned tile go to ``applied``.
         """
         def apply(self, func: Any, target: Any, _tunable: bool) -> Any:
-            try:
-                key = function_key(func, target) if tiles else None
-                tile = tiles.get(key)
-                sch = schedule_contraction(func, lanes, tile or Tile())
-            except Exception:  # the function keeps its naive loops
-                return None
+            # an exception costs this function alone (isolation.ApplyScheduleRules records it)
+            key = function_key(func, target) if tiles else None
+            tile = tiles.get(key)
+            sch = schedule_contraction(func, lanes, tile or Tile())
             if sch is not None and tile is not None and applied is not None:
                 applied.append(key)
             return sch
@@ -297,16 +296,13 @@ def _make_rules(lanes: int, tiles: Mapping[str, Tile], applied: list[str] | None
         """Functions whose blocks are all injective (add, transpose, reshape, pad...)."""
 
         def apply(self, func: Any, target: Any, _tunable: bool) -> Any:
-            try:
-                sch = s_tir.Schedule(func)
-                infos = normalize_prim_func(sch)
-                if infos is None or any(not b.is_injective() for b in infos):
-                    return None
-                for info in try_inline(sch, list(infos)):
-                    _vectorize_spatial(sch, info.block_rv, lanes)
-                return sch
-            except Exception:
+            sch = s_tir.Schedule(func)
+            infos = normalize_prim_func(sch)
+            if infos is None or any(not b.is_injective() for b in infos):
                 return None
+            for info in try_inline(sch, list(infos)):
+                _vectorize_spatial(sch, info.block_rv, lanes)
+            return sch
 
     return ContractionRule(), ElementwiseRule()
 

@@ -115,7 +115,7 @@ def test_erf_and_softmax_use_the_vectorisable_forms():
     (softmax,) = [s for name, s in scripts.items() if "softmax" in name]
     assert "T.parallel" not in softmax  # one row: no threads racing on its max and sum
     (rows,) = [s for name, s in lowered_scripts(attention_graph(), "cpu").items() if "softmax" in name]
-    assert "T.parallel(64)" in rows and "T.vectorized(16)" in rows  # 2 x 32 rows of 32
+    assert "T.parallel(T.int64(64))" in rows and "T.vectorized(T.int64(16))" in rows  # 2 x 32 rows of 32
 
 
 def shuffle_graph() -> Graph:
@@ -190,3 +190,47 @@ def test_concat_of_broadcast_products_on_the_last_axis_is_right():
     arrays = [rng.standard_normal(v.shape).astype(np.float32) for v in g.inputs]
     for _ in range(3):  # the wrong numbers changed from run to run
         assert_matches_onnxruntime(g, compile_graph(g, schedule="cpu")(*arrays), *arrays)
+
+
+def masked_softmax_graph() -> Graph:
+    """Softmax whose output is masked where NaN (hf_bert's attention): FuseTIR fuses the two."""
+    rng = np.random.default_rng(9)
+    g = Graph("masked_softmax")
+    x = g.add_input("x", (2, 4, 8, 8), "float32")
+    s = g.add_node("Softmax", [x], name="softmax", attrs={"axis": -1}).outputs[0]
+    nan = g.add_node("IsNaN", [s], name="isnan").outputs[0]
+    zero = g.add_constant("zero", np.zeros((), np.float32))
+    y = g.add_node("Where", [nan, zero, s], name="where").outputs[0]
+    g.set_outputs([g.add_node("Mul", [y, g.add_constant("scale", rand(rng, (8,)))], name="mul").outputs[0]])
+    infer_shapes(g)
+    return g
+
+
+def conv_transpose_graph() -> Graph:
+    """Conv, then ConvTranspose (a UNet's up-sampling): the Conv goes NHWC, the ConvTranspose must not."""
+    rng = np.random.default_rng(10)
+    g = Graph("conv_transpose")
+    x = g.add_input("x", (1, 8, 8, 8), "float32")
+    y = g.add_node("Conv", [x, g.add_constant("w", rand(rng, (16, 8, 3, 3)))], name="conv",
+                   attrs={"pads": [1, 1, 1, 1]}).outputs[0]
+    y = g.add_node("Relu", [y], name="relu").outputs[0]
+    g.set_outputs([g.add_node("ConvTranspose", [y, g.add_constant("wt", rand(rng, (16, 8, 2, 2)))], name="up",
+                              attrs={"strides": [2, 2]}).outputs[0]])
+    infer_shapes(g)
+    return g
+
+
+@pytest.mark.parametrize("build", [masked_softmax_graph, conv_transpose_graph])
+def test_graphs_that_once_left_the_cpu_schedule_now_keep_it(build):
+    """hf_bert ("Inconsistent buffers T_divide") and UNet ("CodeGenVM cannot emit
+    conv2d_transpose") fell back to TVM's default pipeline for the whole subgraph."""
+    graph = build()
+    scripts = lowered_scripts(graph, "cpu")  # raises if the cpu pipeline fails
+    assert any("T.vectorized" in s for s in scripts.values())
+    arrays = [rand(np.random.default_rng(2), v.shape) for v in graph.inputs]
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "compiled with TVM's default pipeline instead"
+        got = compile_graph(graph, use_cache=False)(*arrays)
+    assert_matches_onnxruntime(graph, got, *arrays)

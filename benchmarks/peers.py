@@ -1,0 +1,350 @@
+"""This project against its peers, OpenVINO's CPU plugin and onnxruntime, on every corpus model.
+
+For each model of ``zoo/corpus`` (or ``--models a,b``), in one run, with the same thread
+count everywhere (``--threads``, default 2: TVM's pool, OpenBLAS under numpy,
+onnxruntime's intra-op threads, OpenVINO's ``INFERENCE_NUM_THREADS``), the median latency
+in ms of ``--runs`` calls after ``--warmup`` calls, path after path (interleaved calls made
+the runtimes' spinning thread pools fight over the cores, ten-fold slowdowns):
+
+- ``tvm``: ``compile_model(graph, "HETERO:TVM,NUMPY")``, untuned (a fresh cache folder);
+- ``tuned``: the same after ``subgraph tune``'s search with ``--tune-budget`` seconds per
+  model (omitted with the default 0), recompiled with the stored records;
+- ``numpy``: ``compile_model(graph, "HETERO:NUMPY")``;
+- ``ort``: onnxruntime, CPU provider; ``ov``: ``openvino.Core().compile_model(path, "CPU")``
+  at float32 precision (``INFERENCE_PRECISION_HINT``: on CPUs with bf16 it would otherwise
+  compute in bf16 and miss the tolerance), its threads not pinned to cores
+  (``ENABLE_CPU_PINNING``: pinned, on a machine other processes load, it ran MobileNetV2 in
+  8 ms instead of 0.9).
+
+Then the ratios tvm/ov, tvm/ort, tuned/ov and numpy/ort, and a geomean row over the models
+every path ran. Compile seconds: ``first`` is ``compile_model`` into the empty cache,
+``cached`` the same in a new process with the same cache (both after ``import tvm``,
+which is not counted), beside OpenVINO's ``compile_model``. Every path's outputs are
+compared with onnxruntime's at the corpus tolerance (tests/models: rtol 1e-4, atol
+5e-5 * max(1, max|ref|)); a path that differs is marked ``!`` and listed below the table.
+Each model runs in child processes (one per stage) with a timeout, so a crash or a hang
+costs one row. Numbers on a loaded machine are noisy: the ratios, measured in the same
+rounds, are the figures to read.
+
+    python benchmarks/peers.py --models tv_resnet18,hf_bert           # 2 threads, 20 runs
+    python benchmarks/peers.py --tune-budget 30 --json peers.json     # every model, tuned too
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the checkout root, for zoo/ and tests/ (not installed)
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+PATHS = ("tvm", "tuned", "numpy", "ort", "ov")
+
+
+def _load(name: str):
+    """The corpus sample (legacy exporter where it has one), its graph and onnxruntime's session."""
+    import zoo.corpus
+
+    exporter = "legacy" if "legacy" in zoo.corpus.entry(name).exporters else "dynamo"
+    return zoo.corpus.load(name, exporter), exporter
+
+
+def _ort_session(model, threads: int):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def _ov_compiled(model, threads: int, tmp: str):
+    import openvino
+
+    path = Path(tmp) / "model.onnx"
+    import onnx
+
+    onnx.save(model, str(path))
+    start = time.perf_counter()
+    compiled = openvino.Core().compile_model(str(path), "CPU", {"INFERENCE_NUM_THREADS": threads,
+                                                                "INFERENCE_PRECISION_HINT": "f32",
+                                                                "ENABLE_CPU_PINNING": False})
+    return compiled, time.perf_counter() - start
+
+
+def model_gflop(graph) -> float:
+    """GFLOP of one call: 2 x the multiply-adds of its Conv, ConvTranspose, MatMul and Gemm nodes
+    (the rest is memory-bound and left out)."""
+    import numpy as np
+
+    total = 0
+    for node in graph.nodes:
+        out = node.outputs[0].shape if node.outputs and node.outputs[0] is not None else None
+        if out is None or any(not isinstance(d, int) for d in out):
+            continue
+        if node.op == "Conv":
+            weight = node.inputs[1].shape  # (out channels, in channels / group, kernel...)
+            total += 2 * int(np.prod(out)) * int(np.prod(weight[1:]))
+        elif node.op == "ConvTranspose":  # every input element times a (out channels / group, kernel) block
+            data, weight = node.inputs[0].shape, node.inputs[1].shape
+            total += 2 * int(np.prod(data)) * int(np.prod(weight[1:]))
+        elif node.op in ("MatMul", "Gemm"):
+            a = node.inputs[0].shape
+            k = a[0] if node.op == "Gemm" and node.attrs.get("transA") else a[-1]
+            total += 2 * int(np.prod(out)) * int(k)
+    return total / 1e9
+
+
+def peak_gflops(threads: int) -> float | None:
+    """threads x 32 FP32 FLOP/cycle (two 256-bit FMA pipes, or one 512-bit) x the clock /proc/cpuinfo reports."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            mhz = next(float(line.split(":")[1]) for line in f if line.startswith("cpu MHz"))
+    except (OSError, StopIteration, ValueError):
+        return None
+    return threads * 32 * mhz / 1e3
+
+
+def stage_run(name: str, threads: int, runs: int, warmup: int, tuned: bool) -> dict:
+    """Compile (into the empty or the tuned cache) and time every path of one model."""
+    import numpy as np
+    import tvm  # noqa: F401 - imported before the compile is timed
+
+    import subgraph
+    from corpus import _compare
+
+    sample, exporter = _load(name)
+    result: dict = {"model": name, "exporter": exporter, "ms": {}, "mismatch": {}}
+    session = _ort_session(sample.model, threads)
+    names = [o.name for o in session.get_outputs()]
+    reference = session.run(None, sample.feeds)
+    calls = {"ort": lambda: session.run(None, sample.feeds)}
+    graph = subgraph.from_onnx(sample.model, sample.input_shapes)
+    result["gflop"] = model_gflop(graph)
+    start = time.perf_counter()
+    ours = subgraph.compile_model(graph, "HETERO:TVM,NUMPY")
+    result["compile_s"] = time.perf_counter() - start
+    counts: dict[str, int] = {}
+    for s in ours.subgraphs:
+        counts[s.device] = counts.get(s.device, 0) + 1
+    result["subgraphs"] = " ".join(f"{d}:{c}" for d, c in sorted(counts.items()))
+    result["fallbacks"] = sum(s.fallback for s in ours.subgraphs)
+    result["notes"] = [n.format() for s in ours.subgraphs for n in s.notes]
+    label = "tuned" if tuned else "tvm"
+    calls[label] = lambda: ours.run(sample.feeds)
+    if not tuned:
+        numpy_path = subgraph.compile_model(graph, "HETERO:NUMPY")
+        calls["numpy"] = lambda: numpy_path.run(sample.feeds)
+        with tempfile.TemporaryDirectory() as tmp:
+            ov, result["ov_compile_s"] = _ov_compiled(sample.model, threads, tmp)
+        request = ov.create_infer_request()
+        outputs = list(ov.outputs)
+        calls["ov"] = lambda: request.infer(sample.feeds)
+    raised: set[str] = set()
+    for path, call in calls.items():  # outputs first: a path that raises is left out of the timing
+        try:
+            got = call()
+            if path == "ort":
+                continue
+            if path == "ov":
+                got = {n: np.asarray(got[port]) for n, port in zip(names, outputs)}
+            differs = _compare(got, names, reference)
+        except Exception as e:  # noqa: BLE001 - reported, the other paths go on
+            differs = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
+            raised.add(path)
+        if differs is not None:
+            result["mismatch"][path] = differs
+    for path, call in calls.items():  # path by path: interleaved, the runtimes' spinning pools fight
+        if path in raised:
+            continue
+        times = []
+        for round_ in range(warmup + runs):
+            start = time.perf_counter()
+            call()
+            if round_ >= warmup:
+                times.append(time.perf_counter() - start)
+        result["ms"][path] = statistics.median(times) * 1e3
+        result.setdefault("best_ms", {})[path] = min(times) * 1e3
+    return result
+
+
+def stage_cached(name: str) -> dict:
+    """``compile_model`` in a new process over the cache the first stage filled."""
+    import tvm  # noqa: F401 - imported before the compile is timed
+
+    import subgraph
+
+    sample, _ = _load(name)
+    graph = subgraph.from_onnx(sample.model, sample.input_shapes)
+    start = time.perf_counter()
+    subgraph.compile_model(graph, "HETERO:TVM,NUMPY")
+    return {"cached_s": time.perf_counter() - start}
+
+
+def stage_tune(name: str, budget: float) -> dict:
+    """``subgraph tune``'s search over the model's TVM subgraphs, into the cache's tuning database."""
+    import subgraph
+    from subgraph.properties.tvm.tuner import tune_graphs
+
+    sample, _ = _load(name)
+    graph = subgraph.from_onnx(sample.model, sample.input_shapes)
+    model = subgraph.compile_model(graph, "HETERO:TVM,NUMPY")
+    graphs = [model.graph.node(s.fused_node).subgraph for s in model.subgraphs if s.device == "TVM"]
+    start = time.perf_counter()
+    records = tune_graphs(graphs, budget)
+    return {"tune_s": time.perf_counter() - start, "tuned_functions": len(records)}
+
+
+def _child(stage: str, name: str, args: argparse.Namespace, cache: str) -> dict:
+    """One stage of one model in a fresh interpreter; a crash or a timeout becomes ``{"error": ...}``."""
+    env = dict(os.environ, SUBGRAPH_CACHE_DIR=cache, HF_HUB_OFFLINE="1")
+    for var in ("TVM_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = str(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "result.json"
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", stage, name, str(out),
+               "--threads", str(args.threads), "--runs", str(args.runs), "--warmup", str(args.warmup),
+               "--tune-budget", str(args.tune_budget)]
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                                  timeout=args.timeout, check=False)
+        except subprocess.TimeoutExpired:
+            return {"error": f"{stage}: timeout after {args.timeout:.0f} s"}
+        if out.exists():
+            return json.loads(out.read_text())
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return {"error": f"{stage}: exit {proc.returncode}: {tail[:300]}"}
+
+
+def measure(name: str, args: argparse.Namespace) -> dict:
+    """Every stage of one model, over one fresh cache folder."""
+    with tempfile.TemporaryDirectory(prefix="subgraph-peers-") as cache:
+        result = _child("run", name, args, cache)
+        if "error" in result:
+            return {"model": name, **result}
+        result.update(_child("cached", name, args, cache))
+        if args.tune_budget > 0 and "error" not in result:
+            result.update(_child("tune", name, args, cache))
+            tuned = _child("tuned", name, args, cache)
+            if "error" in tuned:
+                result["error"] = tuned["error"]
+            else:
+                result["ms"]["tuned"] = tuned["ms"].get("tuned")
+                result["tuned_vs_ort"] = tuned["ms"].get("tuned", math.nan) / tuned["ms"].get("ort", math.nan)
+                result["mismatch"].update(tuned["mismatch"])
+        return result
+
+
+def _ratio(ms: dict, a: str, b: str) -> float | None:
+    return ms[a] / ms[b] if ms.get(a) and ms.get(b) else None
+
+
+def _fmt(value: float | None, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+RATIOS = (("tvm", "ov"), ("tvm", "ort"), ("tuned", "ov"), ("numpy", "ort"))
+
+
+def _row(r: dict) -> str:
+    ms, bad = r.get("ms", {}), r.get("mismatch", {})
+    cells = [f"{_fmt(ms.get(p), '.3g')}{'!' if p in bad else ''}" for p in PATHS]
+    ratios = [_fmt(_ratio(ms, a, b)) for a, b in RATIOS]
+    compile_s = [_fmt(r.get(k), ".1f") for k in ("compile_s", "cached_s", "ov_compile_s")]
+    return (f"{r['model']:<34} " + " ".join(f"{c:>8}" for c in cells) + "  " + " ".join(f"{c:>7}" for c in ratios)
+            + "  " + " ".join(f"{c:>6}" for c in compile_s) + f"  {r.get('subgraphs', '')}")
+
+
+def _geomean(values: list[float]) -> float | None:
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", help="comma-separated corpus names (default: all)")
+    parser.add_argument("--threads", type=int, default=2, help="threads for every path (default 2)")
+    parser.add_argument("--runs", type=int, default=20, help="timed calls per path (default 20)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed calls first (default 3)")
+    parser.add_argument("--tune-budget", type=float, default=0.0,
+                        help="seconds of `subgraph tune` per model for the tuned column (default 0: no tuning)")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per model and stage")
+    parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--report", metavar="JSON", help="print the table of an earlier run's --json file")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        stage, name, out = args.child
+        if stage in ("run", "tuned"):
+            result = stage_run(name, args.threads, args.runs, args.warmup, tuned=stage == "tuned")
+        elif stage == "cached":
+            result = stage_cached(name)
+        else:
+            result = stage_tune(name, args.tune_budget)
+        Path(out).write_text(json.dumps(result))
+        return 0
+
+    budget = f"tuning {args.tune_budget:g} s per model" if args.tune_budget > 0 else "no tuning (tuned column empty)"
+    print(f"{args.threads} thread(s) everywhere; median of {args.runs} runs after {args.warmup} "
+          f"warm-up, ms; {budget}; ! = outputs differ from onnxruntime's", flush=True)
+    print(f"{'model':<34} " + " ".join(f"{p:>8}" for p in PATHS) + "  "
+          + " ".join(f"{a + '/' + b:>7}" for a, b in RATIOS) + "  " + " ".join(f"{c:>6}" for c in (
+              "first", "cached", "ov")) + "  subgraphs", flush=True)
+    if args.report:  # the table of an earlier run
+        results = json.loads(Path(args.report).read_text())
+        for r in results:
+            print(_row(r) if "ms" in r else f"{r['model']:<34} {r.get('error')}")
+        return report(results, args)
+    import zoo.corpus
+
+    models = args.models.split(",") if args.models else zoo.corpus.names()
+    results = []
+    for name in models:
+        r = measure(name, args)
+        results.append(r)
+        print(_row(r) if "ms" in r else f"{name:<34} {r.get('error')}", flush=True)
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=1))
+    return report(results, args)
+
+
+def report(results: list[dict], args: argparse.Namespace) -> int:
+    """The geomean row, the models slower than 1.5x OpenVINO with their GFLOP/s, and every
+    mismatch, error and schedule note."""
+    complete = [r for r in results if "ms" in r]
+    means = [_geomean([v for v in (_ratio(r["ms"], a, b) for r in complete) if v is not None]) for a, b in RATIOS]
+    print(f"{'geomean':<34} " + " ".join(f"{'':>8}" for _ in PATHS) + "  "
+          + " ".join(f"{_fmt(m):>7}" for m in means))
+    for a, b in RATIOS:
+        count = sum(_ratio(r["ms"], a, b) is not None for r in complete)
+        print(f"  {a}/{b}: geomean over {count} model(s)")
+    peak = peak_gflops(args.threads)
+    cliffs = [r for r in complete if (_ratio(r["ms"], "tvm", "ov") or 0) > 1.5]
+    print(f"slower than 1.5x OpenVINO: {len(cliffs)} model(s); GFLOP/s of the contractions (Conv, MatMul, Gemm) "
+          f"per call, against a base-clock peak of {_fmt(peak, '.0f')} GFLOP/s for {args.threads} thread(s):")
+    for r in cliffs:
+        gflop = r.get("gflop", 0.0)
+        rates = ", ".join(f"{p} {gflop / (r['ms'][p] / 1e3):.1f}" for p in ("tvm", "ov", "ort") if r["ms"].get(p))
+        print(f"  {r['model']}: {_ratio(r['ms'], 'tvm', 'ov'):.2f}x, {gflop:.3f} GFLOP per call; GFLOP/s {rates}")
+    for r in results:
+        for path, why in r.get("mismatch", {}).items():
+            print(f"  ! {r['model']} {path}: {why}")
+        if "error" in r:
+            print(f"  ERROR {r['model']}: {r['error']}")
+        for note in r.get("notes", []):
+            print(f"  note {r['model']}: {note[:200]}")
+        if r.get("fallbacks"):
+            print(f"  {r['model']}: {r['fallbacks']} TVM subgraph(s) fell back to NUMPY")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    sys.exit(main())
