@@ -16,7 +16,9 @@ DEV.KEY=VALUE`` (``TVM.exclude_ops=Softmax,MaxPool``, ``TVM.target=llvm``, ``NUM
 ``query``) and ``--min-size N``. Without a model they use a built-in 19-node CNN.
 
 Exit codes: 0 on success, 1 when ``run --check`` finds outputs that differ from the
-all-numpy run, 2 for bad usage or input (the message says ``subgraph: error: ...``).
+all-numpy run, 2 for bad usage or input (the message says ``subgraph: error: ...``), 130
+when Ctrl-C stops it (compiles, tuning and ``--bench`` stop at once; every file is written
+atomically, so none is left half-written).
 """
 
 from __future__ import annotations
@@ -206,7 +208,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    """Run the command with ``argv`` (default ``sys.argv[1:]``); returns the exit code.
+
+    Ctrl-C ends it with 130 and the one line ``subgraph: interrupted`` on standard error.
+    """
+    with _noting_interrupts():
+        try:
+            return _main(argv)
+        except KeyboardInterrupt:
+            return _interrupted()
+        except Exception:
+            if _SIGINT["seen"]:  # native code turned the interrupt into another error
+                return _interrupted()
+            raise
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -223,8 +240,52 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"subgraph: check failed: {exc}", file=sys.stderr)
         return 1
     except (UsageError, SubgraphError) as exc:
+        if _SIGINT["seen"]:  # native code turned the interrupt into an error
+            raise KeyboardInterrupt from None
         print(f"subgraph: error: {exc}", file=sys.stderr)
         return 2
+
+
+_SIGINT = {"seen": False}
+
+
+@contextlib.contextmanager
+def _noting_interrupts() -> Iterator[None]:
+    """While the command runs, SIGINT raises KeyboardInterrupt as usual and is also noted, so an
+    interrupt that TVM's native code catches and reports as a failure still ends the command."""
+    import signal
+    import threading
+
+    _SIGINT["seen"] = False
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield  # not ours to change: another thread, or the caller's own handler
+        return
+
+    def note(signum: int, frame: Any) -> None:
+        _SIGINT["seen"] = True
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, note)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _interrupted() -> int:
+    """One line on standard error, exit code 130. When a TVM build abandoned by the interrupt
+    is still running in native code, the process ends here (``os._exit``): shutting the
+    interpreter down under it could crash instead of exiting."""
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    print("subgraph: interrupted", file=sys.stderr)
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    work = sys.modules.get("subgraph.properties.tvm.interrupt")  # not imported: no TVM work was started
+    if work is not None and work.abandoned_work():
+        os._exit(130)
+    return 130
 
 
 def _log_to_stderr() -> None:

@@ -31,6 +31,7 @@ from subgraph.properties.tvm.cache import (
     store_entry,
 )
 from subgraph.properties.tvm.importer import onnx_for_tvm
+from subgraph.properties.tvm.interrupt import interruptible
 from subgraph.properties.tvm.pipeline import SCHEDULES
 from subgraph.properties.tvm.runtime import TVMFunction
 from subgraph.properties.tvm.target import as_target, use_all_cpus
@@ -79,6 +80,9 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
 
     Raises
     ------
+    KeyboardInterrupt
+        Ctrl-C during the build (:func:`~subgraph.properties.tvm.interrupt.interruptible`);
+        nothing is written to the cache.
     PropertyError
         TVM cannot import or build the graph; the message names the graph (and the op when
         the importer says which) and summarises TVM's message. Or the cache folder is owned
@@ -120,7 +124,8 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
             module, meta = entry
             constant_outputs, tuned, source = list(meta.get("constant_outputs", [])), meta.get("tuned", []), "disk"
         else:
-            module, constant_outputs, keys = build(graph, model, tgt, schedule, tiles)
+            # in a worker thread: Ctrl-C stops waiting at once (TVM would turn it into a failed build)
+            module, constant_outputs, keys = interruptible(build, graph, model, tgt, schedule, tiles)
             tuned = sorted(database.records[k].name for k in keys) if database else []
             source = "compiled"
             if use_cache:
@@ -135,7 +140,6 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
         if use_cache:
             MEMORY[key] = fn
         return fn
-
 
 
 def _index_checks(graph: Graph) -> list[tuple[int, object, list[tuple[int, int]]]]:
