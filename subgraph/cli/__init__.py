@@ -37,6 +37,7 @@ from typing import Any
 
 from subgraph.errors import SubgraphError
 from subgraph.fileio import write_atomic
+from subgraph.cli.interrupts import interrupt_seen, interrupted, noting_interrupts
 from subgraph.cli.options import (
     EXAMPLE_MODEL,
     KNOWN_OPTIONS,
@@ -212,14 +213,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Ctrl-C ends it with 130 and the one line ``subgraph: interrupted`` on standard error.
     """
-    with _noting_interrupts():
+    with noting_interrupts():
         try:
             return _main(argv)
         except KeyboardInterrupt:
-            return _interrupted()
+            return interrupted()
         except Exception:
-            if _SIGINT["seen"]:  # native code turned the interrupt into another error
-                return _interrupted()
+            if interrupt_seen():  # native code turned the interrupt into another error
+                return interrupted()
             raise
 
 
@@ -240,52 +241,10 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"subgraph: check failed: {exc}", file=sys.stderr)
         return 1
     except (UsageError, SubgraphError) as exc:
-        if _SIGINT["seen"]:  # native code turned the interrupt into an error
+        if interrupt_seen():  # native code turned the interrupt into an error
             raise KeyboardInterrupt from None
         print(f"subgraph: error: {exc}", file=sys.stderr)
         return 2
-
-
-_SIGINT = {"seen": False}
-
-
-@contextlib.contextmanager
-def _noting_interrupts() -> Iterator[None]:
-    """While the command runs, SIGINT raises KeyboardInterrupt as usual and is also noted, so an
-    interrupt that TVM's native code catches and reports as a failure still ends the command."""
-    import signal
-    import threading
-
-    _SIGINT["seen"] = False
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield  # not ours to change: another thread, or the caller's own handler
-        return
-
-    def note(signum: int, frame: Any) -> None:
-        _SIGINT["seen"] = True
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGINT, note)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def _interrupted() -> int:
-    """One line on standard error, exit code 130. When a TVM build abandoned by the interrupt
-    is still running in native code, the process ends here (``os._exit``): shutting the
-    interpreter down under it could crash instead of exiting."""
-    with contextlib.suppress(Exception):
-        sys.stdout.flush()
-    print("subgraph: interrupted", file=sys.stderr)
-    with contextlib.suppress(Exception):
-        sys.stderr.flush()
-    work = sys.modules.get("subgraph.properties.tvm.interrupt")  # not imported: no TVM work was started
-    if work is not None and work.abandoned_work():
-        os._exit(130)
-    return 130
 
 
 def _log_to_stderr() -> None:
