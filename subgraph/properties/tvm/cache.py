@@ -37,8 +37,8 @@ __all__ = ["BUILD_LOCK", "MEMORY", "cache_key", "check_private", "clear_memory_c
 
 
 #: Bump when the way a build is made or stored changes, so old disk entries are not reused.
-_FORMAT = "subgraph-tvm-6"  # 2: scheduled CPU builds, host mcpu; 3: BN folded, tuning; 4: no vector selects;
-#   5: metadata holds the library size; 6: NaN-propagating relu, maximum, minimum, max, min
+_FORMAT = "subgraph-tvm-7"  # 2: scheduled CPU builds, host mcpu; 3: BN folded, tuning; 4: no vector selects;
+#   5: metadata holds the library size; 6: NaN-propagating relu, maximum, minimum, max, min; 7: and max_pool
 
 
 def cache_key(model_bytes: bytes, target: str, schedule: str = "cpu") -> str:
