@@ -59,12 +59,13 @@ def parse_devices(device: str) -> list[str]:
 
 
 #: options of the built-in devices; devices registered by users accept any key
-KNOWN_OPTIONS = {"TVM": ("target", "cache_dir", "ops", "exclude_ops", "use_cache", "schedule", "tuning"),
+KNOWN_OPTIONS = {"TVM": ("target", "cache_dir", "ops", "exclude_ops", "use_cache", "schedule", "tuning",
+                         "index_checks"),
                  "NUMPY": ("ops", "reference")}
 #: the type each built-in option needs (options not listed take any value)
 _OPTION_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "cache_dir": ((str, os.PathLike), "a folder path"), "use_cache": ((bool,), "a bool"),
-    "reference": ((bool,), "a bool"), "schedule": ((str,), "a str"),
+    "reference": ((bool,), "a bool"), "schedule": ((str,), "a str"), "index_checks": ((bool,), "a bool"),
 }
 
 

@@ -89,7 +89,8 @@ class TVMProperty(SubgraphProperty):
                                  cache_dir=self.options.get("cache_dir"),
                                  use_cache=self.options.get("use_cache", True),
                                  schedule=self.options.get("schedule", "cpu"),
-                                 tuning=self.options.get("tuning", True))
+                                 tuning=self.options.get("tuning", True),
+                                 index_checks=self.options.get("index_checks", True))
 
     #: cache key of a compiled function -> its measured seconds, shared by every instance
     _costs: dict[str, float] = {}  # noqa: RUF012 - shared on purpose: one timing per build

@@ -41,8 +41,8 @@ __all__ = ["compile_graph"]
 
 
 def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: str | os.PathLike | None = None,
-                  use_cache: bool = True, schedule: str = "cpu", tuning: bool | str | os.PathLike = True
-                  ) -> TVMFunction:
+                  use_cache: bool = True, schedule: str = "cpu", tuning: bool | str | os.PathLike = True,
+                  index_checks: bool = True) -> TVMFunction:
     """Compile ``graph`` with TVM for ``target``; cached in memory and on disk.
 
     Parameters
@@ -67,6 +67,12 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
         tune``): ``True`` (default) the database in ``cache_dir``, a path that file,
         ``False`` none. A change of the records changes the cache key, so libraries built
         before tuning are rebuilt with the tuned tiles.
+    index_checks : bool
+        ``True`` (default): every call checks the graph inputs that index ops use as indices
+        (Gather, GatherND, ScatterND...) and raises like onnxruntime on an index out of range
+        (TVM's kernels would read or write out of bounds). ``False`` skips the checks: for
+        measuring their cost only (``benchmarks/index_checks.py``); a bad index is then
+        undefined behaviour, garbage or a crash. The library is the same either way.
 
     Returns
     -------
@@ -114,11 +120,12 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
     tiles = database.tiles() if database else None
     key = cache_key(model.SerializeToString(deterministic=True), str(tgt),
                     schedule + (f"|tuned:{database.digest()}" if database else ""))
-    if use_cache and key in MEMORY:
-        return MEMORY[key]
+    memory_key = key if index_checks else key + "|unchecked"  # one library, two wrappers
+    if use_cache and memory_key in MEMORY:
+        return MEMORY[memory_key]
     with BUILD_LOCK:
-        if use_cache and key in MEMORY:
-            return MEMORY[key]
+        if use_cache and memory_key in MEMORY:
+            return MEMORY[memory_key]
         entry = load_entry(directory, key, device) if use_cache else None
         if entry is not None:
             module, meta = entry
@@ -136,9 +143,9 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
                          inputs=[(v.name, v.shape, v.dtype) for v in graph.inputs],
                          output_names=[v.name for v in graph.outputs],
                          constant_outputs=constant_outputs, source=source, tuned=tuned,
-                         index_checks=_index_checks(graph))
+                         index_checks=_index_checks(graph) if index_checks else [])
         if use_cache:
-            MEMORY[key] = fn
+            MEMORY[memory_key] = fn
         return fn
 
 
