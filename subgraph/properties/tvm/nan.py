@@ -9,7 +9,8 @@ the windows of ``relax.nn.max_pool1d/2d/3d`` (MaxPool) on floats with LLVM's
 which x86 lowers to a vector max plus a NaN fix-up, so loops stay vectorised.
 
 Every CPU schedule legalizes with this map (:mod:`~subgraph.properties.tvm.pipeline`). Not
-yet NaN-safe: GPU targets (TVM's own pipeline).
+yet NaN-safe: GPU targets (TVM's own pipeline) and MaxRoiPool (``relax.vision.roi_pool``), which
+the numpy path has no kernel for.
 """
 
 from __future__ import annotations

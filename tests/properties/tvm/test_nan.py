@@ -104,10 +104,10 @@ def test_nan_propagates_through_a_max_pool_after_a_convolution(schedule):
 
 
 def test_max_pool_is_lowered_nan_safe_in_nhwc_too():
-    from subgraph.properties.tvm.nan import NAN_LEGALIZE
-
     import tvm
     from tvm import relax
+
+    from subgraph.properties.tvm.nan import NAN_LEGALIZE
 
     x = relax.Var("x", relax.TensorType((1, 5, 5, 3), "float32"))
     bb = relax.BlockBuilder()
