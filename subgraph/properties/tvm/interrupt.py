@@ -90,9 +90,14 @@ def interruptible(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
             pass
     except BaseException:
         cancel.set()
-        if not done.wait(_GRACE):  # cancelled before a pass, it usually ends at once; else let it go
-            _abandoned.append(worker)
-            sys.stdout, sys.stderr = streams  # fn may have redirected them; its late restore agrees
+        _abandoned.append(worker)  # until it ends: abandoned_work() forgets ended workers
+        try:
+            done.wait(_GRACE)  # cancelled before a pass, it usually ends at once; else let it go
+        finally:  # (a second Ctrl-C ends this wait too)
+            if done.is_set():
+                worker.join(_GRACE)  # it has returned: let the thread end, so nothing is left running
+            else:
+                sys.stdout, sys.stderr = streams  # fn may have redirected them; its late restore agrees
         raise
     if "error" in outcome:
         error = outcome.pop("error")

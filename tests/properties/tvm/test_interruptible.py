@@ -1,5 +1,5 @@
 """Tests of :mod:`subgraph.properties.tvm.interrupt` and of the cache's writes under Ctrl-C.
-Ctrl-C itself, in a real process, is tested in tests/cli/test_interrupt.py."""
+Ctrl-C itself, in a real process, is tested in tests/cli/test_ctrl_c.py."""
 
 from __future__ import annotations
 
