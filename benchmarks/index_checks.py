@@ -45,8 +45,13 @@ def _load(name: str) -> tuple[Any, dict, str]:
         return subgraph.from_onnx(model), zoo.example_inputs(model), "zoo"
     import zoo.corpus
 
+    import torch
+
+    from zoo.corpus.export import cached_paths
+
     exporters = zoo.corpus.entry(name).exporters
-    exporter = "legacy" if "legacy" in exporters else exporters[0]
+    cached = [e for e in exporters if cached_paths(name, e, torch.__version__)[0].exists()]
+    exporter = "legacy" if "legacy" in (cached or exporters) else (cached or exporters)[0]
     try:
         sample = zoo.corpus.load(name, exporter)
     except Exception:  # noqa: BLE001 - the other exporter may work
