@@ -16,7 +16,9 @@ DEV.KEY=VALUE`` (``TVM.exclude_ops=Softmax,MaxPool``, ``TVM.target=llvm``, ``NUM
 ``query``) and ``--min-size N``. Without a model they use a built-in 19-node CNN.
 
 Exit codes: 0 on success, 1 when ``run --check`` finds outputs that differ from the
-all-numpy run, 2 for bad usage or input (the message says ``subgraph: error: ...``).
+all-numpy run, 2 for bad usage or input (the message says ``subgraph: error: ...``), 130
+when Ctrl-C stops it (compiles, tuning and ``--bench`` stop at once; every file is written
+atomically, so none is left half-written).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Any
 
 from subgraph.errors import SubgraphError
 from subgraph.fileio import write_atomic
+from subgraph.cli.interrupts import interrupt_seen, interrupted, noting_interrupts
 from subgraph.hetero.devices import known_options
 from subgraph.cli.options import (
     EXAMPLE_MODEL,
@@ -206,7 +209,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    """Run the command with ``argv`` (default ``sys.argv[1:]``); returns the exit code.
+
+    Ctrl-C ends it with 130 and the one line ``subgraph: interrupted`` on standard error.
+    """
+    with noting_interrupts():
+        try:
+            return _main(argv)
+        except KeyboardInterrupt:
+            return interrupted()
+        except Exception:
+            if interrupt_seen():  # native code turned the interrupt into another error
+                return interrupted()
+            raise
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -223,6 +241,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"subgraph: check failed: {exc}", file=sys.stderr)
         return 1
     except (UsageError, SubgraphError) as exc:
+        if interrupt_seen():  # native code turned the interrupt into an error
+            raise KeyboardInterrupt from None
         print(f"subgraph: error: {exc}", file=sys.stderr)
         return 2
 

@@ -144,6 +144,9 @@ def compile_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
     SubgraphError
         A device could not compile a subgraph with ``fallback=False``, or the ``progress``
         callback raised.
+    KeyboardInterrupt
+        Ctrl-C, passed on as is, also from inside a TVM build (which then stops at once and
+        leaves no cache entry; :mod:`~subgraph.properties.tvm.interrupt`).
 
     Examples
     --------

@@ -98,6 +98,7 @@ _OPTION_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "reference": ((bool,), "a bool"), "schedule": ((str,), "a str"),
     "address": ((str,), "a str 'host:port'"), "tracker": ((str,), "a str 'host:port'"), "key": ((str,), "a str"),
     "timeout": ((int, float), "a positive number of seconds"), "fallback": ((bool,), "a bool"),
+    "index_checks": ((bool,), "a bool"),
 }
 
 

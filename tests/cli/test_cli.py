@@ -303,7 +303,7 @@ def _error_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "bad device option": (
             ["partition", "--device-option", "TVM.colour=red"],
             ("--device-option 'TVM.colour=red': TVM has no option 'colour'; its options are target, "
-             "cache_dir, ops, exclude_ops, use_cache, schedule, tuning")),
+             "cache_dir, ops, exclude_ops, use_cache, schedule, tuning, index_checks")),
         "option for another device": (
             ["partition", "--devices", "NUMPY", "--exclude", "TVM:Relu"],
             "--exclude 'TVM:Relu' names device 'TVM', which is not among the devices NUMPY"),

@@ -37,7 +37,7 @@ def refused(error, match, *args, call=compile_model, **kwargs) -> SubgraphError:
     ({"NUMPY": {"reference": "no"}}, r"^device_properties\['NUMPY'\]\['reference'\] must be a bool, got str "
                                      r"'no'$"),
     ({"TVM": {"schedul": "cpu"}}, r"^device_properties\['TVM'\]: TVM has no option 'schedul'; its options are "
-                                  r"target, cache_dir, ops, exclude_ops, use_cache, schedule, tuning$"),
+                                  r"target, cache_dir, ops, exclude_ops, use_cache, schedule, tuning, index_checks$"),
     ({"NUMPY": {"opz": RELU_ADD}}, r"^device_properties\['NUMPY'\]: NUMPY has no option 'opz'; its options are "
                                    r"ops, reference$"),
 ])

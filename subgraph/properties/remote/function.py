@@ -148,7 +148,8 @@ def compile_remote(subgraph: Graph, session: RemoteSession, options: dict[str, A
             warnings.warn(f"{exc}; compiling for this host's CPU", RuntimeWarning, stacklevel=2)
             target = as_target("llvm")
     tvm_options = {"cache_dir": options.get("cache_dir"), "use_cache": options.get("use_cache", True),
-                   "schedule": options.get("schedule", "cpu"), "tuning": options.get("tuning", True)}
+                   "schedule": options.get("schedule", "cpu"), "tuning": options.get("tuning", True),
+                   "index_checks": options.get("index_checks", True)}
     compiled = compile_graph(subgraph, target=target, **tvm_options)
     cache_dir = Path(tvm_options["cache_dir"]) if tvm_options["cache_dir"] is not None else default_cache_dir()
     library = _library(compiled, cache_dir, tvm_options["use_cache"])

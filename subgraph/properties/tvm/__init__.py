@@ -63,7 +63,8 @@ class TVMProperty(SubgraphProperty):
     ['1', '2', '3', '5', '6', '7']
     """
     device = "TVM"
-    known_options = ("target", "cache_dir", "ops", "exclude_ops", "use_cache", "schedule", "tuning")
+    known_options = ("target", "cache_dir", "ops", "exclude_ops", "use_cache", "schedule", "tuning",
+                     "index_checks")
 
     def __init__(self, **options: Any) -> None:
         if not tvm_installed():  # asked for TVM: say so first, not "TVM supports no node"
@@ -90,7 +91,8 @@ class TVMProperty(SubgraphProperty):
                                  cache_dir=self.options.get("cache_dir"),
                                  use_cache=self.options.get("use_cache", True),
                                  schedule=self.options.get("schedule", "cpu"),
-                                 tuning=self.options.get("tuning", True))
+                                 tuning=self.options.get("tuning", True),
+                                 index_checks=self.options.get("index_checks", True))
 
     #: cache key of a compiled function -> its measured seconds, shared by every instance
     _costs: dict[str, float] = {}  # noqa: RUF012 - shared on purpose: one timing per build

@@ -37,10 +37,11 @@ __all__ = ["BUILD_LOCK", "MEMORY", "cache_key", "check_private", "clear_memory_c
 
 
 #: Bump when the way a build is made or stored changes, so old disk entries are not reused.
-_FORMAT = "subgraph-tvm-8"  # 2: scheduled CPU builds, host mcpu; 3: BN folded, tuning; 4: no vector selects;
+_FORMAT = "subgraph-tvm-9"  # 2: scheduled CPU builds, host mcpu; 3: BN folded, tuning; 4: no vector selects;
 #   5: metadata holds the library size; 6: NaN-propagating relu, maximum, minimum, max, min;
 #   7: int64 softmax shapes (fuses with its consumers), conv2d_transpose kept NCHW;
-#   8: each function scheduled on its own (fallback schedules), metadata "notes" on what was not
+#   8: each function scheduled on its own (fallback schedules), metadata "notes" on what was not;
+#   9: NaN-propagating max_pool
 
 
 def cache_key(model_bytes: bytes, target: str, schedule: str = "cpu") -> str:
@@ -170,7 +171,8 @@ def load_entry(directory: Path, key: str, device: Any) -> tuple[Any, dict] | Non
 
 def store_entry(directory: Path, key: str, executable: Any, meta: dict) -> None:
     """Write the library, then its metadata (with the library's size and checksum), each atomically
-    and owner-only (the folder is private, see :func:`check_private`)."""
+    and owner-only (the folder is private, see :func:`check_private`); an interrupt leaves no
+    part of the entry behind."""
     lib, meta_path = directory / f"{key}.so", directory / f"{key}.json"
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -178,7 +180,11 @@ def store_entry(directory: Path, key: str, executable: Any, meta: dict) -> None:
             executable.export_library(tmp)
             digest, size = _file_sha256(Path(tmp)), os.path.getsize(tmp)
         os.chmod(lib, 0o600)
-        write_atomic(meta_path, json.dumps(dict(meta, sha256=digest, size=size), indent=1, sort_keys=True))
+        try:
+            write_atomic(meta_path, json.dumps(dict(meta, sha256=digest, size=size), indent=1, sort_keys=True))
+        except KeyboardInterrupt:  # no library without its metadata left behind
+            lib.unlink(missing_ok=True)
+            raise
         os.chmod(meta_path, 0o600)
     except Exception as exc:  # a read-only or full disk must not stop the run
         warnings.warn(f"could not write the TVM cache in {directory}: {error_summary(exc, 1)}",

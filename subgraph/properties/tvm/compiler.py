@@ -32,6 +32,7 @@ from subgraph.properties.tvm.cache import (
     store_entry,
 )
 from subgraph.properties.tvm.importer import onnx_for_tvm
+from subgraph.properties.tvm.interrupt import interruptible
 from subgraph.properties.tvm.pipeline import SCHEDULES
 from subgraph.properties.tvm.runtime import TVMFunction
 from subgraph.properties.tvm.target import as_target, use_all_cpus
@@ -41,8 +42,8 @@ __all__ = ["compile_graph"]
 
 
 def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: str | os.PathLike | None = None,
-                  use_cache: bool = True, schedule: str = "cpu", tuning: bool | str | os.PathLike = True
-                  ) -> TVMFunction:
+                  use_cache: bool = True, schedule: str = "cpu", tuning: bool | str | os.PathLike = True,
+                  index_checks: bool = True) -> TVMFunction:
     """Compile ``graph`` with TVM for ``target``; cached in memory and on disk.
 
     Parameters
@@ -67,6 +68,12 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
         tune``): ``True`` (default) the database in ``cache_dir``, a path that file,
         ``False`` none. A change of the records changes the cache key, so libraries built
         before tuning are rebuilt with the tuned tiles.
+    index_checks : bool
+        ``True`` (default): every call checks the graph inputs that index ops use as indices
+        (Gather, GatherND, ScatterND...) and raises like onnxruntime on an index out of range
+        (TVM's kernels would read or write out of bounds). ``False`` skips the checks: for
+        measuring their cost only (``benchmarks/index_checks.py``); a bad index is then
+        undefined behaviour, garbage or a crash. The library is the same either way.
 
     Returns
     -------
@@ -82,6 +89,9 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
 
     Raises
     ------
+    KeyboardInterrupt
+        Ctrl-C during the build (:func:`~subgraph.properties.tvm.interrupt.interruptible`);
+        nothing is written to the cache.
     PropertyError
         TVM cannot import or build the graph; the message names the graph (and the op when
         the importer says which) and summarises TVM's message. Or the cache folder is owned
@@ -113,11 +123,12 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
     tiles = database.tiles() if database else None
     key = cache_key(model.SerializeToString(deterministic=True), str(tgt),
                     schedule + (f"|tuned:{database.digest()}" if database else ""))
-    if use_cache and key in MEMORY:
-        return MEMORY[key]
+    memory_key = key if index_checks else key + "|unchecked"  # one library, two wrappers
+    if use_cache and memory_key in MEMORY:
+        return MEMORY[memory_key]
     with BUILD_LOCK:
-        if use_cache and key in MEMORY:
-            return MEMORY[key]
+        if use_cache and memory_key in MEMORY:
+            return MEMORY[memory_key]
         entry = load_entry(directory, key, device) if use_cache else None
         if entry is not None:
             module, meta = entry
@@ -125,7 +136,8 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
             notes = [KernelNote(n["function"], tuple(n["nodes"]), n["status"], n["reason"])
                      for n in meta.get("notes", [])]
         else:
-            module, constant_outputs, keys, notes = build(graph, model, tgt, schedule, tiles)
+            # in a worker thread: Ctrl-C stops waiting at once (TVM would turn it into a failed build)
+            module, constant_outputs, keys, notes = interruptible(build, graph, model, tgt, schedule, tiles)
             tuned = sorted(database.records[k].name for k in keys) if database else []
             source = "compiled"
             if use_cache:
@@ -138,11 +150,10 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
                          inputs=[(v.name, v.shape, v.dtype) for v in graph.inputs],
                          output_names=[v.name for v in graph.outputs],
                          constant_outputs=constant_outputs, source=source, tuned=tuned,
-                         index_checks=_index_checks(graph), notes=notes)
+                         index_checks=_index_checks(graph) if index_checks else [], notes=notes)
         if use_cache:
-            MEMORY[key] = fn
+            MEMORY[memory_key] = fn
         return fn
-
 
 
 def _index_checks(graph: Graph) -> list[tuple[int, object, list[tuple[int, int]]]]:

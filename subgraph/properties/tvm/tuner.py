@@ -33,6 +33,7 @@ from tvm import relax, tirx
 from subgraph.errors import PropertyError
 from subgraph.ir import Graph
 from subgraph.properties.tvm.importer import onnx_for_tvm, relax_module
+from subgraph.properties.tvm.interrupt import interruptible
 from subgraph.properties.tvm.messages import error_summary, native_log_to_logging
 from subgraph.properties.tvm.pipeline import prepare_passes
 from subgraph.properties.tvm.schedules import (
@@ -176,6 +177,14 @@ def tune_graphs(graphs: Sequence[Graph], budget: float, *, target: Any = "llvm",
     -------
     list of TuningRecord
         The records made by this call, in tuning order.
+
+    Raises
+    ------
+    PropertyError
+        ``budget`` is not positive or the target is not a CPU (``llvm``).
+    KeyboardInterrupt
+        Ctrl-C, at once also inside TVM's builds; the database keeps the records of the
+        tasks finished before (it is saved, atomically, after each task).
     """
     if not budget > 0:
         raise PropertyError(f"tuning budget must be a positive number of seconds, got {budget!r}")
@@ -192,13 +201,15 @@ def _tune(graphs: Sequence[Graph], budget: float, target: Any, database: TuningD
     deadline = time.perf_counter() + budget
     database = database if database is not None else TuningDatabase(default_database_path())
     lanes = vector_lanes(tgt)
-    tasks = [t for t in extract_tasks(graphs, tgt) if retune or t.key not in database.records]
+    # TVM's passes and builds run in worker threads, so Ctrl-C stops tuning at once (TVM would
+    # turn it into a failed build, which skips a tile and goes on)
+    tasks = [t for t in interruptible(extract_tasks, graphs, tgt) if retune or t.key not in database.records]
     # the default tile of every task first: its time x count orders the search, biggest first
     benches, weights = {}, {}
     for task in tasks:
         bench = TileBench(task.func, tgt, lanes, repeat)
         try:
-            weights[task.key] = bench.run(task.tiles[0]) * task.count
+            weights[task.key] = interruptible(bench.run, task.tiles[0]) * task.count
             benches[task.key] = bench
         except Exception as exc:  # noqa: BLE001 - TVM cannot build it alone: nothing to tune
             warnings.warn(f"cannot time {task.name} on its own ({error_summary(exc, 1)}); it keeps the default tile",
@@ -224,7 +235,7 @@ def _tune_task(task: TuneTask, bench: TileBench, default_seconds: float, deadlin
             break
         tried += 1
         try:
-            seconds = bench.run(tile)
+            seconds = interruptible(bench.run, tile)
         except Exception:  # noqa: BLE001 - a tile TVM cannot build or that is wrong is skipped
             continue
         if seconds < best_seconds * _MARGIN:

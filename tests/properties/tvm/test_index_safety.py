@@ -106,3 +106,24 @@ def test_computed_indices_are_declined():
     assert [(s.device, list(s.nodes)) for s in model.subgraphs] == [("TVM", ["argmax"]), ("NUMPY", ["idx"])]
     x = np.array([[1, 5, 2], [7, 0, 1]], dtype=F)
     np.testing.assert_array_equal(model({"data": x})["idx"], [[5, 1], [0, 7]])
+
+
+def test_index_checks_option_turns_the_checks_off_for_measuring():
+    """``index_checks=False`` (for benchmarks/index_checks.py only) gives the same library without
+    the per-call checks; the default keeps them, also when both are compiled in one process."""
+    from subgraph.errors import DeviceError
+
+    graph = _graph("Gather", (2, 3), (2,), axis=1)
+    feeds = _feeds(graph, [2, -3])
+    checked = compile_model(graph, "TVM", {"TVM": {"index_checks": True}})
+    unchecked = compile_model(graph, "TVM", {"TVM": {"index_checks": False}})
+    default = compile_model(graph, "TVM")
+    np.testing.assert_array_equal(unchecked(feeds)["idx"], checked(feeds)["idx"])
+    np.testing.assert_array_equal(checked(feeds)["idx"], subgraph.run(graph, feeds)["idx"])
+    (fn,) = [k.compile() for k in unchecked.kernels.kernels.values()]
+    assert fn.index_checks == []
+    for model in (checked, default):
+        with pytest.raises(ExecutionError, match=r"index 3 is out of range"):
+            model(_feeds(graph, [0, 3]))
+    with pytest.raises(DeviceError, match=r"^device_properties\['TVM'\]\['index_checks'\] must be a bool, got str 'no'$"):
+        compile_model(graph, "TVM", {"TVM": {"index_checks": "no"}})
