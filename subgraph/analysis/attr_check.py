@@ -106,6 +106,10 @@ def _check_node(node: Node, shapes: Mapping[str, tuple | None]) -> None:
     if node.subgraph is not None or node.domain not in ("", "ai.onnx"):
         return
     _check_per_dimension_inputs(node, shapes)
+    for name in ("scan_input_directions", "scan_output_directions", "directions"):
+        entries = _entries(node.attrs.get(name))
+        if node.op in ("Scan", "Loop") and entries is not None and any(e not in (0, 1) for e in entries):
+            raise _refuse(node, name, node.attrs[name], "has an entry other than 0 (forward) or 1 (reverse)")
     if node.op == "Squeeze" and node.attrs.get("axes") == []:
         raise _refuse(node, "axes", [], "is empty: onnxruntime and onnx.reference then squeeze every dimension "
                                         "of size 1, ONNX's shape inference none; leave the attribute out to "
