@@ -14,8 +14,9 @@ from subgraph.ir import Graph
 __all__ = ["refused"]
 
 
-def refused(call: Callable[..., Any], graph: Graph, error: type[SubgraphError], match: str, *args: Any,
-            **kwargs: Any) -> SubgraphError:
+def refused(
+    call: Callable[..., Any], graph: Graph, error: type[SubgraphError], match: str, *args: Any, **kwargs: Any
+) -> SubgraphError:
     """``call(graph, *args, **kwargs)`` raises ``error`` matching ``match`` (a regex) and
     ``graph`` equals a copy taken before the call; returns the error."""
     copy = graph.copy()
