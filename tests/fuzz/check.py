@@ -125,8 +125,11 @@ def onnxruntime_defect(data: bytes) -> str | None:
     import onnx
 
     model = onnx.ModelProto.FromString(data)
-    empty = {v.name for v in model.graph.input if any(d.HasField("dim_value") and d.dim_value == 0
-                                                      for d in v.type.tensor_type.shape.dim)}
+    empty = {
+        v.name
+        for v in model.graph.input
+        if any(d.HasField("dim_value") and d.dim_value == 0 for d in v.type.tensor_type.shape.dim)
+    }
     graphs = [model.graph]
     while graphs:
         graph = graphs.pop()
@@ -134,9 +137,11 @@ def onnxruntime_defect(data: bytes) -> str | None:
             bodies = [a.g for a in node.attribute if a.HasField("g")]
             graphs += bodies
             if node.op_type == "ReduceMean" and node.input and node.input[0] in empty:
-                return (f"ReduceMean node {node.name!r} reads %{node.input[0]}, which has a 0 dimension: ONNX "
-                        "leaves a reduction over an empty set undefined; onnxruntime returns 0, onnx.reference "
-                        "and numpy NaN (0/0)")
+                return (
+                    f"ReduceMean node {node.name!r} reads %{node.input[0]}, which has a 0 dimension: ONNX "
+                    "leaves a reduction over an empty set undefined; onnxruntime returns 0, onnx.reference "
+                    "and numpy NaN (0/0)"
+                )
             if node.op_type != "Scan" or not bodies:
                 continue
             scans = next((a.i for a in node.attribute if a.name == "num_scan_inputs"), 0)
@@ -144,8 +149,10 @@ def onnxruntime_defect(data: bytes) -> str | None:
             inputs = {v.name for v in bodies[0].input}
             for out in bodies[0].output[states:]:
                 if out.name in inputs:
-                    return (f"Scan node {node.name!r} passes its body input %{out.name} straight to a scan "
-                            "output; onnxruntime returns uninitialized memory for that output")
+                    return (
+                        f"Scan node {node.name!r} passes its body input %{out.name} straight to a scan "
+                        "output; onnxruntime returns uninitialized memory for that output"
+                    )
     return None
 
 

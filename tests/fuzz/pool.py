@@ -63,7 +63,7 @@ class Report:
                 and r["outcome"] not in ("crash", "hang")
                 for r in self.results
             ),
-            "ran": outcomes["ok"] + outcomes["differs"],
+            "ran": outcomes["ok"] + outcomes["differs"] + outcomes["ort_defect"],
             "clean_errors": sum(errors.values()),
             "clean_errors_by_stage": {s: outcomes[f"{s}_error"] for s in ("load", "run", "compile")},
             "clean_errors_by_class": dict(sorted(errors.items(), key=lambda kv: (-kv[1], kv[0]))),
@@ -78,8 +78,13 @@ class Report:
             "onnxruntime_defects": outcomes["ort_defect"],
             "onnxruntime_crashes": outcomes["ort_crash"],
             "onnxruntime_hangs": outcomes["ort_hang"],
+            "mutations_by_kind": dict(
+                sorted(
+                    collections.Counter(m.split()[0] for r in self.results for m in r["mutations"]).items()
+                )
+            ),
             "slowest": [
-                [r["index"], r["seconds"]]
+                [r["index"], r.get("seconds")]
                 for r in sorted(self.results, key=lambda r: -r.get("seconds", 0))[:5]
             ],
         }

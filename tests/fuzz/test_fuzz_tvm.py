@@ -51,8 +51,8 @@ CHILD = textwrap.dedent("""
 
 def test_a_handful_of_mutants_compiled_by_tvm():
     pytest.importorskip("tvm")
-    done = subprocess.run([sys.executable, "-c", CHILD, str(DEFAULT_SEED), "5"], capture_output=True, text=True,
-                          timeout=600, cwd=str(ROOT))
+    done = subprocess.run([sys.executable, "-c", CHILD, str(DEFAULT_SEED), "5"], capture_output=True,
+                          text=True, timeout=600, cwd=str(ROOT))
     assert done.returncode == 0, f"the child died with {done.returncode}: {done.stderr[-3000:]}"
     report = json.loads(done.stdout.strip().splitlines()[-1])
     print(json.dumps(report, indent=1))

@@ -81,17 +81,26 @@ def test_onnxruntime_mean_over_an_empty_axis():
 
     f = TensorProto.FLOAT
     node = helper.make_node("ReduceMean", ["x"], ["y"], name="mean", axes=[2], keepdims=1)
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", f, [1, 2, 0, 4])],
-                              [helper.make_tensor_value_info("y", f, [1, 2, 1, 4])])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", f, [1, 2, 0, 4])],
+        [helper.make_tensor_value_info("y", f, [1, 2, 1, 4])],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    assert "Reduction over an empty set of values yields undefined" in onnx.defs.get_schema("ReduceMean", 17).doc
+    assert (
+        "Reduction over an empty set of values yields undefined" in onnx.defs.get_schema("ReduceMean", 17).doc
+    )
     feeds = {"x": np.zeros((1, 2, 0, 4), np.float32)}
     ours = subgraph.run(subgraph.from_onnx(model), feeds)["y"]
     reference = ReferenceEvaluator(model).run(None, feeds)[0]
-    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )[0]
     assert np.isnan(ours).all() and ours.shape == (1, 2, 1, 4)
     assert compare({"y": ours}, {"y": reference}) == []
     np.testing.assert_array_equal(theirs, np.zeros((1, 2, 1, 4), np.float32))
     assert onnxruntime_defect(model.SerializeToString()).startswith(
         "ReduceMean node 'mean' reads %x, which has a 0 dimension: ONNX leaves a reduction over an empty set "
-        "undefined")
+        "undefined"
+    )
