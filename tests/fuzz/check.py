@@ -156,13 +156,16 @@ def onnxruntime_defect(data: bytes) -> str | None:
     return None
 
 
-def _onnx_reference(data: bytes, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _onnx_reference(data: bytes, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
     import onnx
     from onnx.reference import ReferenceEvaluator
 
     model = onnx.ModelProto.FromString(data)
     names = [o.name for o in model.graph.output]
-    return dict(zip(names, ReferenceEvaluator(model).run(names, feeds)))
+    try:
+        return dict(zip(names, ReferenceEvaluator(model).run(names, feeds)))
+    except Exception:  # onnx.reference cannot run it: no evidence either way
+        return None
 
 
 def check_mutant(
@@ -173,9 +176,10 @@ def check_mutant(
     Outcomes: ``load_error`` / ``run_error`` / ``compile_error`` (a :class:`SubgraphError`,
     ``error`` names its class), ``ok``, ``too_large`` (feeds not drawn), ``escape`` (any
     other exception; ``traceback`` holds it), ``modified`` (the caller's file or proto
-    changed), ``differs`` (``problems`` lists how) and ``ort_defect`` (onnxruntime differs on a
-    model with a known onnxruntime defect, and onnx.reference agrees with subgraph; ``note``
-    says which). ``ort`` says whether onnxruntime ran it.
+    changed, or running and compiling changed the graph or the feeds), ``differs``
+    (``problems`` lists how) and ``ort_defect`` (onnxruntime differs on a model with a known
+    onnxruntime defect, and onnx.reference agrees with subgraph; ``note`` says which).
+    ``ort`` says whether onnxruntime ran it.
     """
     import onnx
 
@@ -207,11 +211,16 @@ def check_mutant(
         stage(current)
         feeds = random_feeds(graph, mutant.index)
         if feeds is not None:
+            kept = graph.copy(), {name: array.copy() for name, array in feeds.items()}
             with loop_trip_limit(LOOP_TRIPS):
                 ours = run(graph, feeds)
                 current = "compile"
                 stage(current)
                 compiled = compile_model(graph, "HETERO:NUMPY")(feeds)
+            if not graph.equals(kept[0]) or any(
+                not np.array_equal(feeds[k], v, equal_nan=v.dtype.kind in "fc") for k, v in kept[1].items()
+            ):
+                failed = {"outcome": "modified", "stage": current}
     except SubgraphError as exc:
         failed = {"outcome": f"{current}_error", "error": type(exc).__name__, "message": str(exc)[:300]}
     except Exception as exc:  # what the fuzzer hunts: any other exception escaping
@@ -239,7 +248,7 @@ def check_mutant(
         result["ort"] = "accepted"
         differences = compare(ours, reference)
         defect = onnxruntime_defect(mutant.data) if differences else None
-        if defect is not None and not compare(ours, _onnx_reference(mutant.data, feeds)):
+        if defect is not None and not compare(ours, _onnx_reference(mutant.data, feeds) or {}):
             return {**result, "outcome": "ort_defect", "note": defect, "problems": differences}
         problems += [f"run vs onnxruntime: {p}" for p in differences]
     if problems:
