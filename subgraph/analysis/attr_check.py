@@ -5,7 +5,8 @@ ONNX's C++ inference trusts some attribute values (``LayerNormalization`` with
 axis pass it silently, leaving a made-up shape). :func:`check_attributes` refuses, before
 inference, any axis, axes or permutation entry no tensor can have (numpy tensors have at
 most :data:`MAX_RANK` dimensions) and, where the input's rank is already known, any entry
-outside it.
+outside it; and inputs with one entry per dimension (a Reshape's or Expand's shape, pads,
+Slice starts ...) declared longer than a tensor's rank can be.
 
 Examples
 --------
@@ -38,6 +39,13 @@ _AXIS_ATTRS = ("axis", "axes", "batch_axis", "time_axis")
 #: Ops whose axis may equal the rank (``Flatten``) or index the output (``Unsqueeze``).
 _AXIS_UP_TO_RANK = frozenset({"Flatten", "OneHot"})
 _OUTPUT_AXES = frozenset({"Unsqueeze"})
+#: (op, input index) -> the most entries that input can have: one (or two, for pads) per
+#: dimension of a tensor. ONNX's inference builds a shape of that many dimensions, so a
+#: declared ``int64[2147483648]`` shape input made it allocate tens of gigabytes.
+_PER_DIMENSION_INPUTS = {("Expand", 1): MAX_RANK, ("Reshape", 1): MAX_RANK, ("ConstantOfShape", 0): MAX_RANK,
+                         ("Tile", 1): MAX_RANK, ("Pad", 1): 2 * MAX_RANK, ("Resize", 3): MAX_RANK,
+                         ("Squeeze", 1): MAX_RANK, ("Unsqueeze", 1): MAX_RANK, ("Slice", 1): MAX_RANK,
+                         ("Slice", 2): MAX_RANK, ("Slice", 3): MAX_RANK, ("Slice", 4): MAX_RANK}
 
 
 def _entries(value: Any) -> list[int] | None:
@@ -78,9 +86,34 @@ def _check_group(node: Node, shapes: Mapping[str, tuple | None]) -> None:
         raise _refuse(node, "group", group, f"does not divide the {channels} channels of input %{source.name}")
 
 
+def _shape_of(value: Any, shapes: Mapping[str, tuple | None]) -> tuple | None:
+    return shapes.get(value.name, value.shape) if value.producer is not None else value.shape
+
+
+def _check_per_dimension_inputs(node: Node, shapes: Mapping[str, tuple | None]) -> None:
+    for index, value in enumerate(node.inputs):
+        limit = _PER_DIMENSION_INPUTS.get((node.op, index))
+        if limit is None or value is None:
+            continue
+        shape = _shape_of(value, shapes)
+        if shape is not None and len(shape) == 1 and isinstance(shape[0], int) and shape[0] > limit:
+            raise ShapeError(f"node {node.name!r} ({node.op}): input %{value.name} has {shape[0]} entries, but it "
+                             f"has {'two' if limit > MAX_RANK else 'one'} per dimension and tensors have at most "
+                             f"{MAX_RANK} dimensions")
+
+
 def _check_node(node: Node, shapes: Mapping[str, tuple | None]) -> None:
     if node.subgraph is not None or node.domain not in ("", "ai.onnx"):
         return
+    _check_per_dimension_inputs(node, shapes)
+    for name in ("scan_input_directions", "scan_output_directions", "directions"):
+        entries = _entries(node.attrs.get(name))
+        if node.op in ("Scan", "Loop") and entries is not None and any(e not in (0, 1) for e in entries):
+            raise _refuse(node, name, node.attrs[name], "has an entry other than 0 (forward) or 1 (reverse)")
+    if node.op == "Squeeze" and node.attrs.get("axes") == []:
+        raise _refuse(node, "axes", [], "is empty: onnxruntime and onnx.reference then squeeze every dimension "
+                                        "of size 1, ONNX's shape inference none; leave the attribute out to "
+                                        "squeeze them all")
     if node.op in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv"):
         _check_group(node, shapes)
     rank = _rank(node, shapes)

@@ -1,7 +1,8 @@
 """Shape and dtype inference for every value of a :class:`~subgraph.ir.Graph`.
 
 The graph is written as an ONNX model and run through ONNX's own inference
-(``strict_mode``, ``check_type`` and ``data_prop`` on). Values whose shape depends on
+(``strict_mode``, ``check_type`` and ``data_prop`` on, the last off for graphs with 1-D
+tensors longer than :data:`MAX_PROPAGATED_LENGTH`). Values whose shape depends on
 computed data that ONNX's data propagation cannot follow (shape arithmetic through
 ``Cast``, ``Mul``, ``ReduceProd``...) are found by folding constants: nodes whose inputs
 are all known are evaluated with the :mod:`subgraph.ops` kernels (``Shape`` and ``Size``
@@ -44,6 +45,11 @@ __all__ = ["infer_shapes", "describe_value", "evaluate_node", "shape_value", "es
 
 #: Constant folding evaluates only nodes whose outputs stay below this many elements.
 MAX_FOLD_ELEMENTS = 2**16
+#: ONNX's data propagation builds a shape of N dimensions for each 1-D tensor of N elements
+#: an Add, Mul, Concat ... reads (a graph input float32[2**33] took all memory, then
+#: std::bad_alloc). Shape arithmetic never has vectors this long: a graph with a longer
+#: input, initializer or typed value is inferred without data propagation.
+MAX_PROPAGATED_LENGTH = 2**16
 
 _Type = tuple[tuple[int, ...] | None, np.dtype | None]
 
@@ -121,6 +127,18 @@ def _inference_error(graph: Graph, exc: Exception) -> ShapeError:
     return ShapeError(f"shape inference failed in graph {graph.name!r}:\n  {problems[0]}{tail}")
 
 
+def _has_long_vector(model: Any) -> bool:
+    """Whether an input, initializer or typed value of ``model`` is a 1-D tensor longer than
+    :data:`MAX_PROPAGATED_LENGTH`: ONNX's data propagation then stays off."""
+    infos = [*model.graph.input, *model.graph.value_info, *model.graph.output]
+    lengths = [t.dims[0] for t in model.graph.initializer if len(t.dims) == 1]
+    for info in infos:
+        dims = info.type.tensor_type.shape.dim if info.type.HasField("tensor_type") else ()
+        if len(dims) == 1 and dims[0].HasField("dim_value"):
+            lengths.append(dims[0].dim_value)
+    return any(n > MAX_PROPAGATED_LENGTH for n in lengths)
+
+
 def _onnx_types(graph: Graph, known: dict[str, np.ndarray], hints: dict[str, _Type]) -> dict[str, _Type]:
     """Run ONNX inference once, folded ``known`` values as initializers, ``hints`` as value_info."""
     import onnx
@@ -130,7 +148,7 @@ def _onnx_types(graph: Graph, known: dict[str, np.ndarray], hints: dict[str, _Ty
     model = inference_model(graph, known, hints, opaque=_is_opaque)
     try:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
-                                                     data_prop=True)
+                                                     data_prop=not _has_long_vector(model))
     except Exception as exc:  # onnx raises InferenceError or plain RuntimeError
         raise _inference_error(graph, exc) from None
     types: dict[str, _Type] = {}

@@ -19,11 +19,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
-from subgraph.errors import DeviceError, PropertyError, call_hook
+from subgraph.errors import DeviceError
 from subgraph.ir import Graph, Node, Value
 from subgraph.properties import SubgraphProperty, get_property, registered_devices
+from subgraph.properties.base import checked_supports
 from subgraph.properties.registry import PROPERTIES
 
 __all__ = ["FALLBACK_DEVICE", "known_options", "base_device", "check_device_options", "parse_devices",
@@ -192,12 +191,7 @@ def takes(prop: SubgraphProperty, node: Node) -> bool:
     :class:`~subgraph.errors.PropertyError` when ``supports`` raises or answers no bool."""
     if not prop.dynamic_shapes and _dynamic_value(node) is not None:
         return False
-    where = f"{node.name!r} ({node.op})"
-    answer = call_hook(PropertyError, prop, "supports", node, where=where)
-    if not isinstance(answer, (bool, np.bool_)):
-        raise PropertyError(f"{type(prop).__name__}.supports({where}) must return a bool, got "
-                            f"{type(answer).__name__}")
-    return bool(answer)
+    return checked_supports(prop, node)
 
 
 def query_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",

@@ -132,8 +132,9 @@ def attrs_to_onnx(op: str, attrs: dict[str, Any], domain: str = "", opset: int |
 
 def check_attribute_names(node: onnx.NodeProto, name: str, opset: Mapping[str, int]) -> None:
     """Raise :class:`~subgraph.errors.ModelLoadError` for an attribute given twice, or one
-    the op's ONNX schema (at the model's opset) does not have, or a string attribute of
-    such an op that is not UTF-8 text; ops without a schema pass (their strings may be bytes)."""
+    the op's ONNX schema (at the model's opset) does not have or defines with another type, or a
+    string attribute of such an op that is not UTF-8 text; ops without a schema pass (their
+    strings may be bytes)."""
     given = [a.name for a in node.attribute]
     twice = sorted({a for a in given if given.count(a) > 1})
     where = f"node {name!r} ({node.op_type})"
@@ -157,3 +158,16 @@ def check_attribute_names(node: onnx.NodeProto, name: str, opset: Mapping[str, i
         known = ", ".join(sorted(schema.attributes)) or "none"
         raise ModelLoadError(f"{where} has attribute(s) {unknown} that {node.op_type} (opset "
                              f"{schema.since_version}) does not define; its attributes are: {known}")
+    for attr in node.attribute:  # a value of another type would reach kernels and inference as garbage
+        expected = int(schema.attributes[attr.name].type)
+        if attr.type != expected:
+            raise ModelLoadError(f"{where}: attribute {attr.name!r} has type "
+                                 f"{_type_name(attr.type)}, but {node.op_type} (opset {schema.since_version}) "
+                                 f"defines it as {_type_name(expected)}")
+
+
+def _type_name(kind: int) -> str:
+    try:
+        return AttributeProto.AttributeType.Name(kind)
+    except ValueError:
+        return str(kind)

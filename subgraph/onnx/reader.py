@@ -134,11 +134,33 @@ def _constant_array(tensor: onnx.TensorProto) -> np.ndarray:
                              f"{exc}") from None
 
 
+def opset_imports(imports: Sequence[onnx.OperatorSetIdProto], where: str) -> dict[str, int]:
+    """``{domain: version}`` of a model's or function's opset imports, checked: a domain
+    imported twice with two versions (``""`` and ``"ai.onnx"`` are one domain), or a default
+    domain version this onnx does not know, raise :class:`~subgraph.errors.ModelLoadError`
+    (onnxruntime silently picks one of two versions, and op semantics differ between them)."""
+    newest = onnx.defs.onnx_opset_version()
+    opset: dict[str, int] = {}
+    seen: dict[str, tuple[str, int]] = {}
+    for imp in imports:
+        domain, version = imp.domain, int(imp.version)
+        key = "" if domain == "ai.onnx" else domain
+        if key in seen and seen[key][1] != version:
+            raise ModelLoadError(f"{where} imports domain {seen[key][0]!r} at version {seen[key][1]} and "
+                                 f"{domain!r} at version {version}; a domain has one version")
+        if key == "" and not 1 <= version <= newest:
+            raise ModelLoadError(f"{where} imports the default ONNX domain at version {version}; versions "
+                                 f"are 1 to {newest} (onnx {onnx.__version__})")
+        seen.setdefault(key, (domain, version))
+        opset[domain] = version
+    return opset
+
+
 def graph_from_model(model: onnx.ModelProto, input_shapes: dict[str, Sequence[int]]) -> Graph:
     """The graph of a loaded, checked model (:func:`subgraph.onnx.load.load_model`)."""
 
     g = model.graph
-    graph = Graph(g.name or "graph", {imp.domain: int(imp.version) for imp in model.opset_import})
+    graph = Graph(g.name or "graph", opset_imports(model.opset_import, f"model {g.name!r}"))
     graph.metadata = {p.key: p.value for p in model.metadata_props}
     functions = fused_functions(model)
     if functions:  # imported only for the calls, which become fused nodes again
@@ -325,7 +347,7 @@ def _function_graph(function: onnx.FunctionProto, functions: dict[tuple[str, str
                     output_map: list[int] | None, where: str) -> Graph:
     meta = {p.key: p.value for p in function.metadata_props}
     sub = Graph(meta.get(GRAPH_NAME_KEY, function.name),
-                {imp.domain: int(imp.version) for imp in function.opset_import})
+                opset_imports(function.opset_import, f"function {function.name!r}"))
     for name in function.input:
         sub.add_input(name)
     body = onnx.GraphProto()

@@ -143,6 +143,17 @@ def _create(prop, sub: Graph, sid: int, members: list[Node], originals: set[int]
     if id(node) in returned:
         raise PropertyError(f"{call} returned the same node object {node.name!r} ({node.op}) for {where} as "
                             f"for subgraph {returned[id(node)]}; it must return a new node each call")
+    inner = node.subgraph
+    if inner is None or not isinstance(inner, Graph):
+        raise PropertyError(f"{call} returned node {node.name!r} ({node.op}) without a subgraph for {where} "
+                            f"(its subgraph is {type(inner).__name__}); a fused node runs the graph it was "
+                            "given")
+    signature = [[v.type_str() for v in g.inputs] + ["->"] + [v.type_str() for v in g.outputs]
+                 for g in (inner, sub)]
+    if inner is not sub and signature[0] != signature[1]:  # a rewritten subgraph of the same types is fine
+        raise PropertyError(f"{call} returned node {node.name!r} ({node.op}) for {where} whose subgraph "
+                            f"{inner.name!r} has types ({' '.join(signature[0])}); the subgraph it was given "
+                            f"has ({' '.join(signature[1])})")
     returned[id(node)] = sid
     return node
 

@@ -20,10 +20,11 @@ from typing import Any
 
 import numpy as np
 
+from subgraph.errors import PropertyError, call_hook
 from subgraph.ir import FUSED_DOMAIN, FUSED_OP, Graph, Node
 from subgraph.selectors import ContainOpSelector, SubgraphSelector
 
-__all__ = ["SubgraphProperty", "FusedKernel", "KernelNote", "time_kernel", "Kernel"]
+__all__ = ["SubgraphProperty", "FusedKernel", "KernelNote", "time_kernel", "Kernel", "checked_supports"]
 
 Kernel = Callable[..., Sequence[np.ndarray]]
 
@@ -96,6 +97,17 @@ class KernelNote:
         return f"{self.function}{nodes}: {self.status}, {self.reason}"
 
 
+def checked_supports(prop: SubgraphProperty, node: Node) -> bool:
+    """``prop.supports(node)``; what it raises, or an answer that is no bool (a numpy array,
+    None, a string), is a :class:`~subgraph.errors.PropertyError` naming the property and node."""
+    where = f"{node.name!r} ({node.op})"
+    answer = call_hook(PropertyError, prop, "supports", node, where=where)
+    if not isinstance(answer, (bool, np.bool_)):
+        raise PropertyError(f"{type(prop).__name__}.supports({where}) must return a bool, got "
+                            f"{type(answer).__name__}")
+    return bool(answer)
+
+
 class FusedKernel:
     """Compiles a fused subgraph on first call (thread-safe) and runs it.
 
@@ -112,15 +124,26 @@ class FusedKernel:
         self._lock = threading.Lock()
 
     def compile(self) -> Kernel:
-        """Compile now (idempotent) and return the backend function."""
+        """Compile now (idempotent) and return the backend function; a property whose
+        ``compile`` returns no callable raises :class:`~subgraph.errors.PropertyError`."""
         if self._fn is None:
             with self._lock:
                 if self._fn is None:
-                    self._fn = self.prop.compile(self.subgraph)
+                    fn = self.prop.compile(self.subgraph)
+                    if not callable(fn):
+                        raise PropertyError(f"{type(self.prop).__name__}.compile({self.subgraph.name!r}) must "
+                                            f"return a callable kernel, got {type(fn).__name__}")
+                    self._fn = fn
         return self._fn
 
     def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
-        outs = list(self.compile()(*arrays))
+        result = self.compile()(*arrays)
+        outs = list(result) if isinstance(result, (tuple, list)) else None
+        if outs is None or len(outs) != len(self.subgraph.outputs):
+            got = f"{len(outs)} output(s)" if outs is not None else type(result).__name__
+            raise PropertyError(f"the kernel {type(self.prop).__name__}.compile({self.subgraph.name!r}) made "
+                                f"returned {got}; it must return a tuple or list of "
+                                f"{len(self.subgraph.outputs)} array(s), one per subgraph output")
         return outs if self.output_map is None else [outs[j] for j in self.output_map]
 
 
@@ -187,8 +210,10 @@ class SubgraphProperty:
                                                                    if node.domain else "")
 
     def create_subgraph_selector(self) -> SubgraphSelector:
-        """A fresh selector, one per start node; the default is :class:`ContainOpSelector`."""
-        return ContainOpSelector(self.supports, device=self.device, manual=self.manual_affinity)
+        """A fresh selector, one per start node; the default is :class:`ContainOpSelector`
+        over :func:`checked_supports` (a ``supports`` answering no bool is a PropertyError)."""
+        return ContainOpSelector(lambda node: checked_supports(self, node), device=self.device,
+                                 manual=self.manual_affinity)
 
     # ---- hooks around the pass
     def pre_partition(self, graph: Graph, **options: Any) -> None:

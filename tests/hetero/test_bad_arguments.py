@@ -14,17 +14,9 @@ from subgraph.properties import register_property
 from subgraph.properties.numpy import NumpyProperty
 from subgraph.properties.registry import PROPERTIES
 from subgraph.testing import seed_example
+from tests.refusals import refused
 
 RELU_ADD = ["Relu", "Add"]
-
-
-def refused(error, match, *args, call=compile_model, **kwargs) -> SubgraphError:
-    graph = seed_example()
-    copy = graph.copy()
-    with pytest.raises(error, match=match) as info:
-        call(graph, *args, **kwargs)
-    assert graph.equals(copy)
-    return info.value
 
 
 @pytest.mark.parametrize("properties, message", [
@@ -43,17 +35,19 @@ def refused(error, match, *args, call=compile_model, **kwargs) -> SubgraphError:
 ])
 @pytest.mark.parametrize("call", [compile_model, query_model])
 def test_bad_device_properties(properties, message, call):
-    refused(DeviceError, message, "HETERO:TVM,NUMPY" if "TVM" in properties else "HETERO:NUMPY", properties,
-            call=call)
+    refused(call, seed_example(), DeviceError,
+            message, "HETERO:TVM,NUMPY" if "TVM" in properties else "HETERO:NUMPY", properties)
 
 
 def test_bad_graph_and_progress_arguments():
     with pytest.raises(DeviceError, match=r"^compile_model: argument graph must be a subgraph\.ir\.Graph, got "
                                           r"str 'model\.onnx'$"):
         compile_model("model.onnx", "HETERO:NUMPY")
-    refused(DeviceError, r"^compile_model: argument progress must be callable\(done, total, info\) or None, got "
+    refused(compile_model, seed_example(), DeviceError,
+            r"^compile_model: argument progress must be callable\(done, total, info\) or None, got "
                          r"int 3$", "HETERO:NUMPY", progress=3)
-    refused(DeviceError, r"^compile_model: argument device must be a str such as 'HETERO:TVM,NUMPY', got list",
+    refused(compile_model, seed_example(), DeviceError,
+            r"^compile_model: argument device must be a str such as 'HETERO:TVM,NUMPY', got list",
             ["NUMPY"])
 
 
@@ -64,7 +58,8 @@ def test_query_model_graph_argument():
 
 
 def test_partition_options_are_checked():
-    refused(PartitionError, r"^partition_graph: argument max_subgraph_size must be an int or None, got str '3'$",
+    refused(compile_model, seed_example(), PartitionError,
+            r"^partition_graph: argument max_subgraph_size must be an int or None, got str '3'$",
             "HETERO:NUMPY", max_subgraph_size="3")
 
 
@@ -72,7 +67,8 @@ def test_a_raising_progress_callback():
     def progress(done, total, info):
         raise ValueError("terminal closed")
 
-    refused(SubgraphError, r"^compile_model: the progress callback test_a_raising_progress_callback.<locals>."
+    refused(compile_model, seed_example(), SubgraphError,
+            r"^compile_model: the progress callback test_a_raising_progress_callback.<locals>."
                            r"progress raised ValueError: terminal closed \(after subgraph0 on NUMPY\)$",
             "HETERO:NUMPY", progress=progress)
 
@@ -111,17 +107,20 @@ def devices():
 
 @pytest.mark.parametrize("call", [compile_model, query_model])
 def test_a_raising_supports(devices, call):
-    refused(PropertyError, r"^Raising\.supports\('4' \(Sigmoid\)\) raised RuntimeError: driver lost$",
-            "HETERO:RAISING,NUMPY", call=call)
+    refused(call, seed_example(), PropertyError,
+            r"^Raising\.supports\('4' \(Sigmoid\)\) raised RuntimeError: driver lost$",
+            "HETERO:RAISING,NUMPY")
 
 
 def test_supports_answering_an_array(devices):
-    refused(PropertyError, r"^Arrays\.supports\('1' \(Relu\)\) must return a bool, got ndarray$",
+    refused(compile_model, seed_example(), PropertyError,
+            r"^Arrays\.supports\('1' \(Relu\)\) must return a bool, got ndarray$",
             "HETERO:ARRAYS,NUMPY")
 
 
 def test_measure_cost_returning_a_non_number(devices):
-    refused(PropertyError, r"^Worded\.measure_cost\('subgraph0'\) must return a finite number of seconds >= 0 "
+    refused(compile_model, seed_example(), PropertyError,
+            r"^Worded\.measure_cost\('subgraph0'\) must return a finite number of seconds >= 0 "
                            r"or None, got str 'fast'$", "HETERO:WORDED,NUMPY", {"WORDED": {"ops": RELU_ADD}},
             choose="measured")
 

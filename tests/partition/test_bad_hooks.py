@@ -9,10 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from subgraph.errors import PartitionError, PropertyError, SelectorError, SubgraphError
-from subgraph.ir import Graph, Node
+from subgraph.ir import Graph
 from subgraph.partition import partition_graph
 from subgraph.properties.numpy import NumpyProperty
 from subgraph.selectors import SubgraphSelector
+from tests.refusals import refused
 
 
 def two_chains() -> Graph:
@@ -25,14 +26,6 @@ def two_chains() -> Graph:
     for value in g.values:
         value.shape, value.dtype = (2,), np.dtype("float32")
     return g
-
-
-def rejected(graph: Graph, error: type[SubgraphError], match: str, *args, **kwargs) -> SubgraphError:
-    copy = graph.copy()
-    with pytest.raises(error, match=match) as info:
-        partition_graph(graph, *args, **kwargs)
-    assert graph.equals(copy)
-    return info.value
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -53,7 +46,7 @@ def rejected(graph: Graph, error: type[SubgraphError], match: str, *args, **kwar
     ({"prop": "numpy", "trace": ()}, r"^partition_graph: argument trace must be a list or None, got tuple \(\)$"),
 ])
 def test_bad_arguments(kwargs, message):
-    rejected(two_chains(), PartitionError, message, **kwargs)
+    refused(partition_graph, two_chains(), PartitionError, message, **kwargs)
 
 
 def test_graph_argument_must_be_a_graph():
@@ -107,7 +100,8 @@ class Falsy:
     ("select", KeyError("x"), r"^Answer\.select\('A' \(Relu\)\) raised KeyError: 'x'$"),
 ])
 def test_selector_answers_must_be_bools(hook, answer, message):
-    rejected(two_chains(), SelectorError, message, Prop(lambda: Answer(hook, answer)), strategy="topological")
+    refused(partition_graph, two_chains(), SelectorError,
+            message, Prop(lambda: Answer(hook, answer)), strategy="topological")
 
 
 def test_numpy_bool_answers_are_accepted():
@@ -126,12 +120,14 @@ def test_create_subgraph_selector_raising():
     def broken():
         raise OSError("no device")
 
-    rejected(two_chains(), PropertyError, r"^Prop\.create_subgraph_selector raised OSError: no device$",
+    refused(partition_graph, two_chains(), PropertyError,
+            r"^Prop\.create_subgraph_selector raised OSError: no device$",
              Prop(broken))
 
 
 def test_create_subgraph_selector_returning_a_non_selector():
-    rejected(two_chains(), PropertyError, r"^Prop\.create_subgraph_selector must return a SubgraphSelector, "
+    refused(partition_graph, two_chains(), PropertyError,
+            r"^Prop\.create_subgraph_selector must return a SubgraphSelector, "
                                           r"got dict$", Prop(dict))
 
 
@@ -145,7 +141,7 @@ class SameNode(NumpyProperty):
 
 
 def test_create_subgraph_node_returning_the_same_node_twice():
-    rejected(two_chains(), PropertyError,
+    refused(partition_graph, two_chains(), PropertyError,
              r"^SameNode\.create_subgraph_node returned the same node object 'numpy_subgraph_0' \(Subgraph\) for "
              r"subgraph 1 \(nodes \['C', 'D'\]\) as for subgraph 0; it must return a new node each call$",
              SameNode(ops=["Relu"]))
@@ -157,7 +153,7 @@ class Original(NumpyProperty):
 
 
 def test_create_subgraph_node_returning_an_original_node():
-    rejected(two_chains(), PropertyError,
+    refused(partition_graph, two_chains(), PropertyError,
              r"^Original\.create_subgraph_node returned node 'A' \(Relu\) of the graph itself for subgraph 0 "
              r"\(nodes \['A', 'B'\]\); it must return a new fused node$", Original(ops=["Relu"]))
 
