@@ -1,5 +1,5 @@
 """A handful of fuzz mutants compiled by TVM (compiling every mutant would take hours): the
-first five of the suite's seed that run cleanly, that onnxruntime accepts and of which TVM
+first three of the suite's seed that run cleanly, that onnxruntime accepts and of which TVM
 takes a subgraph, compiled with ``HETERO:TVM,NUMPY`` in a child process (a crash fails the
 test, not the pytest worker) and compared with the numpy run at the corpus tolerance."""
 
@@ -51,10 +51,10 @@ CHILD = textwrap.dedent("""
 
 def test_a_handful_of_mutants_compiled_by_tvm():
     pytest.importorskip("tvm")
-    done = subprocess.run([sys.executable, "-c", CHILD, str(DEFAULT_SEED), "5"], capture_output=True,
+    done = subprocess.run([sys.executable, "-c", CHILD, str(DEFAULT_SEED), "3"], capture_output=True,
                           text=True, timeout=600, cwd=str(ROOT))
     assert done.returncode == 0, f"the child died with {done.returncode}: {done.stderr[-3000:]}"
     report = json.loads(done.stdout.strip().splitlines()[-1])
     print(json.dumps(report, indent=1))
-    assert len(report) == 5
-    assert [r["problems"] for r in report] == [[]] * 5, report
+    assert len(report) == 3
+    assert [r["problems"] for r in report] == [[]] * 3, report
