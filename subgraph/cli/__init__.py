@@ -8,6 +8,7 @@ Subcommands::
     subgraph run       [MODEL.onnx] [--inputs X.npz] [--check] [--bench N] [--profile] [--profile-json F]
     subgraph tune      [MODEL.onnx] [--budget SECONDS]                      # TVM tiles for this CPU
     subgraph ops       [-d NUMPY|TVM] [--markdown]                          # which ops each device runs
+    subgraph devices   [--tracker HOST:PORT]                                # devices; a tracker's servers
 
 Every subcommand takes ``--devices HETERO:TVM,NUMPY`` (priority order), ``--device-option
 DEV.KEY=VALUE`` (``TVM.exclude_ops=Softmax,MaxPool``, ``TVM.target=llvm``, ``NUMPY.ops=...``),
@@ -37,6 +38,7 @@ from typing import Any
 
 from subgraph.errors import SubgraphError
 from subgraph.fileio import write_atomic
+from subgraph.cli.devices import add_parser as add_devices_parser
 from subgraph.cli.interrupts import interrupt_seen, interrupted, noting_interrupts
 from subgraph.hetero.devices import known_options
 from subgraph.cli.options import (
@@ -48,6 +50,7 @@ from subgraph.cli.options import (
     random_inputs,
     read_inputs,
 )
+from subgraph.hetero.devices import known_options
 
 __all__ = ["EXAMPLE_MODEL", "UsageError", "build_parser", "main"]
 
@@ -205,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("-d", "--device", type=str.upper, choices=("NUMPY", "TVM"), help="only this device's column")
     o.add_argument("--markdown", action="store_true", help="print docs/ops.md")
     o.set_defaults(func=_ops, verbose=False)
+    add_devices_parser(sub, _formatter, _positive_float)
     return parser
 
 

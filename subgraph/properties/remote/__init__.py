@@ -69,12 +69,13 @@ class RemoteProperty(TVMProperty):
         return Endpoint.from_options(self.device, self.options)
 
     def session(self) -> Any:
-        """This device's :class:`~subgraph.properties.remote.session.RemoteSession`, made once."""
+        """This device's :class:`~subgraph.properties.remote.session.RemoteSession` (one per
+        device and server in a process)."""
         with self._session_lock:
             if self._session is None:
-                from subgraph.properties.remote.session import RemoteSession  # imports tvm
+                from subgraph.properties.remote.session import session_for  # imports tvm
 
-                self._session = RemoteSession(self.endpoint())
+                self._session = session_for(self.endpoint())
             return self._session
 
     def compile(self, subgraph: Graph):

@@ -8,12 +8,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from subgraph.errors import DeviceError
+from subgraph.errors import DeviceError, ExecutionError
 
-__all__ = ["Endpoint", "parse_host_port", "DEFAULT_TIMEOUT"]
+__all__ = ["Endpoint", "RemoteDeviceError", "parse_host_port", "DEFAULT_TIMEOUT"]
 
 #: seconds a REMOTE device waits to connect, and for each call, unless ``timeout`` says
 DEFAULT_TIMEOUT = 10.0
+
+
+class RemoteDeviceError(DeviceError, ExecutionError):
+    """A remote device is unreachable, failed, or did not answer within its timeout; the
+    message names the device and its address. Also an :class:`ExecutionError`, so a run
+    passes it on as it is."""
 
 
 def parse_host_port(text: Any, where: str) -> tuple[str, int]:

@@ -22,6 +22,7 @@ from tvm.target.codegen import llvm_get_system_triple
 from subgraph.errors import DeviceError
 from subgraph.ir import Graph
 from subgraph.properties.numpy import NumpyProperty
+from subgraph.properties.remote.endpoint import RemoteDeviceError
 from subgraph.properties.remote.session import RemoteSession
 from subgraph.properties.tvm.cache import default_cache_dir
 from subgraph.properties.tvm.compiler import compile_graph
@@ -105,9 +106,9 @@ class RemoteFunction:
         checked = self.compiled.checked_inputs(arrays)
         try:
             outs, (send, _, receive) = self.session.run(self.key, self.library, checked)
-        except DeviceError as exc:
+        except RemoteDeviceError as exc:
             if not self.fallback:
-                raise
+                raise RemoteDeviceError(f"{exc} (subgraph {self.name!r})") from None
             warnings.warn(f"{exc}; subgraph {self.name!r} reran locally", RuntimeWarning, stacklevel=2)
             self._times.transfers = {}
             return list(self.local()(*checked))

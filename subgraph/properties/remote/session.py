@@ -2,29 +2,50 @@
 
 TVM's RPC calls block until the server answers; a server that hangs would hang the caller.
 So every RPC call of a device runs on that device's worker thread and the caller waits at
-most ``timeout`` seconds (TVM's calls release the GIL while they wait): a call that
-overruns abandons the worker and the session (the thread is a daemon, left to the
-socket), raises :class:`~subgraph.errors.DeviceError`, and the next call connects anew.
-A session's uploaded libraries die with it; they are uploaded again after a reconnect.
+most ``timeout`` seconds (TVM's calls release the GIL while they wait). A call that
+overruns, or fails, ends the session: its sockets are shut down (so the blocked call
+returns with an error and dropping the session does not wait for the server either),
+:class:`~subgraph.errors.DeviceError` is raised, and the next call connects anew. A
+session's uploaded libraries die with it; they are uploaded again after a reconnect.
 """
 
 from __future__ import annotations
 
+import os
 import queue
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import psutil
 import tvm
 from tvm import relax, rpc
 
 from subgraph.errors import DeviceError
-from subgraph.properties.remote.endpoint import Endpoint, parse_host_port
+from subgraph.properties.remote.endpoint import Endpoint, RemoteDeviceError, parse_host_port
 from subgraph.properties.tvm.messages import error_summary
 
-__all__ = ["RemoteSession", "tracker_summary"]
+__all__ = ["RemoteSession", "session_for", "tracker_summary"]
+
+
+def _tcp_sockets() -> dict[int, tuple]:
+    """This process's connected TCP sockets: file descriptor -> remote address."""
+    process = psutil.Process()
+    listing = getattr(process, "net_connections", None) or process.connections
+    return {c.fd: tuple(c.raddr) for c in listing(kind="tcp") if c.fd != -1 and c.raddr}
+
+
+def _shut_down(fds: list[int]) -> None:
+    """Shut the sockets ``fds`` down (both ways): a call blocked on them returns with an error."""
+    for fd in fds:
+        try:
+            with socket.socket(fileno=os.dup(fd)) as sock:
+                sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed
 
 
 class _Worker:
@@ -45,6 +66,7 @@ class _Worker:
             except BaseException as exc:  # handed to the caller, who raises it
                 box.append((False, exc))
             done.set()
+            job = fn = box = done = None  # hold no session here: a dropped one must close its socket
 
     def run(self, fn: Callable[[], Any], timeout: float) -> tuple[bool, Any] | None:
         """``(ok, result or exception)``, or ``None`` when ``fn`` did not finish in ``timeout`` s."""
@@ -57,10 +79,28 @@ class _Worker:
         self._jobs.put(None)
 
 
+#: (device, where) -> its session: one per device and server in a process (TVM's server
+#: serves one client at a time, so two models on one server share the connection)
+_SESSIONS: dict[tuple[str, str], RemoteSession] = {}
+_SESSIONS_LOCK = threading.Lock()
+
+
+def session_for(endpoint: Endpoint) -> RemoteSession:
+    """The process's session of ``endpoint``'s device and server (made on first use); its
+    calls wait ``endpoint.timeout`` seconds (the latest asked for)."""
+    with _SESSIONS_LOCK:
+        session = _SESSIONS.get((endpoint.device, endpoint.where))
+        if session is None:
+            session = _SESSIONS[(endpoint.device, endpoint.where)] = RemoteSession(endpoint)
+        session.endpoint = endpoint
+        return session
+
+
 class RemoteSession:
     """The connection of one REMOTE device (instance), shared by its compiled subgraphs.
 
     Thread safe: calls of one device run one at a time, each within ``endpoint.timeout``.
+    Get one with :func:`session_for`.
     """
 
     def __init__(self, endpoint: Endpoint) -> None:
@@ -68,22 +108,31 @@ class RemoteSession:
         self._lock = threading.Lock()
         self._worker: _Worker | None = None
         self._session: Any = None
-        self._entries: dict[str, Any] = {}  # library key -> the remote VM's "main", this session's
+        self._entries: dict[str, Any] = {}  # library key -> its remote VM, in this session
+        self._sockets: list[int] = []  # the session's socket descriptors
         #: how many sessions this device has opened (a reconnect adds one)
         self.connections = 0
 
-    def _connect(self) -> Any:
+    def _connect(self) -> tuple[Any, list[int]]:
+        """A new session and its socket descriptors (runs on the worker)."""
         host, port = self.endpoint.address or self.endpoint.tracker
+        before = _tcp_sockets()
         if self.endpoint.address is not None:
-            return rpc.connect(host, port)
-        return rpc.connect_tracker(host, port).request(self.endpoint.key, max_retry=1)
+            session = rpc.connect(host, port)
+        else:
+            tracker = rpc.connect_tracker(host, port)
+            session = tracker.request(self.endpoint.key, max_retry=1)
+            tracker.close()
+        fds = [fd for fd, peer in _tcp_sockets().items()
+               if fd not in before and (self.endpoint.address or peer[:2] != (host, port))]
+        return session, fds
 
     def call(self, what: str, fn: Callable[[Any], Any]) -> Any:
         """``fn(session)`` on the device's worker, connected first when needed.
 
         Raises
         ------
-        DeviceError
+        RemoteDeviceError
             Connecting or ``fn`` failed, or took longer than the timeout; the message names
             the device, its address and ``what`` was being done. The session is dropped.
         """
@@ -91,31 +140,44 @@ class RemoteSession:
             if self._worker is None:
                 self._worker = _Worker(f"subgraph-{self.endpoint.device}")
             if self._session is None:
-                self._session = self._run("connecting", self._connect)
+                self._session, self._sockets = self._run("connecting", self._connect)
                 self._entries = {}
                 self.connections += 1
-            session = self._session
-            return self._run(what, lambda: fn(session))
+            # no local reference: an error's traceback must not keep a dropped session open
+            return self._run(what, lambda session=self._session: fn(session))
 
     def _run(self, what: str, fn: Callable[[], Any]) -> Any:
         end = self.endpoint
         answer = self._worker.run(fn, end.timeout)
         if answer is not None and answer[0]:
             return answer[1]
-        self._session, self._entries = None, {}
-        if answer is None:  # the worker is stuck in TVM: leave it there, the next call gets a new one
+        fn = None  # it may hold the session, and an error's traceback holds this frame
+        if answer is None and self._session is None:  # stuck connecting: its sockets are the new ones
+            peer = end.address or end.tracker         # to that address that no other session owns
+            owned = {fd for other in list(_SESSIONS.values()) for fd in other._sockets}
+            self._sockets = [fd for fd, address in _tcp_sockets().items()
+                             if address[:2] == peer and fd not in owned]
+        self._drop()  # shuts the sockets down: a stuck call returns with an error, nothing waits
+        if answer is None:
+            self._worker.stop()
             self._worker = None
-            raise DeviceError(f"{end.device} ({end.where}) did not answer within {end.timeout:g} s while "
+            raise RemoteDeviceError(f"{end.device} ({end.where}) did not answer within {end.timeout:g} s while "
                               f"{what}; the session was dropped, the next call reconnects")
         self._worker.stop()  # a failed session may have left its socket half-read: start clean
         self._worker = None
-        raise DeviceError(f"{end.device} ({end.where}) failed while {what}: "
-                          f"{error_summary(answer[1], 2)}") from None
+        reason = error_summary(answer[1], 2)
+        answer = None  # its traceback holds the session too
+        raise RemoteDeviceError(f"{end.device} ({end.where}) failed while {what}: {reason}") from None
+
+    def _drop(self) -> None:
+        """End the session without waiting for the server (it may be hung)."""
+        _shut_down(self._sockets)
+        self._session, self._entries, self._sockets = None, {}, []
 
     def close(self) -> None:
-        """Drop the session (the next call reconnects)."""
+        """End the session (the next call reconnects)."""
         with self._lock:
-            self._session, self._entries = None, {}
+            self._drop()
             if self._worker is not None:
                 self._worker.stop()
                 self._worker = None
@@ -135,6 +197,14 @@ class RemoteSession:
 
         return self.call("asking for its CPU", ask)
 
+    def _load(self, session: Any, key: str, library: bytes) -> Any:
+        """The remote VM of library ``key`` in ``session``, uploaded the first time."""
+        vm = self._entries.get(key)
+        if vm is None:
+            session.upload(bytearray(library), f"{key}.so")
+            vm = self._entries[key] = relax.VirtualMachine(session.load_module(f"{key}.so"), session.cpu())
+        return vm
+
     def run(self, key: str, library: bytes, arrays: Sequence[np.ndarray]
             ) -> tuple[list[np.ndarray], tuple[float, float, float]]:
         """Run the library ``key`` (uploaded from ``library`` once per session) on ``arrays``.
@@ -143,18 +213,17 @@ class RemoteSession:
         the outputs.
         """
         def job(session: Any) -> tuple[list[np.ndarray], tuple[float, float, float]]:
-            entry = self._entries.get(key)
-            if entry is None:
-                session.upload(bytearray(library), f"{key}.so")
-                vm = relax.VirtualMachine(session.load_module(f"{key}.so"), session.cpu())
-                entry = self._entries[key] = vm["main"]
+            vm = self._load(session, key, library)
             clock = time.perf_counter
             start = clock()
             tensors = [tvm.runtime.tensor(array, session.cpu()) for array in arrays]
             sent = clock()
-            result = entry(*tensors)
+            # a tuple stays on the server as one object: the VM's stateful calls hand out its fields
+            vm.set_input("main", *tensors)
+            vm.invoke_stateful("main")
             ran = clock()
-            items = [result] if isinstance(result, (tvm.runtime.Tensor, tvm.runtime.ShapeTuple)) else list(result)
+            result = vm.get_outputs("main")
+            items = list(result) if isinstance(result, tuple) else [result]
             outs = [np.array(list(t), dtype=np.int64) if isinstance(t, tvm.runtime.ShapeTuple) else t.numpy()
                     for t in items]
             return outs, (sent - start, ran - sent, clock() - ran)
@@ -163,13 +232,7 @@ class RemoteSession:
 
     def upload(self, key: str, library: bytes) -> None:
         """Upload and load the library ``key`` now (compile time), so errors show early."""
-        def job(session: Any) -> None:
-            if key not in self._entries:
-                session.upload(bytearray(library), f"{key}.so")
-                vm = relax.VirtualMachine(session.load_module(f"{key}.so"), session.cpu())
-                self._entries[key] = vm["main"]
-
-        self.call("uploading the compiled library", job)
+        self.call("uploading the compiled library", lambda session: self._load(session, key, library))
 
 
 def tracker_summary(tracker: str, timeout: float = 10.0) -> dict[str, Any]:

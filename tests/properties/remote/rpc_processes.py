@@ -1,0 +1,85 @@
+"""TVM RPC servers and trackers on 127.0.0.1 as subprocesses, each in its own process group."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+
+
+def needs_rpc() -> None:
+    """TVM's RPC server needs cloudpickle and psutil, which the tvm wheel does not declare."""
+    for module in ("tvm", "cloudpickle", "psutil"):
+        pytest.importorskip(module)
+
+
+def _die_with_parent() -> None:
+    """Linux: the server gets SIGKILL when the test process dies, even if it crashes."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def free_port() -> int:
+    """A port nothing listens on now (the kernel's pick), with the next one free too."""
+    for _ in range(50):
+        with socket.socket() as first:
+            first.bind(("127.0.0.1", 0))
+            port = first.getsockname()[1]
+            with socket.socket() as second, contextlib.suppress(OSError):
+                second.bind(("127.0.0.1", port + 1))
+                return port
+    raise RuntimeError("no two consecutive free ports on 127.0.0.1")
+
+
+class Process:
+    """A TVM RPC server or tracker in its own process group (its forked workers die with it)."""
+
+    def __init__(self, kind: str, port: int, log: Path, *extra: str) -> None:
+        self.kind, self.port, self.log, self.extra = kind, port, log, extra
+        self.proc: subprocess.Popen | None = None
+        self.start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        cmd = [sys.executable, "-m", f"tvm.exec.{self.kind}", "--host", "127.0.0.1", "--port", str(self.port),
+               "--port-end", str(self.port + 1), *self.extra]
+        env = {**os.environ, "TVM_NUM_THREADS": "1"}  # two cores shared by the suite
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True,
+                                         preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.kind} on {self.address} exited: {self.log.read_text()[-2000:]}")
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.1)
+        self.kill()
+        raise RuntimeError(f"{self.kind} on {self.address} did not start: {self.log.read_text()[-2000:]}")
+
+    def signal(self, number: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, number)
+
+    def kill(self) -> None:
+        """Kill the process group and reap the process."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.signal(signal.SIGCONT)
+            self.signal(signal.SIGKILL)
+            self.proc.wait(timeout=30)
+        elif self.proc is not None:
+            self.signal(signal.SIGKILL)  # its forked workers, should any be left
