@@ -36,11 +36,8 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from subgraph.errors import SubgraphError
-from subgraph.fileio import write_atomic
 from subgraph.cli.devices import add_parser as add_devices_parser
 from subgraph.cli.interrupts import interrupt_seen, interrupted, noting_interrupts
-from subgraph.hetero.devices import known_options
 from subgraph.cli.options import (
     EXAMPLE_MODEL,
     UsageError,
@@ -50,6 +47,8 @@ from subgraph.cli.options import (
     random_inputs,
     read_inputs,
 )
+from subgraph.errors import SubgraphError
+from subgraph.fileio import write_atomic
 from subgraph.hetero.devices import known_options
 
 __all__ = ["EXAMPLE_MODEL", "UsageError", "build_parser", "main"]
