@@ -297,7 +297,7 @@ def _error_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
             "device string 'HETERO:' lists no devices; write e.g. 'HETERO:TVM,NUMPY'"),
         "unknown device": (
             ["query", "--devices", "HETERO:GPU,NUMPY"],
-            "unknown device 'GPU' in 'HETERO:GPU,NUMPY'; registered devices: ['NUMPY', 'TVM']"),
+            "unknown device 'GPU' in 'HETERO:GPU,NUMPY'; registered devices: ['NUMPY', 'REMOTE', 'TVM']"),
         "repeated device": (
             ["partition", "--devices", "TVM,TVM"], "device string 'TVM,TVM' lists ['TVM'] more than once"),
         "bad device option": (
