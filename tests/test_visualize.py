@@ -120,7 +120,7 @@ def test_subgraphs_colour_by_id_and_cluster_each_subgraph(seed):
 def test_output_is_deterministic_and_device_colours_are_fixed(seed):
     assert affinity_dot(*seed) == affinity_dot(*seed)
     assert subgraphs_dot(*seed) == subgraphs_dot(seed_example(), seed[1])
-    # an unknown device takes the first colour after the registered devices (TVM, NUMPY, REMOTE)
+    # registered devices first (TVM, NUMPY, REMOTE), then the others in the order given
     assert device_colors(["NUMPY", "TVM", "ZZZ"]) == {"NUMPY": NUMPY_COLOR, "TVM": TVM_COLOR, "ZZZ": PALETTE[3]}
 
 

@@ -95,7 +95,7 @@ def test_combined_mode_query_edit_write_compile():
 
 def test_unknown_device_and_bad_strings():
     with pytest.raises(DeviceError, match=r"unknown device 'GPU' in 'HETERO:GPU,NUMPY'; registered devices: "
-                                          r"\['NUMPY', 'REMOTE', 'TVM'\]"):
+                                          r"\[.*'NUMPY', 'REMOTE', 'TVM'\]"):
         query_model(seed_example(), "HETERO:GPU,NUMPY")
     with pytest.raises(DeviceError, match="lists no devices"):
         parse_devices("HETERO:")
