@@ -9,9 +9,10 @@ read from later stages, on chains and DAGs alike.
 A stage's cost on device ``d`` is the sum of its nodes' costs plus
 ``d.transfer_seconds(bytes)`` for the bytes that cross its boundary: the values it reads
 from the feeds or from earlier stages, and the values it hands on to later stages or
-returns (each once, however many nodes read it). A property may define
-``transfer_seconds(nbytes) -> seconds`` (a remote device reports its link); a device
-without it moves bytes at this machine's memory bandwidth (:func:`local_bandwidth`).
+returns (each once, however many nodes read it).
+:meth:`SubgraphProperty.transfer_seconds` gives the seconds (a remote device reports its
+measured link); a device that answers ``None`` (the default) moves bytes at this machine's
+memory bandwidth (:func:`local_bandwidth`).
 Node costs are measured (:func:`measure_node_costs`) or given.
 
 :func:`plan_pipeline` finds the exact optimum by dynamic programming over cut points in
@@ -40,7 +41,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from subgraph.errors import DeviceError, PropertyError
+from subgraph.errors import DeviceError, PropertyError, SubgraphError
 from subgraph.executor import ProfilingExecutor
 from subgraph.ir import Graph
 from subgraph.properties import SubgraphProperty
@@ -253,19 +254,20 @@ def local_bandwidth() -> float:
 
 
 def transfer_function(prop: SubgraphProperty) -> Transfer:
-    """``prop.transfer_seconds`` when the property defines it (checked on each answer),
-    else a copy at :func:`local_bandwidth`."""
+    """``prop.transfer_seconds`` (checked on each answer); where it answers ``None`` (the
+    base class's default), a copy at :func:`local_bandwidth`."""
     hook = getattr(prop, "transfer_seconds", None)
-    if hook is None:
-        bandwidth = local_bandwidth()
-        return lambda nbytes: nbytes / bandwidth
 
     def seconds(nbytes: int) -> float:
         try:
-            answer = hook(nbytes)
+            answer = hook(nbytes) if hook is not None else None
+        except SubgraphError:
+            raise
         except Exception as exc:
             raise PropertyError(f"{type(prop).__name__}.transfer_seconds({nbytes}) raised "
                                 f"{type(exc).__name__}: {exc}") from exc
+        if answer is None:
+            return nbytes / local_bandwidth()
         if isinstance(answer, bool) or not isinstance(answer, (int, float, np.integer, np.floating)) \
                 or not answer >= 0 or answer == float("inf"):
             raise PropertyError(f"{type(prop).__name__}.transfer_seconds({nbytes}) must return a finite number "

@@ -246,6 +246,13 @@ class SubgraphProperty:
         """A function running ``subgraph``: ``fn(*input_arrays) -> output arrays``."""
         raise NotImplementedError(f"property {self.name!r} does not say how to run a subgraph")
 
+    def transfer_seconds(self, nbytes: int) -> float | None:
+        """Seconds to move ``nbytes`` between this device and the host, for cost-aware
+        splits (``split="pipeline"``). ``None`` (the default): the bytes stay in this
+        machine's memory, and the caller estimates a copy at its measured bandwidth. A device
+        behind a link (``REMOTE``) answers with its measured latency and bandwidth."""
+        return None
+
     def measure_cost(self, subgraph: Graph, kernel: Callable[..., Any],
                      inputs: list[np.ndarray]) -> float | None:
         """Seconds one call of the compiled ``subgraph`` takes, or ``None`` when unknown.

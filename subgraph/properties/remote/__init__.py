@@ -83,6 +83,12 @@ class RemoteProperty(TVMProperty):
 
         return compile_remote(subgraph, self.session(), self.options)
 
+    def transfer_seconds(self, nbytes: int) -> float:
+        """Seconds to move ``nbytes`` over this device's link: its measured latency plus
+        ``nbytes`` at its measured bandwidth (:meth:`RemoteSession.link`, once per process)."""
+        latency, bandwidth = self.session().link()
+        return latency + nbytes / bandwidth
+
     def measure_cost(self, subgraph: Graph, kernel, inputs: list) -> float | None:
         """Median seconds of a remote call, the tensors' trips included (not shared with TVM's
         timings of the same library)."""

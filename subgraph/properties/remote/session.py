@@ -112,6 +112,7 @@ class RemoteSession:
         self._sockets: list[int] = []  # the session's socket descriptors
         #: how many sessions this device has opened (a reconnect adds one)
         self.connections = 0
+        self._link: tuple[float, float] | None = None  # see link()
 
     def _connect(self) -> tuple[Any, list[int]]:
         """A new session and its socket descriptors (runs on the worker)."""
@@ -229,6 +230,28 @@ class RemoteSession:
             return outs, (sent - start, ran - sent, clock() - ran)
 
         return self.call("running", job)
+
+    def link(self) -> tuple[float, float]:
+        """``(latency seconds, bytes per second)`` of this device's link, measured once per
+        process: the best of 3 round trips of an empty tensor, and of 4 MiB there and back."""
+        if self._link is None:
+            def measure(session: Any) -> tuple[float, float]:
+                small, large = np.zeros(1, np.float32), np.zeros(2**20, np.float32)
+                clock, device = time.perf_counter, session.cpu()
+                trips = {}
+                for array in (small, large):
+                    best = float("inf")
+                    for _ in range(3):
+                        start = clock()
+                        tvm.runtime.tensor(array, device).numpy()
+                        best = min(best, clock() - start)
+                    trips[array.nbytes] = best
+                latency = trips[small.nbytes] / 2
+                moved = 2 * (large.nbytes - small.nbytes)
+                return latency, moved / max(trips[large.nbytes] - trips[small.nbytes], 1e-9)
+
+            self._link = self.call("measuring the link", measure)
+        return self._link
 
     def upload(self, key: str, library: bytes) -> None:
         """Upload and load the library ``key`` now (compile time), so errors show early."""

@@ -108,6 +108,22 @@ def test_transfers_are_their_own_profile_records(rpc_servers):
     assert {tracks[e["tid"]] for e in trace if e.get("cat") == "Transfer"} == {"transfers"}
 
 
+def test_the_link_is_measured_and_priced_for_the_pipeline_split(own_server):
+    from subgraph.hetero.split import local_bandwidth, transfer_function
+    from subgraph.properties import get_property
+
+    remote = get_property("remote", address=own_server.address)
+    latency, bandwidth = remote.session().link()
+    assert latency > 0 and bandwidth > 0
+    assert remote.session().link() == (latency, bandwidth)  # measured once
+    assert remote.transfer_seconds(0) == pytest.approx(latency)
+    assert remote.transfer_seconds(2**20) == pytest.approx(latency + 2**20 / bandwidth)
+    # the split prices REMOTE's bytes by its link, a local device's by a copy in memory
+    assert transfer_function(remote)(2**20) == remote.transfer_seconds(2**20)
+    assert get_property("numpy").transfer_seconds(2**20) is None
+    assert transfer_function(get_property("numpy"))(2**20) == pytest.approx(2**20 / local_bandwidth())
+
+
 def test_a_server_that_is_down_is_a_device_error_naming_device_and_address(unused_address):
     address = unused_address
     with pytest.raises(SubgraphError, match=rf"REMOTE.0 could not compile subgraph0 .*REMOTE.0 \({address}\) "
