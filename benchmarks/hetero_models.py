@@ -51,7 +51,7 @@ def _median_ms(fn, repeat: int, warmup: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def _nominal_peak_gflops(threads: int) -> float | None:
+def nominal_peak_gflops(threads: int) -> float | None:
     """threads x 32 FP32 FLOP/cycle (two 256-bit FMA pipes) x the clock /proc/cpuinfo reports."""
     try:
         with open("/proc/cpuinfo") as f:
@@ -112,7 +112,7 @@ def main() -> None:
     from subgraph.properties.tvm.tuner import tune_graphs
     from subgraph.properties.tvm.tuning_db import TuningDatabase, default_database_path
 
-    peak = _nominal_peak_gflops(args.threads)
+    peak = nominal_peak_gflops(args.threads)
     print(f"{args.threads} thread(s) everywhere; median of {args.repeat} runs, ms; tuning budget "
           f"{args.budget:g} s per model; base-clock peak {peak:.0f} GFLOP/s" if peak else "", flush=True)
     print(f"{'model':<14} {'tvm':>8} {'tuned':>8} {'measured':>8} {'numpy':>8} {'plain-tvm':>9} {'ort':>8} "

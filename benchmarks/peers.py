@@ -46,6 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the checkout root, for zoo/ and tests/ (not installed)
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from hetero_models import nominal_peak_gflops as peak_gflops  # noqa: E402 - one definition of this CPU's peak
 
 PATHS = ("tvm", "tuned", "numpy", "ort", "ov")
 
@@ -101,16 +102,6 @@ def model_gflop(graph) -> float:
             k = a[0] if node.op == "Gemm" and node.attrs.get("transA") else a[-1]
             total += 2 * int(np.prod(out)) * int(k)
     return total / 1e9
-
-
-def peak_gflops(threads: int) -> float | None:
-    """threads x 32 FP32 FLOP/cycle (two 256-bit FMA pipes, or one 512-bit) x the clock /proc/cpuinfo reports."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            mhz = next(float(line.split(":")[1]) for line in f if line.startswith("cpu MHz"))
-    except (OSError, StopIteration, ValueError):
-        return None
-    return threads * 32 * mhz / 1e3
 
 
 def stage_run(name: str, threads: int, runs: int, warmup: int, tuned: bool) -> dict:

@@ -49,21 +49,7 @@ from subgraph.hetero import AsyncInferQueue, compile_model  # noqa: E402
 from subgraph.hetero.devices import device_properties_for  # noqa: E402
 from subgraph.hetero.split import StageCosts, measure_node_costs, transfer_function  # noqa: E402
 from subgraph.ir import Graph  # noqa: E402
-
-
-def mlp(layers: int, width: int, batch: int) -> Graph:
-    rng = np.random.default_rng(0)
-    graph = Graph(f"mlp{layers}x{width}")
-    v = graph.add_input("x", (batch, width), "float32")
-    for i in range(layers):
-        w = graph.add_constant(f"w{i}", (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32))
-        b = graph.add_constant(f"b{i}", rng.standard_normal(width).astype(np.float32) * 0.1)
-        v = graph.add_node("MatMul", [v, w], name=f"matmul{i}").outputs[0]
-        v = graph.add_node("Add", [v, b], name=f"add{i}").outputs[0]
-        v = graph.add_node("Relu", [v], name=f"relu{i}").outputs[0]
-    graph.set_outputs([v])
-    infer_shapes(graph)
-    return graph
+from subgraph.testing import mlp  # noqa: E402
 
 
 def free_port() -> int:

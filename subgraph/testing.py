@@ -22,7 +22,7 @@ import numpy as np
 
 from subgraph.ir import Graph, Value
 
-__all__ = ["SUPPORTED_OPS", "UNSUPPORTED_OPS", "seed_example", "chain", "layered_dag", "random_dag"]
+__all__ = ["SUPPORTED_OPS", "UNSUPPORTED_OPS", "seed_example", "chain", "layered_dag", "random_dag", "mlp"]
 
 SUPPORTED_OPS = frozenset({"Relu", "Add", "Sum"})
 UNSUPPORTED_OPS = frozenset({"Sigmoid", "Sub", "Max"})
@@ -53,6 +53,31 @@ def seed_example() -> Graph:
     n7 = g.add_node("Relu", [n6.outputs[0]], name="7")
     g.set_outputs([n7.outputs[0]])
     return _typed(g, (4,))
+
+
+def mlp(layers: int = 6, width: int = 64, batch: int = 8, *, bias: bool = True, seed: int = 0) -> Graph:
+    """A chain-like MLP with seeded weights: per layer ``matmul{i}``, ``add{i}`` (with
+    ``bias``) and ``relu{i}``, on ``x: float32[batch, width]``; compute grows as ``width**2``,
+    so it is the model that pipeline splits and their benchmarks cut.
+
+    >>> [n.name for n in mlp(layers=2, bias=False).nodes]
+    ['matmul0', 'relu0', 'matmul1', 'relu1']
+    """
+    from subgraph.analysis.shape_inference import infer_shapes
+
+    rng = np.random.default_rng(seed)
+    graph = Graph(f"mlp{layers}x{width}")
+    v: Value = graph.add_input("x", (batch, width), "float32")
+    for i in range(layers):
+        w = graph.add_constant(f"w{i}", (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32))
+        v = graph.add_node("MatMul", [v, w], name=f"matmul{i}").outputs[0]
+        if bias:
+            b = graph.add_constant(f"b{i}", rng.standard_normal(width).astype(np.float32) * 0.1)
+            v = graph.add_node("Add", [v, b], name=f"add{i}").outputs[0]
+        v = graph.add_node("Relu", [v], name=f"relu{i}").outputs[0]
+    graph.set_outputs([v])
+    infer_shapes(graph)
+    return graph
 
 
 def chain(n: int, unsupported_every: int = 7, shape: tuple[int, ...] = (1,)) -> Graph:

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from subgraph.analysis.inputs import random_inputs
-from subgraph.analysis.shape_inference import infer_shapes
 from subgraph.errors import DeviceError, PropertyError
 from subgraph.hetero import compile_model
 from subgraph.hetero.split import StageCosts, measure_node_costs, plan_pipeline, transfer_function
@@ -18,7 +17,7 @@ from subgraph.ir import Graph
 from subgraph.properties import register_property
 from subgraph.properties.numpy import NumpyProperty
 from subgraph.properties.registry import PROPERTIES
-from subgraph.testing import chain, layered_dag, seed_example
+from subgraph.testing import chain, layered_dag, mlp, seed_example
 
 FREE = {"A": lambda n: 0.0, "B": lambda n: 0.0, "C": lambda n: 0.0}
 UNIT = {str(i): 1.0 for i in range(1, 8)}
@@ -43,22 +42,6 @@ def stage_devices(tmp_path, monkeypatch):
     register_property("stage_b_test")(StageB)
     yield
     del PROPERTIES["stage_a_test"], PROPERTIES["stage_b_test"]
-
-
-def mlp(layers: int = 6, width: int = 64, batch: int = 8) -> Graph:
-    """A chain-like MLP: MatMul, Add, Relu per layer, seeded weights."""
-    rng = np.random.default_rng(0)
-    graph = Graph(f"mlp{layers}")
-    v = graph.add_input("x", (batch, width), "float32")
-    for i in range(layers):
-        w = graph.add_constant(f"w{i}", (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32))
-        b = graph.add_constant(f"b{i}", rng.standard_normal(width).astype(np.float32))
-        v = graph.add_node("MatMul", [v, w], name=f"matmul{i}").outputs[0]
-        v = graph.add_node("Add", [v, b], name=f"add{i}").outputs[0]
-        v = graph.add_node("Relu", [v], name=f"relu{i}").outputs[0]
-    graph.set_outputs([v])
-    infer_shapes(graph)
-    return graph
 
 
 def brute_force(graph: Graph, devices, costs, transfers) -> float:
