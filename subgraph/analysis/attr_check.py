@@ -6,7 +6,8 @@ axis pass it silently, leaving a made-up shape). :func:`check_attributes` refuse
 inference, any axis, axes or permutation entry no tensor can have (numpy tensors have at
 most :data:`MAX_RANK` dimensions) and, where the input's rank is already known, any entry
 outside it; and inputs with one entry per dimension (a Reshape's or Expand's shape, pads,
-Slice starts ...) declared longer than a tensor's rank can be.
+Slice starts ...) declared longer than a tensor's rank can be; and flags (``keepdims``,
+``transA`` ...) other than 0 or 1.
 
 Examples
 --------
@@ -36,6 +37,13 @@ MAX_RANK = 64
 
 #: Attributes whose entries index the first input's dimensions.
 _AXIS_ATTRS = ("axis", "axes", "batch_axis", "time_axis")
+#: Flags: ONNX stores them as ints, and only 0 and 1 mean anything. Runtimes disagree on
+#: the rest (a ReduceMean with ``keepdims = -2**63`` kept its axes in numpy's reading,
+#: onnxruntime's 32-bit read made it 0), so other values are refused.
+_FLAG_ATTRS = frozenset({"keepdims", "noop_with_empty_axes", "select_last_index", "transA", "transB", "ceil_mode",
+                         "count_include_pad", "exclusive", "reverse", "largest", "sorted", "detect_negative",
+                         "detect_positive", "linear_before_reset", "input_forget", "upper", "fmod", "allowzero",
+                         "new_axis", "center_point_box", "training_mode", "saturate"})
 #: Ops whose axis may equal the rank (``Flatten``) or index the output (``Unsqueeze``).
 _AXIS_UP_TO_RANK = frozenset({"Flatten", "OneHot"})
 _OUTPUT_AXES = frozenset({"Unsqueeze"})
@@ -110,6 +118,10 @@ def _check_node(node: Node, shapes: Mapping[str, tuple | None]) -> None:
         entries = _entries(node.attrs.get(name))
         if node.op in ("Scan", "Loop") and entries is not None and any(e not in (0, 1) for e in entries):
             raise _refuse(node, name, node.attrs[name], "has an entry other than 0 (forward) or 1 (reverse)")
+    for name in sorted(_FLAG_ATTRS.intersection(node.attrs)):
+        value = node.attrs[name]
+        if isinstance(value, int) and not isinstance(value, bool) and value not in (0, 1):
+            raise _refuse(node, name, value, "is a flag: it must be 0 or 1")
     if node.op == "Squeeze" and node.attrs.get("axes") == []:
         raise _refuse(node, "axes", [], "is empty: onnxruntime and onnx.reference then squeeze every dimension "
                                         "of size 1, ONNX's shape inference none; leave the attribute out to "

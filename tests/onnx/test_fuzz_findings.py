@@ -127,3 +127,17 @@ def test_scan_direction_other_than_forward_or_reverse(tmp_path):
     assert_rejected(save(model, tmp_path / "m.onnx"), ShapeError,
                     r"^node 'scan' \(Scan\): attribute scan_output_directions=\[8589934592\] has an entry other "
                     r"than 0 \(forward\) or 1 \(reverse\)$")
+
+
+def test_flag_attribute_other_than_0_or_1(tmp_path):
+    """Fuzz seed 7 mutant 13122: ReduceMean with ``keepdims = -2**63`` kept the reduced axis
+    here (any non-zero int) and dropped it in onnxruntime (a 32-bit read gives 0)."""
+    model = make_model([helper.make_node("ReduceMean", ["x"], ["y"], name="mean", axes=[2], keepdims=-2**63)],
+                       [tensor("x", F, [1, 2, 3, 4])], [tensor("y")], opset=13)
+    assert_rejected(save(model, tmp_path / "m.onnx"), ShapeError,
+                    r"^node 'mean' \(ReduceMean\): attribute keepdims=-9223372036854775808 is a flag: it must be "
+                    r"0 or 1$")
+    flags = make_model([helper.make_node("Gemm", ["a", "b"], ["c"], name="gemm", transB=2)],
+                       [tensor("a", F, [2, 3]), tensor("b", F, [4, 3])], [tensor("c")])
+    assert_rejected(save(flags, tmp_path / "g.onnx"), ShapeError,
+                    r"^node 'gemm' \(Gemm\): attribute transB=2 is a flag: it must be 0 or 1$")
