@@ -14,10 +14,9 @@ from subgraph.hetero import compile_model
 from subgraph.hetero.asynchronous import AsyncInferQueue
 from subgraph.hetero.pipeline import device_stages, stage_graphs
 from subgraph.ir import Graph
-from subgraph.properties import register_property
 from subgraph.properties.numpy import NumpyProperty
-from subgraph.properties.registry import PROPERTIES
 from subgraph.testing import seed_example
+from tests.registered import registered
 
 ALL_OPS = {"NUMPY": {"ops": ["Relu", "Add", "Sigmoid"]}}
 
@@ -45,11 +44,9 @@ class GatedB(Gated):
 @pytest.fixture
 def gated(tmp_path, monkeypatch):
     monkeypatch.setenv("SUBGRAPH_CACHE_DIR", str(tmp_path / "tvm-cache"))
-    register_property("gated_a_test")(Gated)
-    register_property("gated_b_test")(GatedB)
-    yield Gated
+    with registered(gated_a_test=Gated, gated_b_test=GatedB):
+        yield Gated
     Gated.gate = staticmethod(lambda name: None)
-    del PROPERTIES["gated_a_test"], PROPERTIES["gated_b_test"]
 
 
 def two_stage_model():

@@ -15,6 +15,7 @@ from subgraph.properties.numpy import NumpyProperty
 from subgraph.properties.registry import PROPERTIES
 from subgraph.testing import seed_example
 from tests.refusals import refused
+from tests.registered import registered
 
 RELU_ADD = ["Relu", "Add"]
 
@@ -98,11 +99,8 @@ class Worded(NumpyProperty):
 
 @pytest.fixture
 def devices():
-    for name, cls in (("raising_test", Raising), ("arrays_test", Arrays), ("worded_test", Worded)):
-        register_property(name)(cls)
-    yield
-    for name in ("raising_test", "arrays_test", "worded_test"):
-        del PROPERTIES[name]
+    with registered(raising_test=Raising, arrays_test=Arrays, worded_test=Worded):
+        yield
 
 
 @pytest.mark.parametrize("call", [compile_model, query_model])

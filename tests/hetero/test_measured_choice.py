@@ -20,17 +20,16 @@ import numpy as np
 import pytest
 
 import subgraph
-from subgraph.errors import DeviceError, InputError
-from subgraph.ir import Graph
-from subgraph.hetero import compile_model
 from subgraph.analysis.inputs import INT_HIGH, random_inputs
+from subgraph.analysis.shape_inference import infer_shapes
+from subgraph.errors import DeviceError, InputError
+from subgraph.hetero import compile_model
 from subgraph.hetero.measured import MARGIN, numpy_wins
-from subgraph.properties import register_property
+from subgraph.ir import Graph
 from subgraph.properties.base import SubgraphProperty, time_kernel
 from subgraph.properties.numpy import NumpyProperty
-from subgraph.properties.registry import PROPERTIES
 from subgraph.testing import seed_example
-from subgraph.analysis.shape_inference import infer_shapes
+from tests.registered import registered
 
 ROOT = Path(__file__).resolve().parents[2]
 X = np.array([-1.5, -0.25, 0.5, 2.0], dtype=np.float32)
@@ -74,11 +73,8 @@ class NoCost(NumpyProperty):
 @pytest.fixture(autouse=True)
 def fake_devices(tmp_path, monkeypatch):
     monkeypatch.setenv("SUBGRAPH_CACHE_DIR", str(tmp_path / "tvm-cache"))
-    for name, cls in (("slow_test", SlowNumpy), ("fast_test", FastNumpy), ("nocost_test", NoCost)):
-        register_property(name)(cls)
-    yield
-    for name in ("slow_test", "fast_test", "nocost_test"):
-        del PROPERTIES[name]
+    with registered(slow_test=SlowNumpy, fast_test=FastNumpy, nocost_test=NoCost):
+        yield
 
 
 def layout(model):

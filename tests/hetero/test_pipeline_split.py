@@ -14,10 +14,9 @@ from subgraph.errors import DeviceError, PropertyError
 from subgraph.hetero import compile_model
 from subgraph.hetero.split import StageCosts, measure_node_costs, plan_pipeline, transfer_function
 from subgraph.ir import Graph
-from subgraph.properties import register_property
 from subgraph.properties.numpy import NumpyProperty
-from subgraph.properties.registry import PROPERTIES
 from subgraph.testing import chain, layered_dag, mlp, seed_example
+from tests.registered import registered
 
 FREE = {"A": lambda n: 0.0, "B": lambda n: 0.0, "C": lambda n: 0.0}
 UNIT = {str(i): 1.0 for i in range(1, 8)}
@@ -38,10 +37,8 @@ class StageB(StageA):
 @pytest.fixture
 def stage_devices(tmp_path, monkeypatch):
     monkeypatch.setenv("SUBGRAPH_CACHE_DIR", str(tmp_path / "tvm-cache"))
-    register_property("stage_a_test")(StageA)
-    register_property("stage_b_test")(StageB)
-    yield
-    del PROPERTIES["stage_a_test"], PROPERTIES["stage_b_test"]
+    with registered(stage_a_test=StageA, stage_b_test=StageB):
+        yield
 
 
 def brute_force(graph: Graph, devices, costs, transfers) -> float:
