@@ -44,16 +44,19 @@ def noting_interrupts() -> Iterator[None]:
 def interrupted() -> int:
     """Say ``subgraph: interrupted`` on standard error and return the exit code 130.
 
-    When a TVM build abandoned by the interrupt is still running in native code, the process
-    ends here (``os._exit``): shutting the interpreter down under it could crash instead.
+    Once TVM is loaded the process ends here (``os._exit(130)``, after flushing): a build
+    abandoned by the interrupt, or the native threads of TVM's pools and the tuner's
+    measurement workers, may still be running, and shutting the interpreter down under
+    them aborts the process (``terminate called without an active exception``, SIGABRT)
+    instead of exiting with 130. Every file the command writes is written atomically, so
+    nothing is left half-written.
     """
     with contextlib.suppress(Exception):
         sys.stdout.flush()
     print("subgraph: interrupted", file=sys.stderr)
     with contextlib.suppress(Exception):
         sys.stderr.flush()
-    work = sys.modules.get("subgraph.properties.tvm.interrupt")  # not imported: no TVM work was started
-    if work is not None and work.abandoned_work():
+    if "tvm" in sys.modules:
         os._exit(130)
     return 130
 

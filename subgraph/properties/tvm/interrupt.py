@@ -15,7 +15,7 @@ abandoned, its result dropped. It writes no file (cache entries are written by t
 atomically). Work handed to :func:`interruptible` runs one item at a time, so a build started
 after an interrupt waits for an abandoned one to stop. A process that exits while a worker
 is still inside TVM's native code must not run the interpreter's shutdown under it:
-:func:`abandoned_work` tells the command to end with ``os._exit``.
+:func:`abandoned_work` tells whether such a worker is still running.
 
 Examples
 --------
