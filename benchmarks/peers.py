@@ -49,6 +49,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from hetero_models import nominal_peak_gflops as peak_gflops  # noqa: E402 - one definition of this CPU's peak
 
 PATHS = ("tvm", "tuned", "numpy", "ort", "ov")
+MIN_RUNS = 5  # timed calls every path makes, whatever --path-seconds says
 
 
 def _load(name: str):
@@ -104,7 +105,7 @@ def model_gflop(graph) -> float:
     return total / 1e9
 
 
-def stage_run(name: str, threads: int, runs: int, warmup: int, tuned: bool) -> dict:
+def stage_run(name: str, threads: int, runs: int, warmup: int, tuned: bool, budget: float = math.inf) -> dict:
     """Compile (into the empty or the tuned cache) and time every path of one model."""
     import numpy as np
     import tvm  # noqa: F401 - imported before the compile is timed
@@ -156,12 +157,15 @@ def stage_run(name: str, threads: int, runs: int, warmup: int, tuned: bool) -> d
     for path, call in calls.items():  # path by path: interleaved, the runtimes' spinning pools fight
         if path in raised:
             continue
-        times = []
+        times: list[float] = []
+        began = time.perf_counter()
         for round_ in range(warmup + runs):
             start = time.perf_counter()
             call()
             if round_ >= warmup:
                 times.append(time.perf_counter() - start)
+                if len(times) >= MIN_RUNS and start - began > budget:
+                    break  # a slow path: its median over fewer calls, within the time budget
         result["ms"][path] = statistics.median(times) * 1e3
         result.setdefault("best_ms", {})[path] = min(times) * 1e3
     return result
@@ -203,7 +207,7 @@ def _child(stage: str, name: str, args: argparse.Namespace, cache: str) -> dict:
         out = Path(tmp) / "result.json"
         cmd = [sys.executable, str(Path(__file__).resolve()), "--child", stage, name, str(out),
                "--threads", str(args.threads), "--runs", str(args.runs), "--warmup", str(args.warmup),
-               "--tune-budget", str(args.tune_budget)]
+               "--tune-budget", str(args.tune_budget), "--path-seconds", str(args.path_seconds)]
         try:
             proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
                                   timeout=args.timeout, check=False)
@@ -266,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=3, help="untimed calls first (default 3)")
     parser.add_argument("--tune-budget", type=float, default=0.0,
                         help="seconds of `subgraph tune` per model for the tuned column (default 0: no tuning)")
+    parser.add_argument("--path-seconds", type=float, default=math.inf,
+                        help=f"stop timing a path after this many seconds, once it has made {MIN_RUNS} "
+                             "timed calls (default: no limit)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per model and stage")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--report", metavar="JSON", help="print the table of an earlier run's --json file")
@@ -274,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         stage, name, out = args.child
         if stage in ("run", "tuned"):
-            result = stage_run(name, args.threads, args.runs, args.warmup, tuned=stage == "tuned")
+            result = stage_run(name, args.threads, args.runs, args.warmup, tuned=stage == "tuned",
+                               budget=args.path_seconds)
         elif stage == "cached":
             result = stage_cached(name)
         else:
@@ -283,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     budget = f"tuning {args.tune_budget:g} s per model" if args.tune_budget > 0 else "no tuning (tuned column empty)"
-    print(f"{args.threads} thread(s) everywhere; median of {args.runs} runs after {args.warmup} "
+    capped = f" (at least {MIN_RUNS} within {args.path_seconds:g} s)" if math.isfinite(args.path_seconds) else ""
+    print(f"{args.threads} thread(s) everywhere; median of {args.runs} runs{capped} after {args.warmup} "
           f"warm-up, ms; {budget}; ! = outputs differ from onnxruntime's", flush=True)
     print(f"{'model':<34} " + " ".join(f"{p:>8}" for p in PATHS) + "  "
           + " ".join(f"{a + '/' + b:>7}" for a, b in RATIOS) + "  " + " ".join(f"{c:>6}" for c in (
