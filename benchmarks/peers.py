@@ -84,7 +84,7 @@ def _ov_compiled(model, threads: int, tmp: str):
 
 def model_gflop(graph) -> float:
     """GFLOP of one call: 2 x the multiply-adds of its Conv, ConvTranspose, MatMul and Gemm nodes
-    (the rest is memory-bound and left out)."""
+    and of the gate matrices of its LSTM, GRU and RNN nodes (the rest is memory-bound and left out)."""
     import numpy as np
 
     total = 0
@@ -102,7 +102,13 @@ def model_gflop(graph) -> float:
             a = node.inputs[0].shape
             k = a[0] if node.op == "Gemm" and node.attrs.get("transA") else a[-1]
             total += 2 * int(np.prod(out)) * int(k)
+        elif node.op in _GATES:  # out: (seq, directions, batch, hidden); W (dirs, gates*hidden, input), R too
+            inputs, hidden = node.inputs[1].shape[-1], node.inputs[2].shape[-1]
+            total += 2 * int(np.prod(out)) * _GATES[node.op] * (inputs + hidden)
     return total / 1e9
+
+
+_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}  # gate matrices per recurrent cell
 
 
 def stage_run(name: str, threads: int, runs: int, warmup: int, tuned: bool, budget: float = math.inf) -> dict:
