@@ -36,7 +36,7 @@ import numpy as np
 
 from subgraph.ir import Graph, Node, Value
 
-__all__ = ["RECURRENT_OPS", "MAX_STEPS", "decline_reason", "unroll_recurrent"]
+__all__ = ["MAX_STEPS", "RECURRENT_OPS", "decline_reason", "unroll_recurrent"]
 
 #: ops this module unrolls, and their gate counts
 RECURRENT_OPS: dict[str, int] = {"LSTM": 4, "GRU": 3, "RNN": 1}
