@@ -111,24 +111,32 @@ def decline_reason(node: Node) -> str | None:
 
 
 class _Builder:
-    """Appends nodes named after the recurrent node to the new graph."""
+    """Appends nodes named after the recurrent node to the new graph, under names that
+    neither graph (the new one, the source it is copied from) uses."""
 
-    def __init__(self, graph: Graph, node: Node) -> None:
-        self.graph, self.base, self.rt_info = graph, node.name, node.rt_info
+    def __init__(self, graph: Graph, source: Graph, node: Node) -> None:
+        self.graph, self.source, self.base, self.rt_info = graph, source, node.name, node.rt_info
+
+    def fresh(self, base: str) -> str:
+        name = self.graph.fresh_name(base)
+        while self.source.has_value(name) or self.source.has_node(name):
+            base += "_"
+            name = self.graph.fresh_name(base)
+        return name
 
     def __call__(self, op: str, inputs: list[Value], **attrs: Any) -> Value:
-        name = self.graph.fresh_name(f"{self.base}_{op.lower()}")
+        name = self.fresh(f"{self.base}_{op.lower()}")
         return self.graph.add_node(op, inputs, attrs=attrs, name=name, outputs=[name], rt_info=self.rt_info).outputs[0]
 
     def const(self, array: np.ndarray) -> Value:
-        return self.graph.add_constant(self.graph.fresh_name(f"{self.base}_const"), np.ascontiguousarray(array))
+        return self.graph.add_constant(self.fresh(f"{self.base}_const"), np.ascontiguousarray(array))
 
     def split(self, value: Value, sizes: list[int], axis: int = -1) -> list[Value]:
         """``value`` cut along ``axis`` into pieces of ``sizes``."""
         if len(sizes) == 1:
             return [value]
-        first = self.graph.fresh_name(f"{self.base}_split")
-        names = [first] + [self.graph.fresh_name(f"{first}_{k}") for k in range(1, len(sizes))]
+        first = self.fresh(f"{self.base}_split")
+        names = [first] + [self.fresh(f"{first}_{k}") for k in range(1, len(sizes))]
         node = self.graph.add_node("Split", [value, self.const(np.array(sizes, np.int64))], attrs={"axis": axis},
                                    name=names[0], outputs=names, rt_info=self.rt_info)
         return list(node.outputs)
@@ -282,11 +290,12 @@ def unroll_recurrent(graph: Graph) -> Graph:
             new.graph_copy(graph, val_map, [node])
             continue
         inputs = [None if v is None else val_map[v] for v in node.inputs]
-        results = _Cell(node, _Builder(new, node), inputs).outputs()
+        build = _Builder(new, graph, node)
+        results = _Cell(node, build, inputs).outputs()
         for out, result in zip(node.outputs, results):
             if out is None:
                 continue
-            ident = new.add_node("Identity", [result], name=new.fresh_name(f"{node.name}_{out.name}"),
+            ident = new.add_node("Identity", [result], name=build.fresh(f"{node.name}_{out.name}"),
                                  outputs=[out.name], rt_info=node.rt_info).outputs[0]
             ident.shape, ident.dtype = out.shape, out.dtype
             val_map[out] = ident

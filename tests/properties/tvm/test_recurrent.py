@@ -9,6 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import subgraph
+from subgraph.properties.tvm.recurrent import unroll_recurrent
 from subgraph.properties.tvm.support import unsupported_reason
 from tests.recurrent_cells import BATCH, HIDDEN, INPUT, SEQ, cell
 
@@ -89,3 +90,34 @@ def test_computed_weights_are_declined_with_the_reason():
     graph = _lstm_graph(SEQ, weights_as_input=True)
     assert unsupported_reason(graph.node("lstm")) == \
         "node 'lstm' (LSTM): W (%W) must be a constant to unroll the cell"
+
+
+def test_initial_state_fed_as_an_input():
+    model, feeds, want, outputs = cell("GRU", {"direction": "bidirectional", "layout": 1})
+    h0 = next(t for t in model.graph.initializer if t.name == "h0")
+    model.graph.initializer.remove(h0)
+    model.graph.input.append(helper.make_tensor_value_info("h0", TensorProto.FLOAT, list(h0.dims)))
+    feeds = dict(feeds, h0=numpy_helper.to_array(h0))
+    compiled = subgraph.compile_model(subgraph.from_onnx(model), "HETERO:TVM,NUMPY")
+    got = compiled(feeds)
+    assert [(s.device, s.fallback) for s in compiled.subgraphs] == [("TVM", False)]
+    for name, reference in zip(outputs, want):
+        np.testing.assert_allclose(got[name], reference, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_unrolling_keeps_the_callers_graph_and_avoids_its_names():
+    model, feeds, want, outputs = cell("LSTM", {"direction": "reverse"}, lens=False)
+    model.graph.node.append(helper.make_node("Relu", ["Y_h"], ["cell_matmul"], name="cell_add"))
+    model.graph.output.append(helper.make_tensor_value_info("cell_matmul", TensorProto.FLOAT, None))
+    graph = subgraph.from_onnx(model)
+    before = graph.copy()
+    unrolled = unroll_recurrent(graph)
+    assert graph.equals(before)
+    unrolled.verify()
+    assert "LSTM" not in unrolled.op_counts()
+    assert [v.name for v in unrolled.outputs] == [v.name for v in graph.outputs]
+    assert unrolled.node("cell_add").op == "Relu"
+    got = subgraph.run(unrolled, feeds)
+    for name, reference in zip(outputs, want):
+        np.testing.assert_allclose(got[name], reference, rtol=1e-5, atol=1e-6, err_msg=name)
+    np.testing.assert_array_equal(got["cell_matmul"], np.maximum(got["Y_h"], 0))
