@@ -163,6 +163,9 @@ def stage_run(name: str, threads: int, runs: int, warmup: int, tuned: bool, budg
     for path, call in calls.items():  # path by path: interleaved, the runtimes' spinning pools fight
         if path in raised:
             continue
+        # and a pause first: onnxruntime's intra-op threads spin on after its last call, and
+        # timed right after it TVM's pool waited on them (gru_stacked: 3-11 ms instead of 0.08)
+        time.sleep(0.5)
         times: list[float] = []
         began = time.perf_counter()
         for round_ in range(warmup + runs):

@@ -32,10 +32,19 @@ from subgraph.ops.registry import KERNELS, register_kernel  # noqa: F401  (KERNE
 
 __all__: list[str] = []
 
+def _sigmoid(v: np.ndarray) -> np.ndarray:
+    """In place: 0.5 * tanh(v / 2) + 0.5, which (unlike 1 / (1 + exp(-v))) cannot overflow."""
+    np.multiply(v, 0.5, out=v)
+    np.tanh(v, out=v)
+    np.multiply(v, 0.5, out=v)
+    return np.add(v, 0.5, out=v)
+
+
+#: activations computed in place on their argument (which they return)
 _ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
-    "tanh": np.tanh,
-    "relu": lambda v: np.maximum(v, 0),
+    "sigmoid": _sigmoid,
+    "tanh": lambda v: np.tanh(v, out=v),
+    "relu": lambda v: np.maximum(v, 0, out=v),
 }
 _DEFAULTS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh"), "RNN": ("Tanh",)}
 
@@ -73,7 +82,7 @@ class _Setup:
         self.hidden = int(node.attrs["hidden_size"])
         direction = _text(node.attrs.get("direction", "forward"))
         self.reverse = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}[direction]
-        self.lens = (np.full(self.batch, self.steps, np.int64) if lens is None or lens.size == 0
+        self.lens = (None if lens is None or lens.size == 0 or np.all(lens >= self.steps)
                      else lens.astype(np.int64).reshape(-1))
         self.clip = node.attrs.get("clip")
         self.gates = gates
@@ -86,41 +95,53 @@ class _Setup:
         return np.swapaxes(value, 0, 1) if self.layout else value
 
     def gate(self, values: np.ndarray, act: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """``act`` of ``values`` (clipped first when the op says so), in place."""
         if self.clip is not None:
-            values = np.clip(values, -self.clip, self.clip)
+            np.clip(values, -self.clip, self.clip, out=values)
         return act(values)
 
     def order(self, reverse: bool) -> range:
         return range(self.steps - 1, -1, -1) if reverse else range(self.steps)
 
-    def outputs(self, node: Node, ys: list[np.ndarray], finals: list[list[np.ndarray]]) -> tuple[np.ndarray, ...]:
+    def outputs(self, node: Node, y: np.ndarray, finals: list[list[np.ndarray]]) -> tuple[np.ndarray, ...]:
         """``Y`` [seq, dirs, batch, hidden] (layout 1: [batch, seq, dirs, hidden]) and the final states."""
-        y = np.stack(ys, axis=1)
         states = [np.stack(per_dir) for per_dir in zip(*finals)]  # each [dirs, batch, hidden]
         if self.layout:
-            y = np.transpose(y, (2, 0, 1, 3))
-            states = [np.swapaxes(s, 0, 1) for s in states]
+            y = np.ascontiguousarray(np.transpose(y, (2, 0, 1, 3)))
+            states = [np.ascontiguousarray(np.swapaxes(s, 0, 1)) for s in states]
         return (y, *states)[: len(node.outputs)]
 
 
 def _run(node: Node, setup: _Setup, w: np.ndarray, r: np.ndarray, b: np.ndarray | None,
-         step: Callable[..., tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
+         step: Callable[..., tuple[np.ndarray, ...]], kept: slice = slice(0)) -> tuple[np.ndarray, ...]:
+    """Every direction of the cell: one GEMM projects the input of all steps (with the
+    input and recurrent biases, except the recurrent bias columns ``kept`` that ``step``
+    adds itself), then ``step`` per time step; ``Y`` is written in place."""
     acts = _activations(node, len(setup.reverse))
-    width = setup.gates * setup.hidden
-    ys, finals = [], []
+    width, dtype = setup.gates * setup.hidden, setup.x.dtype
+    seq, batch = setup.steps, setup.batch
+    y = (np.zeros if setup.lens is not None else np.empty)((seq, len(setup.reverse), batch, setup.hidden), dtype)
+    flat = setup.x.reshape(seq * batch, -1)
+    finals = []
     for d, reverse in enumerate(setup.reverse):
-        bias = np.zeros(2 * width, setup.x.dtype) if b is None or b.size == 0 else b[d]
-        projected = setup.x @ w[d].T + bias[:width]  # [seq, batch, gates * hidden], all steps at once
+        bias = np.zeros(2 * width, dtype) if b is None or b.size == 0 else b[d]
+        folded = bias[:width] + bias[width:]
+        folded[kept] = bias[:width][kept]
+        projected = (flat @ w[d].T).reshape(seq, batch, width)  # all steps at once
+        projected += folded
+        rd_t, rb = r[d].T, bias[width:]
         state = [s[d] for s in setup.states]
-        y = np.zeros((setup.steps, setup.batch, setup.hidden), setup.x.dtype)
         for t in setup.order(reverse):
-            new = step(projected[t], state, r[d], bias[width:], acts[d], d)
-            active = (t < setup.lens)[:, None]
-            state = [np.where(active, n, s) for n, s in zip(new, state)]
-            y[t] = np.where(active, new[0], 0)
-        ys.append(y)
+            new = step(projected[t], state, rd_t, rb, acts[d], d)
+            if setup.lens is None:
+                state = new
+                y[t, d] = new[0]
+            else:
+                active = (t < setup.lens)[:, None]
+                state = [np.where(active, n, s) for n, s in zip(new, state)]
+                y[t, d] = np.where(active, new[0], 0)
         finals.append(state)
-    return setup.outputs(node, ys, finals)
+    return setup.outputs(node, y, finals)
 
 
 @register_kernel("LSTM", supports=_supported)
@@ -131,18 +152,28 @@ def _lstm(node: Node, x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray
     hidden = setup.hidden
     peep = None if p is None or p.size == 0 else p.reshape(len(setup.reverse), 3, hidden)  # i, o, f
 
-    def step(xw, state, rd, rb, acts, d):
+    def step(xw, state, rd_t, rb, acts, d):
         h, c = state
         f_act, g_act, h_act = acts
-        z = xw + h @ rd.T + rb
+        z = h @ rd_t
+        z += xw
         i, o, f, g = (z[:, k * hidden:(k + 1) * hidden] for k in range(4))
+        if peep is None:
+            setup.gate(z[:, :3 * hidden], f_act)  # i, o, f: one call
+        else:
+            i += peep[d, 0] * c
+            f += peep[d, 2] * c
+            setup.gate(i, f_act), setup.gate(f, f_act)
+        setup.gate(g, g_act)
+        c_new = f * c
+        g *= i
+        c_new += g
         if peep is not None:
-            i, f = i + peep[d, 0] * c, f + peep[d, 2] * c
-        i, f, g = setup.gate(i, f_act), setup.gate(f, f_act), setup.gate(g, g_act)
-        c_new = f * c + i * g
-        if peep is not None:
-            o = o + peep[d, 1] * c_new
-        return setup.gate(o, f_act) * h_act(c_new), c_new
+            o += peep[d, 1] * c_new
+            setup.gate(o, f_act)
+        h_new = h_act(c_new.copy())
+        h_new *= o
+        return h_new, c_new
 
     return _run(node, setup, w, r, b, step)
 
@@ -154,21 +185,31 @@ def _gru(node: Node, x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray 
     hidden = setup.hidden
     before_reset = bool(node.attrs.get("linear_before_reset", 0))
 
-    def step(xw, state, rd, rb, acts, d):
+    def step(xw, state, rd_t, rb, acts, d):
         (h,) = state
         f_act, g_act = acts
-        rz, rr, rh = (rd[k * hidden:(k + 1) * hidden] for k in range(3))
-        bz, br, bh = (rb[k * hidden:(k + 1) * hidden] for k in range(3))
-        xz, xr, xh = (xw[:, k * hidden:(k + 1) * hidden] for k in range(3))
-        z = setup.gate(xz + h @ rz.T + bz, f_act)
-        reset = setup.gate(xr + h @ rr.T + br, f_act)
-        if before_reset:
-            candidate = setup.gate(xh + reset * (h @ rh.T + bh), g_act)
-        else:
-            candidate = setup.gate(xh + (reset * h) @ rh.T + bh, g_act)
-        return ((1 - z) * candidate + z * h,)
+        if before_reset:  # r * (h Rh + Rbh): one product for the three gates
+            hr = h @ rd_t
+            zr = hr[:, :2 * hidden]
+            zr += xw[:, :2 * hidden]
+            setup.gate(zr, f_act)
+            candidate = hr[:, 2 * hidden:]
+            candidate += rb[2 * hidden:]
+            candidate *= zr[:, hidden:]
+        else:  # (r * h) Rh: the h gate's product waits for r
+            zr = h @ rd_t[:, :2 * hidden]
+            zr += xw[:, :2 * hidden]
+            setup.gate(zr, f_act)
+            candidate = (zr[:, hidden:] * h) @ rd_t[:, 2 * hidden:]
+        candidate += xw[:, 2 * hidden:]
+        setup.gate(candidate, g_act)
+        h_new = h - candidate  # (1 - z) * candidate + z * h  ==  candidate + z * (h - candidate)
+        h_new *= zr[:, :hidden]
+        h_new += candidate
+        return (h_new,)
 
-    return _run(node, setup, w, r, b, step)
+    kept = slice(2 * hidden, 3 * hidden) if before_reset else slice(0)
+    return _run(node, setup, w, r, b, step, kept)
 
 
 @register_kernel("RNN", supports=_supported)
@@ -176,8 +217,10 @@ def _rnn(node: Node, x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray 
          lens: np.ndarray | None = None, h0: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     setup = _Setup(node, x, 1, lens, [h0])
 
-    def step(xw, state, rd, rb, acts, d):
+    def step(xw, state, rd_t, rb, acts, d):
         (h,) = state
-        return (setup.gate(xw + h @ rd.T + rb, acts[0]),)
+        z = h @ rd_t
+        z += xw
+        return (setup.gate(z, acts[0]),)
 
     return _run(node, setup, w, r, b, step)

@@ -22,6 +22,7 @@ from subgraph.errors import PropertyError, SubgraphError
 from subgraph.ir import Graph
 from subgraph.onnx.writer import to_onnx
 from subgraph.properties.tvm.messages import error_summary
+from subgraph.properties.tvm.recurrent import unroll_recurrent
 from subgraph.properties.tvm.rewrites import sum_as_adds
 
 __all__ = ["check_outputs", "onnx_for_tvm", "relax_module"]
@@ -77,18 +78,20 @@ def check_outputs(graph: Graph, func: Any) -> list[int]:
 
 
 def onnx_for_tvm(graph: Graph) -> tuple[Graph, Any]:
-    """The graph TVM compiles (BatchNormalization folded into convolutions, Sum as Adds)
-    and its ONNX model.
+    """The graph TVM compiles (BatchNormalization folded into convolutions, Sum as Adds,
+    LSTM/GRU/RNN unrolled) and its ONNX model.
 
     TVM's fuser does not fuse ``conv2d`` with ``batch_norm``, so each BN would be one more
     pass over memory; :func:`~subgraph.analysis.fold.fold_batchnorm` removes it beforehand.
-    :func:`~subgraph.properties.tvm.rewrites.sum_as_adds` avoids the importer's stack.
+    :func:`~subgraph.properties.tvm.rewrites.sum_as_adds` avoids the importer's stack;
+    :func:`~subgraph.properties.tvm.recurrent.unroll_recurrent` writes recurrent cells,
+    which the importer lacks, as primitive ops.
     """
     for value in graph.inputs:
         if value.shape is None or value.dtype is None:
             raise PropertyError(f"graph {graph.name!r}: input %{value.name} needs a static shape and "
                                 f"dtype to compile with TVM, got {value.type_str()}")
-    graph = sum_as_adds(fold_batchnorm(graph))
+    graph = unroll_recurrent(sum_as_adds(fold_batchnorm(graph)))
     try:
         return graph, to_onnx(graph)
     except SubgraphError as exc:

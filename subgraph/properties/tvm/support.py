@@ -9,8 +9,11 @@ decide (constant inputs, attributes, dtypes). Nothing here imports tvm.
 
 Examples
 --------
->>> tvm_supports("Conv"), tvm_supports("LSTM"), tvm_supports("Relu", domain="com.example")
+>>> tvm_supports("Conv"), tvm_supports("NonZero"), tvm_supports("Relu", domain="com.example")
 (True, False, False)
+
+LSTM, GRU and RNN are not imported by TVM but unrolled into primitive ops first
+(:mod:`subgraph.properties.tvm.recurrent`), under the conditions it checks.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 from subgraph.errors import ExecutionError
 from subgraph.ir import Node
 from subgraph.ops.index import INDEX_OPS, check_indices, index_limits
+from subgraph.properties.tvm.recurrent import MAX_STEPS, RECURRENT_OPS, decline_reason
 
 __all__ = ["tvm_installed", "tvm_supports", "op_conditions", "unsupported_reason", "SUPPORTED_OPS", "EXCLUDED_OPS"]
 
@@ -129,7 +133,7 @@ def tvm_supports(op: str, domain: str = "", opset: int = 17) -> bool:
     >>> tvm_supports("Reshape"), tvm_supports("NonZero"), tvm_supports("Gelu", opset=17)
     (True, False, False)
     """
-    return (domain in ("", "ai.onnx") and op in SUPPORTED_OPS and _tvm_installed()
+    return (domain in ("", "ai.onnx") and (op in SUPPORTED_OPS or op in RECURRENT_OPS) and _tvm_installed()
             and _onnx_defines(op, opset))
 
 
@@ -199,6 +203,8 @@ def _op_specific(node: Node) -> str | None:
         return _resize_reason(node)
     if op in INDEX_OPS:
         return _indices_reason(node)
+    if op in RECURRENT_OPS:
+        return decline_reason(node)
     return None
 
 
@@ -246,6 +252,8 @@ _OTHER_CONDITIONS: dict[str, str] = {
     "DequantizeLinear": "no blocked quantization (block_size)",
     "RMSNormalization": "axis not 0",
     "Resize": "no axes attribute; scales giving whole output sizes",
+    **dict.fromkeys(RECURRENT_OPS, f"unrolled: a static sequence of at most {MAX_STEPS} steps; W, R, B, P and "
+                                   "sequence_lens constants; Sigmoid/Tanh/Relu activations; no input_forget"),
     **dict.fromkeys(sorted(INDEX_OPS - {"Scatter"}), "indices a constant in range or a graph input "
                                                       "(checked on every call)"),
 }
