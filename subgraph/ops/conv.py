@@ -5,7 +5,8 @@
   padded input) and multiply once; groups ride along as a batch axis of ``matmul``, so
   numpy's multithreaded BLAS does all the arithmetic.
 * Depthwise convolution (one input channel per group) is a sum over kernel taps of
-  broadcast multiplies, vectorised over batch, channels and pixels.
+  broadcast multiplies: along image rows (NCHW) for large images, along channels
+  (computed channels-last) when the image has fewer pixels than there are channels.
 
 Examples
 --------
@@ -49,10 +50,10 @@ def conv(node: Node, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = Non
         raise node_error(node, f"input with {channels} channels, weights of shape {list(w.shape)} "
                                f"and group={groups} do not fit together")
     geometry = node_geometry(node, x.shape[2:], kernel)
-    if groups == channels and w.shape[1] == 1 and groups > 1:
-        y = _depthwise(x, w, geometry)
-    else:
-        y = _im2col_conv(x, w, groups, geometry)
+    depthwise = groups == channels and w.shape[1] == 1 and groups > 1
+    if depthwise and np.prod(geometry.out) <= w.shape[0]:
+        return _depthwise_channels_last(x, w, geometry, bias).astype(dtype, copy=False)
+    y = _depthwise(x, w, geometry) if depthwise else _im2col_conv(x, w, groups, geometry)
     if bias is not None:
         y += bias.reshape((-1,) + (1,) * len(kernel))
     return y.astype(dtype, copy=False)
@@ -74,27 +75,57 @@ def _im2col_conv(x: np.ndarray, w: np.ndarray, groups: int, g: Geometry) -> np.n
 
 
 def _depthwise(x: np.ndarray, w: np.ndarray, g: Geometry) -> np.ndarray:
-    """One input channel per group: ``sum over taps of w[:, tap] * shifted input``."""
+    """One input channel per group: ``sum over taps of w[:, tap] * shifted input``, in NCHW
+    (the inner loops run along image rows: the layout for large images, few channels)."""
     multiplier = w.shape[0] // x.shape[1]
     padded = pad_spatial(x, g.begin, g.end)
     if multiplier > 1:
         padded = np.repeat(padded, multiplier, axis=1)
     view = windows(padded, g)  # (N, M, *kernel, *out)
-    spatial = len(g.kernel)
     taps = w.reshape(w.shape[0], -1)
-    shape = (1, -1) + (1,) * spatial
-    out = None
-    scratch = None
+    shape = (1, -1) + (1,) * len(g.kernel)
+    out = scratch = None
     for t, index in enumerate(np.ndindex(*g.kernel)):
         shifted = view[(slice(None), slice(None)) + index]
-        tap = taps[:, t].reshape(shape)
         if out is None:
-            out = np.multiply(shifted, tap)
+            out = np.multiply(shifted, taps[:, t].reshape(shape))
             scratch = np.empty_like(out)
         else:
-            np.multiply(shifted, tap, out=scratch)
+            np.multiply(shifted, taps[:, t].reshape(shape), out=scratch)
             out += scratch
     return out
+
+
+def _depthwise_channels_last(x: np.ndarray, w: np.ndarray, g: Geometry, bias: np.ndarray | None) -> np.ndarray:
+    """:func:`_depthwise` for small images with many channels.
+
+    Computed channels-last (``N x *spatial x M``): each tap's shifted view then has the
+    channels as its contiguous inner axis, so every multiply-add runs over long rows even
+    when the image is 2x2 and there are 960 channels (in NCHW its inner rows would be 2
+    long). The padded channels-last copy and the final NCHW copy are the only
+    rearrangements; the bias rides on the last tap's pass.
+    """
+    n, channels = x.shape[:2]
+    m = w.shape[0]
+    size = x.shape[2:]
+    padded = np.zeros((n,) + tuple(s + b + e for s, b, e in zip(size, g.begin, g.end)) + (m,), dtype=x.dtype)
+    interior = (slice(None),) + tuple(slice(b, b + s) for b, s in zip(g.begin, size))
+    moved = np.moveaxis(x, 1, -1)
+    padded[interior] = moved if m == channels else np.repeat(moved, m // channels, axis=-1)
+    taps = np.ascontiguousarray(w.reshape(m, -1).T)  # (taps, M): one row of weights per tap
+    out = scratch = None
+    for t, index in enumerate(np.ndindex(*g.kernel)):
+        shifted = padded[(slice(None),) + tuple(slice(i * d, i * d + (o - 1) * s + 1, s) for i, d, s, o in
+                                                zip(index, g.dilations, g.strides, g.out))]
+        if out is None:
+            out = np.multiply(shifted, taps[t])
+            scratch = np.empty_like(out)
+        else:
+            np.multiply(shifted, taps[t], out=scratch)
+            out += scratch
+    if bias is not None:
+        out += bias
+    return np.ascontiguousarray(np.moveaxis(out, -1, 1))
 
 
 def _transpose_pads(node: Node, size: tuple[int, ...], kernel: tuple[int, ...], strides: list[int],
