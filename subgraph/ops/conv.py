@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from subgraph.ir import Node
+from subgraph.ops.blas import matmul
 from subgraph.ops.registry import register_kernel
 from subgraph.ops.common import float_inputs, node_error
 from subgraph.ops.window import Geometry, node_geometry, pad_spatial, windows
@@ -67,11 +68,11 @@ def _im2col_conv(x: np.ndarray, w: np.ndarray, groups: int, g: Geometry) -> np.n
     pointwise = taps == 1 and all(s == 1 for s in g.strides) and not any(g.begin) and not any(g.end)
     if pointwise:
         cols = x.reshape(n, groups, cg, -1)
-        return np.matmul(weights, cols).reshape((n, m) + g.out)
+        return matmul(weights, cols).reshape((n, m) + g.out)
     padded = pad_spatial(x, g.begin, g.end)
     view = windows(padded, g)  # (N, C, *kernel, *out)
     cols = view.reshape(n, groups, cg * taps, -1)  # the im2col copy
-    return np.matmul(weights, cols).reshape((n, m) + g.out)
+    return matmul(weights, cols).reshape((n, m) + g.out)
 
 
 def _depthwise(x: np.ndarray, w: np.ndarray, g: Geometry) -> np.ndarray:
@@ -169,7 +170,7 @@ def conv_transpose(node: Node, x: np.ndarray, w: np.ndarray, bias: np.ndarray | 
     per_group, m_group = channels // groups, w.shape[1]
     # columns: (N, groups, m_group * taps, pixels)
     weights = w.reshape(groups, per_group, m_group * int(np.prod(kernel, dtype=np.int64))).transpose(0, 2, 1)
-    cols = np.matmul(weights, x.reshape(n, groups, per_group, -1))
+    cols = matmul(weights, x.reshape(n, groups, per_group, -1))
     cols = cols.reshape((n, groups * m_group) + tuple(kernel) + tuple(size))
     full = [s * (i - 1) + (k - 1) * d + 1 + e for s, i, k, d, e in zip(strides, size, kernel, dilations, extra)]
     lead = [max(0, -b) for b in begin]  # negative pads grow the output: room before and after
