@@ -161,6 +161,10 @@ class Executor:
             for out in node.outputs:
                 if out.name not in last_use and out.name not in keep:
                     self._free_after[i].append(out.name)
+        # per node, what run() reads: input names (None for an absent optional input), and
+        # the outputs with the static shape and dtype each is checked against
+        self._reads = [[None if v is None else v.name for v in node.inputs] for node in graph.nodes]
+        self._writes = [[(v, v.shape if v.is_static else None) for v in node.outputs] for node in graph.nodes]
 
     @property
     def stats(self) -> RunStats:
@@ -187,13 +191,14 @@ class Executor:
         env: dict[str, np.ndarray] = {v.name: v.data for v in graph.initializers.values()}
         env.update(check_feeds(graph, feeds))
         stats = RunStats()
-        live = 0
+        live = peak = 0
+        kernels, check_shapes, run_node = self._kernels, self.check_shapes, self.run_node
         for i, node in enumerate(graph.nodes):
-            args = [None if v is None else env[v.name] for v in node.inputs]
+            args = [None if name is None else env[name] for name in self._reads[i]]
             try:
                 if self._dynamic[i]:
                     _check_allocation(node, args)
-                result = self.run_node(node, self.kernel(i), args, stats)
+                result = run_node(node, kernels[i] or self.kernel(i), args, stats)
             except SubgraphError as exc:
                 if isinstance(exc, ExecutionError):
                     raise
@@ -203,18 +208,23 @@ class Executor:
                 raise ExecutionError(f"node {node.name!r} ({node.op}) failed: {type(exc).__name__}: "
                                      f"{exc}\n  {node.format()}\n  input types: {shapes}") from exc
             outs = result if isinstance(result, (tuple, list)) else (result,)
-            if len(outs) < len(node.outputs):
+            writes = self._writes[i]
+            if len(outs) < len(writes):
                 raise ExecutionError(f"node {node.name!r} ({node.op}) returned {len(outs)} output(s), "
-                                     f"expected {len(node.outputs)}\n  {node.format()}")
-            for value, array in zip(node.outputs, outs):
-                array = np.asarray(array)
-                if self.check_shapes:
+                                     f"expected {len(writes)}\n  {node.format()}")
+            for (value, shape), array in zip(writes, outs):
+                if type(array) is not np.ndarray:
+                    array = np.asarray(array)
+                # a static shape and dtype that match are the common case: one comparison each
+                if check_shapes and (array.shape != shape or array.dtype != value.dtype):
                     self._check_output(node, value, array)
                 env[value.name] = array
                 live += array.nbytes
-            stats.peak_bytes = max(stats.peak_bytes, live)
+            if live > peak:
+                peak = live
             for name in self._free_after[i]:
                 live -= env.pop(name).nbytes
+        stats.peak_bytes = peak
         self._local.stats = stats
         return {v.name: env[v.name] for v in graph.outputs}
 

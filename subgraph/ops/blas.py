@@ -30,6 +30,9 @@ __all__ = ["SERIAL_MACS", "matmul"]
 #: products with fewer multiply-adds than this run on one BLAS thread (~0.1 ms of work)
 SERIAL_MACS = 1 << 22
 
+#: below this OpenBLAS itself stays on one thread (``GEMM_MULTITHREAD_THRESHOLD``): nothing to switch
+_BLAS_SERIAL_MACS = 1 << 18
+
 _state: dict[str, Any] = {}
 _lock = threading.Lock()
 
@@ -65,7 +68,8 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.ndim < 2 or b.ndim < 2 or a.dtype.kind != "f":
         return np.matmul(a, b)
     # numpy calls BLAS once per matrix of a stack: the size of one product decides
-    if a.shape[-2] * a.shape[-1] * b.shape[-1] >= SERIAL_MACS:
+    macs = a.shape[-2] * a.shape[-1] * b.shape[-1]
+    if macs >= SERIAL_MACS or macs <= _BLAS_SERIAL_MACS:
         return np.matmul(a, b)
     serial = []
     for pool in _blas_pools():

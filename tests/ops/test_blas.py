@@ -40,7 +40,7 @@ def pool(monkeypatch):
 
 def test_small_product_runs_on_one_thread_then_restores(pool):
     rng = np.random.default_rng(0)
-    a, b = rng.standard_normal((3, 16, 96), np.float32), rng.standard_normal((96, 64), np.float32)
+    a, b = rng.standard_normal((3, 64, 96), np.float32), rng.standard_normal((96, 64), np.float32)
     got = blas.matmul(a, b)
     assert pool.during == [1] and pool.calls == [1, 2] and pool.threads == 2
     np.testing.assert_array_equal(got, np.stack([m @ b for m in a]))
@@ -54,13 +54,18 @@ def test_large_product_keeps_the_process_threads(pool):
 
 def test_caller_limit_is_left_alone(pool):
     pool.threads = 1
-    blas.matmul(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32))
+    blas.matmul(np.ones((64, 128), np.float32), np.ones((128, 64), np.float32))
     assert pool.during == [1] and pool.calls == []
+
+
+def test_tiny_product_left_to_openblas_own_threshold(pool):
+    blas.matmul(np.ones((64, 64), np.float32), np.ones((64, 64), np.float32))  # 2**18: OpenBLAS stays serial
+    assert pool.during == [2] and pool.calls == []
 
 
 def test_threads_restored_when_the_product_raises(pool):
     with pytest.raises(ValueError):
-        blas.matmul(np.ones((2, 3), np.float32), np.ones((2, 3), np.float32))
+        blas.matmul(np.ones((64, 96), np.float32), np.ones((64, 96), np.float32))
     assert pool.calls == [1, 2] and pool.threads == 2
 
 
