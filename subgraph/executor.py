@@ -24,8 +24,9 @@ from subgraph.analysis.specialize import bind_dims
 from subgraph.errors import ExecutionError, InputError, ShapeError, SubgraphError
 from subgraph.ir import Graph, Node, format_shape
 from subgraph.ir.limits import MAX_TENSOR_BYTES
-from subgraph.ops import get_kernel
+from subgraph.ops import get_kernel, numpy_runs
 from subgraph.ops.control import ControlFlowKernel, runs_bodies
+from subgraph.ops.planned import planned_kernel
 
 __all__ = ["run", "Executor", "ProfilingExecutor", "RunStats", "check_feeds", "bind_feeds", "op_kernel", "Kernel",
            "KernelFor"]
@@ -90,6 +91,9 @@ KernelFor = Callable[[Node], Kernel]
 def op_kernel(node: Node) -> Kernel:
     """The default ``kernel_for``: the op's numpy kernel or onnx.reference runner.
 
+    Numpy kernels come through :func:`~subgraph.ops.planned.planned_kernel`, which
+    specialises re-views and constant-index gathers to the node's inferred shapes.
+
     If, Loop and Scan run their bodies on an :class:`Executor` of their own
     (:mod:`subgraph.ops.control`), so body ops use the numpy kernels too. A fused node
     has no kernel of its own here: its subgraph is compiled by a property, which
@@ -101,6 +105,8 @@ def op_kernel(node: Node) -> Kernel:
                              f"  {node.format()}")
     if runs_bodies(node):
         return ControlFlowKernel(node, _body_runner)
+    if numpy_runs(node):  # views and constant-index takes are specialised to their planned shapes
+        return planned_kernel(node)
     return get_kernel(node)
 
 
