@@ -1,4 +1,4 @@
-"""subgraph.ops.blas: small products on one BLAS thread, the same numbers either way."""
+"""subgraph.ops.blas: small products on one BLAS thread, large ones in single-threaded chunks."""
 
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ def pool(monkeypatch):
     monkeypatch.setitem(blas._state, "pools", [fake])
     real = np.matmul
 
-    def spy(a, b):
+    def spy(a, b, **kwargs):  # every BLAS call, the caller's and the helpers': with how many threads
         fake.during.append(fake.threads)
-        return real(a, b)
+        return real(a, b, **kwargs)
 
     monkeypatch.setattr(blas.np, "matmul", spy)
     return fake
@@ -46,10 +46,26 @@ def test_small_product_runs_on_one_thread_then_restores(pool):
     np.testing.assert_array_equal(got, np.stack([m @ b for m in a]))
 
 
-def test_large_product_keeps_the_process_threads(pool):
-    a, b = np.ones((256, 128), np.float32), np.ones((128, 128), np.float32)  # 2**22 multiply-adds
-    assert blas.matmul(a, b)[0, 0] == 128.0
-    assert pool.during == [2] and pool.calls == []
+def test_large_product_is_split_over_single_threaded_chunks(pool):
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((256, 128), np.float32), rng.standard_normal((128, 128), np.float32)  # 2**22
+    got = blas.matmul(a, b)
+    assert got.shape == (256, 128) and got.dtype == np.float32
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-4)
+    assert len(pool.during) == 2 and set(pool.during) == {1}  # 2**22 / CHUNK_MACS chunks, BLAS on one thread
+    assert pool.calls == [1, 2] and pool.threads == 2
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [((2, 3, 96, 512), (3, 512, 200)),   # rows split, stacks broadcast
+                                              ((1, 64, 300), (2, 1, 300, 700))])   # columns split
+def test_split_products_equal_numpy(pool, a_shape, b_shape):
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal(a_shape, np.float32), rng.standard_normal(b_shape, np.float32)
+    got = blas.matmul(a, b)
+    want = np.einsum("...ij,...jk->...ik", a.astype(np.float64), b.astype(np.float64))
+    assert got.shape == want.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    assert len(pool.during) > 1 and set(pool.during) == {1} and pool.threads == 2
 
 
 def test_caller_limit_is_left_alone(pool):
@@ -63,10 +79,10 @@ def test_tiny_product_left_to_openblas_own_threshold(pool):
     assert pool.during == [2] and pool.calls == []
 
 
-def test_threads_restored_when_the_product_raises(pool):
-    with pytest.raises(ValueError):
+def test_mismatched_operands_raise_numpys_error_untouched(pool):
+    with pytest.raises(ValueError, match="mismatch"):
         blas.matmul(np.ones((64, 96), np.float32), np.ones((64, 96), np.float32))
-    assert pool.calls == [1, 2] and pool.threads == 2
+    assert pool.calls == []
 
 
 def test_integer_and_vector_products_go_straight_to_numpy(pool):
