@@ -226,8 +226,7 @@ class Executor:
                     self._check_output(node, value, array)
                 env[value.name] = array
                 live += array.nbytes
-            if live > peak:
-                peak = live
+            peak = max(peak, live)
             for name in self._free_after[i]:
                 live -= env.pop(name).nbytes
         stats.peak_bytes = peak

@@ -32,11 +32,12 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
-__all__ = ["SERIAL_MACS", "CHUNK_MACS", "matmul"]
+__all__ = ["CHUNK_MACS", "SERIAL_MACS", "matmul"]
 
 #: products with fewer multiply-adds than this run on one BLAS thread (~0.1 ms of work)
 SERIAL_MACS = 1 << 22
@@ -101,11 +102,11 @@ def _split(a: np.ndarray, b: np.ndarray, out: np.ndarray, macs: int, threads: in
     rows, cols = out.shape[-2], out.shape[-1]
     count = int(min(max(macs // CHUNK_MACS, 1), 4 * threads, max(rows, cols)))
     if rows >= cols:
-        cuts = np.linspace(0, rows, count + 1).astype(int)
-        tasks = [(a[..., i:j, :], b, out[..., i:j, :]) for i, j in zip(cuts[:-1], cuts[1:])]
+        cuts = np.linspace(0, rows, count + 1).astype(int).tolist()
+        tasks = [(a[..., i:j, :], b, out[..., i:j, :]) for i, j in pairwise(cuts)]
     else:
-        cuts = np.linspace(0, cols, count + 1).astype(int)
-        tasks = [(a, b[..., i:j], out[..., i:j]) for i, j in zip(cuts[:-1], cuts[1:])]
+        cuts = np.linspace(0, cols, count + 1).astype(int).tolist()
+        tasks = [(a, b[..., i:j], out[..., i:j]) for i, j in pairwise(cuts)]
     state = {"next": 0, "done": 0}
     finished = threading.Event()
     errors: list[BaseException] = []
