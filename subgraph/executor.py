@@ -24,8 +24,9 @@ from subgraph.analysis.specialize import bind_dims
 from subgraph.errors import ExecutionError, InputError, ShapeError, SubgraphError
 from subgraph.ir import Graph, Node, format_shape
 from subgraph.ir.limits import MAX_TENSOR_BYTES
-from subgraph.ops import get_kernel
+from subgraph.ops import get_kernel, numpy_runs
 from subgraph.ops.control import ControlFlowKernel, runs_bodies
+from subgraph.ops.planned import planned_kernel
 
 __all__ = ["run", "Executor", "ProfilingExecutor", "RunStats", "check_feeds", "bind_feeds", "op_kernel", "Kernel",
            "KernelFor"]
@@ -90,6 +91,9 @@ KernelFor = Callable[[Node], Kernel]
 def op_kernel(node: Node) -> Kernel:
     """The default ``kernel_for``: the op's numpy kernel or onnx.reference runner.
 
+    Numpy kernels come through :func:`~subgraph.ops.planned.planned_kernel`, which
+    specialises re-views and constant-index gathers to the node's inferred shapes.
+
     If, Loop and Scan run their bodies on an :class:`Executor` of their own
     (:mod:`subgraph.ops.control`), so body ops use the numpy kernels too. A fused node
     has no kernel of its own here: its subgraph is compiled by a property, which
@@ -101,6 +105,8 @@ def op_kernel(node: Node) -> Kernel:
                              f"  {node.format()}")
     if runs_bodies(node):
         return ControlFlowKernel(node, _body_runner)
+    if numpy_runs(node):  # views and constant-index takes are specialised to their planned shapes
+        return planned_kernel(node)
     return get_kernel(node)
 
 
@@ -161,6 +167,10 @@ class Executor:
             for out in node.outputs:
                 if out.name not in last_use and out.name not in keep:
                     self._free_after[i].append(out.name)
+        # per node, what run() reads: input names (None for an absent optional input), and
+        # the outputs with the static shape and dtype each is checked against
+        self._reads = [[None if v is None else v.name for v in node.inputs] for node in graph.nodes]
+        self._writes = [[(v, v.shape if v.is_static else None) for v in node.outputs] for node in graph.nodes]
 
     @property
     def stats(self) -> RunStats:
@@ -187,13 +197,14 @@ class Executor:
         env: dict[str, np.ndarray] = {v.name: v.data for v in graph.initializers.values()}
         env.update(check_feeds(graph, feeds))
         stats = RunStats()
-        live = 0
+        live = peak = 0
+        kernels, check_shapes, run_node = self._kernels, self.check_shapes, self.run_node
         for i, node in enumerate(graph.nodes):
-            args = [None if v is None else env[v.name] for v in node.inputs]
+            args = [None if name is None else env[name] for name in self._reads[i]]
             try:
                 if self._dynamic[i]:
                     _check_allocation(node, args)
-                result = self.run_node(node, self.kernel(i), args, stats)
+                result = run_node(node, kernels[i] or self.kernel(i), args, stats)
             except SubgraphError as exc:
                 if isinstance(exc, ExecutionError):
                     raise
@@ -203,18 +214,22 @@ class Executor:
                 raise ExecutionError(f"node {node.name!r} ({node.op}) failed: {type(exc).__name__}: "
                                      f"{exc}\n  {node.format()}\n  input types: {shapes}") from exc
             outs = result if isinstance(result, (tuple, list)) else (result,)
-            if len(outs) < len(node.outputs):
+            writes = self._writes[i]
+            if len(outs) < len(writes):
                 raise ExecutionError(f"node {node.name!r} ({node.op}) returned {len(outs)} output(s), "
-                                     f"expected {len(node.outputs)}\n  {node.format()}")
-            for value, array in zip(node.outputs, outs):
-                array = np.asarray(array)
-                if self.check_shapes:
+                                     f"expected {len(writes)}\n  {node.format()}")
+            for (value, shape), array in zip(writes, outs):
+                if type(array) is not np.ndarray:
+                    array = np.asarray(array)
+                # a static shape and dtype that match are the common case: one comparison each
+                if check_shapes and (array.shape != shape or array.dtype != value.dtype):
                     self._check_output(node, value, array)
                 env[value.name] = array
                 live += array.nbytes
-            stats.peak_bytes = max(stats.peak_bytes, live)
+            peak = max(peak, live)
             for name in self._free_after[i]:
                 live -= env.pop(name).nbytes
+        stats.peak_bytes = peak
         self._local.stats = stats
         return {v.name: env[v.name] for v in graph.outputs}
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from subgraph.ir import Node
+from subgraph.ops.blas import matmul
 from subgraph.ops.registry import KERNELS, register_kernel  # noqa: F401  (KERNELS: doctest)
 
 __all__: list[str] = []
@@ -32,7 +33,7 @@ def _gemm(node: Node, a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None)
         a = a.T
     if node.attrs.get("transB", 0):
         b = b.T
-    y = np.matmul(a, b)
+    y = matmul(a, b)
     if alpha != 1.0:
         np.multiply(y, alpha, out=y, casting="unsafe")
     if c is not None and beta != 0.0:
@@ -47,7 +48,7 @@ def _gemm(node: Node, a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None)
 
 @register_kernel("MatMul")
 def _matmul(node: Node, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.matmul(a, b)
+    return matmul(a, b)
 
 
 @register_kernel("Einsum")

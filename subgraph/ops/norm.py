@@ -60,21 +60,28 @@ def _layer_norm(node: Node, x: np.ndarray, scale: np.ndarray, bias: np.ndarray |
     axis = normalize_axis(node.attrs.get("axis", -1), x.ndim)
     epsilon = node.attrs.get("epsilon", 1e-5)
     compute = np.float32 if node.attrs.get("stash_type", 1) == 1 and x.dtype != np.float64 else x.dtype
-    axes = tuple(range(axis, x.ndim))
-    xs = x.astype(compute, copy=False)
-    mean = xs.mean(axis=axes, keepdims=True)
+    # rows x normalised elements: one reduction along the last axis of a 2-D view
+    count = int(np.prod(x.shape[axis:], dtype=np.int64))
+    stat_shape = x.shape[:axis] + (1,) * (x.ndim - axis)
+    xs = x.astype(compute, copy=False).reshape(-1, count)
+    mean = np.add.reduce(xs, axis=1, keepdims=True)
+    mean /= count
     centred = xs - mean
-    variance = np.square(centred).mean(axis=axes, keepdims=True)
-    inv_std = np.reciprocal(np.sqrt(variance + np.asarray(epsilon, compute)))
+    squares = np.multiply(centred, centred)
+    variance = np.add.reduce(squares, axis=1, keepdims=True)
+    variance /= count
+    variance += np.asarray(epsilon, compute)
+    inv_std = np.reciprocal(np.sqrt(variance, out=variance), out=variance)
     centred *= inv_std
+    centred = centred.reshape(x.shape)
     centred *= scale.astype(compute, copy=False)
     if bias is not None:
         centred += bias.astype(compute, copy=False)
     y = centred.astype(x.dtype, copy=False)
     if len(node.outputs) == 1:
         return y
-    return (y, mean.astype(_stat_dtype(node, 1, x.dtype), copy=False),
-            inv_std.astype(_stat_dtype(node, 2, x.dtype), copy=False))[: len(node.outputs)]
+    return (y, mean.reshape(stat_shape).astype(_stat_dtype(node, 1, x.dtype), copy=False),
+            inv_std.reshape(stat_shape).astype(_stat_dtype(node, 2, x.dtype), copy=False))[: len(node.outputs)]
 
 
 @register_kernel("InstanceNormalization", supports=float_inputs)

@@ -1,0 +1,89 @@
+"""Kernels specialised once per node when an executor plans a graph.
+
+In a transformer a third of the nodes only re-view a tensor (Reshape, Flatten, Squeeze,
+Unsqueeze) or pick a slice with a constant index (Gather of q, k, v). Their generic
+kernels parse the shape or axes input, normalise axes and check indices on every call,
+several microseconds each, for a result the inferred shapes already fix. For such a node
+:func:`planned_kernel` does that work once and returns a kernel that does only the view
+or the take, guarded: an input whose shape differs from the planned one goes to the
+generic kernel, so results and errors are the generic kernel's in every case.
+
+Examples
+--------
+>>> import numpy as np
+>>> from subgraph.analysis.shape_inference import infer_shapes
+>>> from subgraph.ir import Graph
+>>> g = Graph("g")
+>>> x = g.add_input("x", (2, 3), "float32")
+>>> node = g.add_node("Reshape", [x, g.add_constant("s", np.array([3, -1]))])
+>>> infer_shapes(g)
+>>> kernel = planned_kernel(node)
+>>> kernel is KERNELS["Reshape"], kernel(node, np.zeros((2, 3), np.float32), np.array([3, -1])).shape
+(False, (3, 2))
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from subgraph.errors import SubgraphError
+from subgraph.ir import Node
+from subgraph.ops.common import normalize_axis
+from subgraph.ops.index import check_indices, index_limits
+from subgraph.ops.registry import KERNELS, Kernel
+
+__all__ = ["planned_kernel"]
+
+_VIEWS = frozenset(("Reshape", "Flatten", "Squeeze", "Unsqueeze"))
+
+
+def _static(value: Any) -> tuple[int, ...] | None:
+    return tuple(value.shape) if value is not None and value.is_static else None
+
+
+def _constant_rest(node: Node) -> bool:
+    """Every input after the data is absent or a constant (an initializer)."""
+    return all(v is None or v.data is not None for v in node.inputs[1:])
+
+
+def planned_kernel(node: Node) -> Kernel:
+    """The kernel of ``node`` (which has a numpy kernel), specialised where its inputs allow.
+
+    Parameters
+    ----------
+    node : Node
+        A node whose op is in :data:`~subgraph.ops.registry.KERNELS`.
+
+    Returns
+    -------
+    Kernel
+        A view-only or take-only kernel for the nodes described above, the registered
+        kernel otherwise.
+    """
+    kernel = KERNELS[node.op]
+    if not node.inputs or node.inputs[0] is None or not node.outputs or not _constant_rest(node):
+        return kernel
+    planned_in, planned_out = _static(node.inputs[0]), _static(node.outputs[0])
+    if planned_in is None or planned_out is None:
+        return kernel
+    if node.op in _VIEWS and int(np.prod(planned_in)) == int(np.prod(planned_out)):
+        def view(node: Node, x: np.ndarray, *rest: Any) -> np.ndarray:
+            return x.reshape(planned_out) if x.shape == planned_in else kernel(node, x, *rest)
+        return view
+    if node.op == "Gather" and len(node.inputs) == 2 and node.inputs[1] is not None:
+        indices = np.asarray(node.inputs[1].data)
+        if indices.dtype.kind not in "iu":
+            return kernel
+        try:
+            check_indices(node, indices, index_limits(node, planned_in, indices.shape))
+            axis = normalize_axis(node.attrs.get("axis", 0), len(planned_in))
+        except (SubgraphError, ValueError):  # the generic kernel raises it, with its message, on the run
+            return kernel
+        take = indices.astype(np.intp)
+
+        def gather(node: Node, data: np.ndarray, *rest: Any) -> np.ndarray:
+            return np.take(data, take, axis=axis) if data.shape == planned_in else kernel(node, data, *rest)
+        return gather
+    return kernel

@@ -1,0 +1,84 @@
+"""subgraph.ops.planned: plan-time kernels give the generic kernels' results and errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from subgraph.analysis.shape_inference import infer_shapes
+from subgraph.errors import ExecutionError
+from subgraph.executor import Executor
+from subgraph.ir import Graph
+from subgraph.ops import KERNELS
+from subgraph.ops.planned import planned_kernel
+
+RNG = np.random.default_rng(3)
+
+
+def _graph(op: str, x_shape: tuple[int, ...], constant: np.ndarray | None, attrs: dict | None = None,
+           constant_is_input: bool = False):
+    g = Graph("g", opset={"": 17})
+    x = g.add_input("x", x_shape, "float32")
+    inputs = [x]
+    if constant is not None:
+        inputs.append(g.add_input("c", constant.shape, constant.dtype) if constant_is_input
+                      else g.add_constant("c", constant))
+    node = g.add_node(op, inputs, attrs=attrs, name="n")
+    g.set_outputs(node.outputs)
+    infer_shapes(g)
+    return g, node
+
+
+CASES = {
+    "reshape": ("Reshape", (2, 3, 4), np.array([4, 0, -1]), None),
+    "flatten": ("Flatten", (2, 3, 4), None, {"axis": 2}),
+    "squeeze": ("Squeeze", (2, 1, 4, 1), np.array([-1, 1]), None),
+    "unsqueeze": ("Unsqueeze", (2, 3), np.array([0, -1]), None),
+    "gather_scalar": ("Gather", (3, 5, 2), np.array(-1), {"axis": 0}),
+    "gather_axis1": ("Gather", (3, 5, 2), np.array([[4, 0], [-2, 1]]), {"axis": 1}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_planned_kernel_matches_the_generic_kernel(name):
+    op, shape, constant, attrs = CASES[name]
+    g, node = _graph(op, shape, constant, attrs)
+    kernel = planned_kernel(node)
+    assert kernel is not KERNELS[op]
+    x = RNG.standard_normal(shape).astype(np.float32)
+    rest = [] if constant is None else [constant]
+    want = KERNELS[op](node, x, *rest)
+    got = kernel(node, x, *rest)
+    np.testing.assert_array_equal(got, want)
+    assert got.shape == want.shape == g.outputs[0].shape
+    np.testing.assert_array_equal(Executor(g).run({"x": x})[g.outputs[0].name], want)
+
+
+@pytest.mark.parametrize("name", ["reshape", "gather_axis1"])
+def test_other_shapes_go_to_the_generic_kernel(name):
+    op, shape, constant, attrs = CASES[name]
+    _, node = _graph(op, shape, constant, attrs)
+    x = RNG.standard_normal((4, 6, 2)).astype(np.float32)  # not the planned (2, 3, 4) / (3, 5, 2)
+    np.testing.assert_array_equal(planned_kernel(node)(node, x, constant), KERNELS[op](node, x, constant))
+
+
+def test_indices_fed_at_run_time_are_not_planned():
+    _, node = _graph("Gather", (3, 5), np.array([1]), {"axis": 0}, constant_is_input=True)
+    assert planned_kernel(node) is KERNELS["Gather"]
+
+
+def test_out_of_range_constant_index_keeps_the_generic_error():
+    g, node = _graph("Gather", (3, 5), np.array([0, 3]), {"axis": 0})
+    assert planned_kernel(node) is KERNELS["Gather"]
+    with pytest.raises(ExecutionError, match=r"node 'n' \(Gather\): index 3 is out of range for axis 0 of size 3"):
+        Executor(g).run({"x": np.zeros((3, 5), np.float32)})
+
+
+def test_unknown_shapes_are_not_planned():
+    g = Graph("g")
+    x = g.add_input("x", ("n", 4), "float32")
+    node = g.add_node("Reshape", [x, g.add_constant("s", np.array([-1]))], name="n")
+    g.set_outputs(node.outputs)
+    infer_shapes(g)
+    assert planned_kernel(node) is KERNELS["Reshape"]
+    assert Executor(g).run({"x": np.ones((3, 4), np.float32)})["n"].shape == (12,)
