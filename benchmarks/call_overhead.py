@@ -42,9 +42,9 @@ def _calls(name: str) -> tuple[dict, str]:
     """The five calls of one model, checked to agree, and its subgraphs as ``"TVM:1 ..."``."""
     import numpy as np
     import tvm
-    import zoo.corpus
 
     import subgraph
+    import zoo.corpus
 
     exporter = "legacy" if "legacy" in zoo.corpus.entry(name).exporters else "dynamo"
     sample = zoo.corpus.load(name, exporter)
@@ -58,7 +58,7 @@ def _calls(name: str) -> tuple[dict, str]:
     node = next(n for n in model.graph.nodes if n.name == fused)
     fn = model.kernels.fused(node).compile()
     feeds = {k: np.asarray(v) for k, v in sample.feeds.items()}
-    arrays = [feeds[v.name] if v.name in feeds else v.data for v in node.inputs]
+    arrays = [feeds.get(v.name, v.data) for v in node.inputs]
     dev = fn.device
     main = tvm.runtime.vm.VirtualMachine(fn.executable, dev)["main"]
     tensors = [tvm.runtime.tensor(a, dev) for a in arrays]

@@ -50,6 +50,7 @@ def config_env(config: str) -> dict[str, str]:
 def child(config: str, name: str, threads: int, seconds: float) -> dict:
     """Median seconds of one configuration's calls on ``name``."""
     import numpy as np
+
     import zoo.corpus
 
     exporter = "legacy" if "legacy" in zoo.corpus.entry(name).exporters else "dynamo"
@@ -62,7 +63,7 @@ def child(config: str, name: str, threads: int, seconds: float) -> dict:
         options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
         session = ort.InferenceSession(sample.model.SerializeToString(), options,
                                        providers=["CPUExecutionProvider"])
-        call = lambda: session.run(None, feeds)  # noqa: E731
+        call = lambda: session.run(None, feeds)
     elif config == "ov":
         import onnx
         import openvino
@@ -73,12 +74,12 @@ def child(config: str, name: str, threads: int, seconds: float) -> dict:
             compiled = openvino.Core().compile_model(str(path), "CPU", {
                 "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32", "ENABLE_CPU_PINNING": False})
         request = compiled.create_infer_request()
-        call = lambda: request.infer(feeds)  # noqa: E731
+        call = lambda: request.infer(feeds)
     else:
         import subgraph
 
         model = subgraph.compile_model(subgraph.from_onnx(sample.model, sample.input_shapes), "HETERO:TVM,NUMPY")
-        call = lambda: model(feeds)  # noqa: E731
+        call = lambda: model(feeds)
     for _ in range(3):
         call()
     times: list[float] = []
@@ -97,7 +98,7 @@ def run_child(config: str, name: str, args: argparse.Namespace) -> dict:
     env.update(TVM_NUM_THREADS=str(args.threads), **config_env(config))
     cmd = [sys.executable, __file__, "--child", config, "--models", name, "--threads", str(args.threads),
            "--seconds", str(args.seconds)]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
     if out.returncode != 0:
         return {"error": (out.stderr.strip().splitlines() or ["?"])[-1][:120]}
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from types import MappingProxyType
 from concurrent.futures import ThreadPoolExecutor
+from types import MappingProxyType
 
 import numpy as np
 import pytest

@@ -55,7 +55,7 @@ def shared_tensor(array: np.ndarray) -> Any:
         return None
     try:
         tensor = tvm_ffi.from_dlpack(array, require_alignment=0, require_contiguous=True)
-    except Exception:  # a dtype DLPack does not carry
+    except Exception:  # noqa: BLE001 - a dtype DLPack does not carry: the caller copies
         return None
     return tensor if tensor.data_ptr() % _ALIGNMENT == 0 else None
 
@@ -98,7 +98,7 @@ def to_numpy(tensor: Any, copy: bool) -> np.ndarray:
     if not copy and tensor.device.dlpack_device_type() == _DL_CPU:
         try:
             return np.from_dlpack(tensor)
-        except Exception:  # a dtype numpy cannot take through DLPack: copied below
+        except Exception:  # noqa: BLE001, S110 - a dtype numpy cannot take through DLPack: copied below
             pass
     return tensor.numpy()
 
