@@ -7,6 +7,7 @@ import json
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from types import MappingProxyType
 
 import numpy as np
 import pytest
@@ -198,3 +199,22 @@ def test_threads_share_one_executor_and_get_identical_results():
         assert list(stats.node_times) == [n.name for n in graph.nodes]  # each thread sees its own run
     assert outcomes[0][1] is not outcomes[1][1]
     assert executor.stats == RunStats(0, {})  # this thread ran nothing
+
+
+@pytest.mark.parametrize("feeds, message", [
+    ({"x": np.ones(4, np.float64)}, "input 'x' expects dtype float32, got float64"),
+    ({"x": np.ones(5, np.float32)}, "input 'x' expects shape [4], got [5]"),
+    ({"x": np.ones(4, np.float32), "y": np.ones(4, np.float32)}, "graph 'seed_example' has no input(s) ['y']; its inputs are ['x']"),
+    ({}, "graph 'seed_example' needs input(s) ['x'] that were not fed"),
+    ([np.ones(4, np.float32)], "feeds must be a mapping from input name to array, got list"),
+])
+def test_feeds_planned_once_are_still_checked_on_every_call(feeds, message):
+    executor = Executor(seed_example())
+    x = np.linspace(-2, 2, 4, dtype=np.float32)
+    np.testing.assert_allclose(executor.run({"x": x})["7"], seed_expected(x), rtol=1e-6)
+    with pytest.raises(subgraph.errors.InputError) as info:
+        executor.run(feeds)
+    assert str(info.value) == message
+    # other mappings and array types take the general path and give the same numbers
+    for other in (MappingProxyType({"x": x}), {"x": np.ma.MaskedArray(x)}):
+        np.testing.assert_allclose(executor.run(other)["7"], seed_expected(x), rtol=1e-6)

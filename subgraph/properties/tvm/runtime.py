@@ -14,7 +14,7 @@ from tvm import relax
 from subgraph.errors import ExecutionError, InputError
 from subgraph.ops.index import check_indices
 from subgraph.properties.tvm.messages import error_summary
-from subgraph.properties.tvm.tensors import as_tvm_tensor, to_numpy
+from subgraph.properties.tvm.tensors import aligned_empty, as_tvm_tensor, shared_tensor, to_numpy
 
 __all__ = ["TVMFunction"]
 
@@ -71,6 +71,7 @@ class TVMFunction:
         self.constant_outputs = constant_outputs
         self.source = source
         self._local = threading.local()
+        self._host = device.dlpack_device_type() == 1  # DLPack's CPU: numpy memory can be shared
 
     def _entry(self) -> Any:
         entry = getattr(self._local, "entry", None)
@@ -98,17 +99,50 @@ class TVMFunction:
                 if isinstance(t, tvm.runtime.ShapeTuple) else t for t in items]
 
     def __call__(self, *arrays: Any) -> list[np.ndarray]:
-        """Run on numpy arrays (shared with TVM when aligned, see
-        :func:`~subgraph.properties.tvm.tensors.as_tvm_tensor`)."""
+        """Run on numpy arrays; returns numpy arrays the caller owns.
+
+        An input TVM can take as it is (64-byte aligned, C-contiguous, writeable) is shared
+        with it (:func:`~subgraph.properties.tvm.tensors.shared_tensor`); any other is copied
+        into this thread's aligned buffer for that input, made at its first call (the alignment
+        TVM requires). Outputs are shared with TVM, except those that are TVM's constants or
+        that lie in an input's memory (an Identity or a reshape TVM ran as a view): those are
+        copied, so an output never changes when the caller changes its inputs or calls again.
+        """
         clock = time.perf_counter
         start = clock()
-        tensors = [as_tvm_tensor(array, self.device) for array in self.checked_inputs(arrays)]
+        checked = self.checked_inputs(arrays)
+        staged = getattr(self._local, "staged", None) or self._staged()
+        tensors = []
+        for array, (buffer, tensor) in zip(checked, staged):
+            shared = shared_tensor(array) if self._host else None
+            if shared is None:
+                if tensor is None:  # a dtype DLPack does not carry: TVM's own copy
+                    shared = as_tvm_tensor(array, self.device)
+                else:
+                    np.copyto(buffer, array)
+                    shared = tensor
+            tensors.append(shared)
         ran = clock()
         outs = self.run_tensors(*tensors)
         back = clock()
-        result = [to_numpy(t, copy=i in self.constant_outputs) for i, t in enumerate(outs)]
+        inputs = [(t.data_ptr(), t.data_ptr() + a.nbytes) for t, a in zip(tensors, checked)]
+        result = []
+        for i, t in enumerate(outs):
+            pointer = t.data_ptr()
+            copy = i in self.constant_outputs or any(low <= pointer < high for low, high in inputs)
+            result.append(to_numpy(t, copy=copy))
         self._local.transfers = {"input transfer": ran - start, "output transfer": clock() - back}
         return result
+
+    def _staged(self) -> list[tuple[np.ndarray, Any]]:
+        """This thread's aligned input buffers, each with the TVM tensor sharing it (None
+        when TVM cannot share that dtype)."""
+        staged = []
+        for _, shape, dtype in self._inputs:
+            buffer = aligned_empty(shape, dtype)
+            staged.append((buffer, shared_tensor(buffer) if self._host else None))
+        self._local.staged = staged
+        return staged
 
     def checked_inputs(self, arrays: tuple[Any, ...] | list[Any]) -> list[np.ndarray]:
         """``arrays`` as numpy arrays, checked: their number, shapes and dtypes, and the

@@ -15,7 +15,7 @@ from subgraph.analysis.shape_inference import infer_shapes
 from subgraph.errors import InputError
 from subgraph.ir import Graph
 from subgraph.properties.tvm.compiler import compile_graph
-from subgraph.properties.tvm.tensors import as_tvm_tensor
+from subgraph.properties.tvm.tensors import aligned_empty, as_tvm_tensor
 
 pytestmark = pytest.mark.tvm
 
@@ -64,6 +64,57 @@ def test_constant_outputs_cannot_be_corrupted_by_the_caller():
     first = fn(np.ones(2, np.float32))[1]
     first[:] = -1.0
     np.testing.assert_array_equal(fn(np.ones(2, np.float32))[1], np.arange(6, dtype=np.float32).reshape(2, 3))
+
+
+def _views_graph() -> Graph:
+    """Outputs TVM may run as views of the input (Flatten, Identity) beside one it computes."""
+    g = Graph("views")
+    x = g.add_input("x", (2, 8), "float32")
+    g.set_outputs([g.add_node("Relu", [x], name="relu").outputs[0],
+                   g.add_node("Flatten", [x], name="flat", attrs={"axis": 0}).outputs[0],
+                   g.add_node("Identity", [x], name="same").outputs[0]])
+    infer_shapes(g)
+    return g
+
+
+@pytest.mark.parametrize("aligned", [True, False], ids=["shared input", "staged input"])
+def test_outputs_never_alias_the_callers_inputs_or_change_later(aligned):
+    fn = compile_graph(_views_graph())
+    x = aligned_empty((2, 8), "float32") if aligned else np.empty(2 * 8 + 1, np.float32)[1:].reshape(2, 8)
+    x[...] = np.arange(-8, 8, dtype=np.float32).reshape(2, 8)
+    kept = x.copy()
+    relu, flat, same = fn(x)
+    np.testing.assert_array_equal(x, kept)  # the caller's array is not modified
+    x[...] = 100.0  # the caller changes its input after the call ...
+    fn(np.full((2, 8), 7.0, np.float32))  # ... and calls again (a staged input's buffer is reused)
+    np.testing.assert_array_equal(relu, np.maximum(kept, 0))  # ... the first call's outputs stay
+    np.testing.assert_array_equal(flat, kept.reshape(1, 16))
+    np.testing.assert_array_equal(same, kept)
+    assert not any(np.shares_memory(out, x) for out in (relu, flat, same))
+
+
+def test_calls_from_threads_each_stage_their_own_inputs():
+    fn = compile_graph(_views_graph())
+    results, errors = {}, []
+
+    def work(k: int) -> None:
+        try:
+            for _ in range(50):  # misaligned: every call goes through the thread's staging buffer
+                x = np.full(2 * 8 + 1, k, np.float32)[1:].reshape(2, 8)
+                results[k] = fn(x)
+                np.testing.assert_array_equal(results[k][2], np.full((2, 8), k, np.float32))
+        except Exception as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(1, 5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    for k, (relu, flat, same) in results.items():
+        np.testing.assert_array_equal(relu, np.full((2, 8), k, np.float32))
+        np.testing.assert_array_equal(flat, np.full((1, 16), k, np.float32))
 
 
 def test_inputs_are_checked():
