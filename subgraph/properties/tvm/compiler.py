@@ -38,7 +38,7 @@ from subgraph.properties.tvm.runtime import TVMFunction
 from subgraph.properties.tvm.target import as_target, use_all_cpus
 from subgraph.properties.tvm.tuning_db import open_database
 
-__all__ = ["compile_graph"]
+__all__ = ["compile_graph", "needs_build"]
 
 
 def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: str | os.PathLike | None = None,
@@ -109,20 +109,10 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
     >>> fn(np.array([-1.0, 0.5, 2.0], dtype=np.float32))
     [array([0. , 0.5, 2. ], dtype=float32)]
     """
-    if schedule not in SCHEDULES:
-        raise PropertyError(f"unknown TVM schedule {schedule!r} for graph {graph.name!r}; "
-                            f"expected one of {list(SCHEDULES)}")
     use_all_cpus()
-    tgt = as_target(target)
+    graph, model, tgt, directory, database, key = _prepare(graph, target, cache_dir, use_cache, schedule, tuning)
     device = tvm.device(tgt.get_target_device_type(), 0)
-    graph, model = onnx_for_tvm(graph)
-    directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    if use_cache:
-        check_private(directory)
-    database = open_database(tuning, directory) if tgt.kind.name == "llvm" and schedule == "cpu" else None
     tiles = database.tiles() if database else None
-    key = cache_key(model.SerializeToString(deterministic=True), str(tgt),
-                    schedule + (f"|tuned:{database.digest()}" if database else ""))
     memory_key = key if index_checks else key + "|unchecked"  # one library, two wrappers
     if use_cache and memory_key in MEMORY:
         return MEMORY[memory_key]
@@ -154,6 +144,40 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
         if use_cache:
             MEMORY[memory_key] = fn
         return fn
+
+
+def needs_build(graph: Graph, target: str | dict | Any = "llvm", cache_dir: str | os.PathLike | None = None,
+                use_cache: bool = True, schedule: str = "cpu", tuning: bool | str | os.PathLike = True) -> bool:
+    """Whether :func:`compile_graph` with these arguments would build ``graph`` (no cache
+    holds it, in memory or on disk) and store what it built on disk.
+
+    ``False`` with ``use_cache=False``: a build then stores nothing another process could
+    hand over. A damaged disk entry counts as present (the compile itself warns and rebuilds).
+    """
+    if not use_cache:
+        return False
+    graph, _, _, directory, _, key = _prepare(graph, target, cache_dir, use_cache, schedule, tuning)
+    if key in MEMORY or key + "|unchecked" in MEMORY:
+        return False
+    return not ((directory / f"{key}.so").exists() and (directory / f"{key}.json").exists())
+
+
+def _prepare(graph: Graph, target: str | dict | Any, cache_dir: str | os.PathLike | None, use_cache: bool,
+             schedule: str, tuning: bool | str | os.PathLike) -> tuple[Graph, Any, Any, Path, Any, str]:
+    """The graph TVM compiles, its ONNX model, the target, the cache folder, the tuning
+    database (or None) and the cache key."""
+    if schedule not in SCHEDULES:
+        raise PropertyError(f"unknown TVM schedule {schedule!r} for graph {graph.name!r}; "
+                            f"expected one of {list(SCHEDULES)}")
+    tgt = as_target(target)
+    graph, model = onnx_for_tvm(graph)
+    directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    if use_cache:
+        check_private(directory)
+    database = open_database(tuning, directory) if tgt.kind.name == "llvm" and schedule == "cpu" else None
+    key = cache_key(model.SerializeToString(deterministic=True), str(tgt),
+                    schedule + (f"|tuned:{database.digest()}" if database else ""))
+    return graph, model, tgt, directory, database, key
 
 
 def _index_checks(graph: Graph) -> list[tuple[int, object, list[tuple[int, int]]]]:
