@@ -12,7 +12,7 @@ pytest.importorskip("tvm", reason="needs apache-tvm")  # the backend's modules i
 
 from tvm_graphs import conv_relu_graph, sample
 
-import subgraph.properties.tvm.compiler as compiler
+from subgraph.properties.tvm import compiler
 from subgraph.properties.tvm.cache import clear_memory_cache
 from subgraph.properties.tvm.compiler import compile_graph, needs_build
 
