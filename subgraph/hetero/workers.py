@@ -34,13 +34,15 @@ from subgraph.errors import PropertyError
 from subgraph.ir import Graph
 from subgraph.properties import SubgraphProperty
 
-__all__ = ["GRACE", "MIN_PARALLEL_NODES", "compile_in_workers", "usable_cpus", "worth_workers"]
+__all__ = ["BUILD_SECONDS", "GRACE", "WORKER_START", "compile_in_workers", "usable_cpus", "worth_workers"]
 
 #: seconds a worker gets to end after SIGINT before it is killed
 GRACE = 2.0
-#: nodes that must move off the largest subgraph's build before workers pay for their
-#: start (each imports its backend: ``import tvm`` is about 3 s, a build of some 60 nodes)
-MIN_PARALLEL_NODES = 64
+#: seconds a worker takes to start (a new interpreter importing its backend: ``import tvm``)
+WORKER_START = 3.0
+#: a build's rough seconds: fixed (passes, code generation, linking) and per node, measured
+#: on TVM CPU builds of the corpus (5-node subgraphs take about half a second)
+BUILD_SECONDS = (0.5, 0.05)
 
 
 def usable_cpus() -> int:
@@ -53,8 +55,21 @@ def usable_cpus() -> int:
 
 def worth_workers(sizes: Sequence[int], workers: int) -> bool:
     """Whether builds of subgraphs of ``sizes`` nodes gain from ``workers`` processes: at
-    least two workers and two builds, and :data:`MIN_PARALLEL_NODES` nodes besides the largest."""
-    return workers >= 2 and len(sizes) >= 2 and sum(sizes) - max(sizes) >= MIN_PARALLEL_NODES
+    least two of each, and the builds besides the largest, estimated with
+    :data:`BUILD_SECONDS`, take longer than a worker's start (:data:`WORKER_START`).
+
+    Examples
+    --------
+    >>> worth_workers([298] + [5] * 10 + [3], 2)  # a detector: one backbone, small heads
+    True
+    >>> worth_workers([3, 7, 6], 2)  # the built-in example: faster in this process
+    False
+    """
+    if workers < 2 or len(sizes) < 2:
+        return False
+    fixed, per_node = BUILD_SECONDS
+    seconds = sorted(fixed + per_node * n for n in sizes)
+    return sum(seconds[:-1]) >= WORKER_START
 
 
 def compile_in_workers(tasks: Sequence[tuple[str, SubgraphProperty, Graph]],

@@ -58,8 +58,8 @@ def two_convs() -> Graph:
 
 @pytest.fixture
 def always_workers(monkeypatch):
-    """Workers for any number of nodes (the real threshold keeps small models in process)."""
-    monkeypatch.setattr(workers, "MIN_PARALLEL_NODES", 0)
+    """Workers for any model (the real estimate keeps small models in this process)."""
+    monkeypatch.setattr(workers, "WORKER_START", 0.0)
 
 
 def _libraries(folder: Path) -> dict[str, str]:
@@ -183,6 +183,7 @@ def test_compile_workers_must_be_a_positive_int(bad):
 def test_worth_workers_needs_work_besides_the_largest_build():
     assert not workers.worth_workers([500, 10], 2)  # the small one saves less than a worker's start
     assert workers.worth_workers([500, 40, 30], 2)
+    assert workers.worth_workers([549] + [5] * 10 + [3], 2)  # a detector's backbone and heads
     assert not workers.worth_workers([500, 400], 1)
     assert not workers.worth_workers([500], 4)
 
@@ -192,7 +193,7 @@ import os, sys, signal
 signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path[:0] = [sys.argv[2], sys.argv[3]]
 from subgraph.hetero import workers
-workers.MIN_PARALLEL_NODES = 0
+workers.WORKER_START = 0.0
 import test_compile_workers as t
 try:
     t._seed(wait=sys.argv[1])
