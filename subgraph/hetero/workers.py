@@ -33,6 +33,7 @@ from typing import Any
 from subgraph.errors import PropertyError
 from subgraph.ir import Graph
 from subgraph.properties import SubgraphProperty
+from subgraph.serialize import graph_from_dict, graph_to_dict
 
 __all__ = ["BUILD_SECONDS", "GRACE", "WORKER_START", "compile_in_workers", "usable_cpus", "worth_workers"]
 
@@ -79,7 +80,8 @@ def compile_in_workers(tasks: Sequence[tuple[str, SubgraphProperty, Graph]],
     Parameters
     ----------
     tasks : sequence of (name, property, subgraph)
-        ``name`` (the fused node's) appears in errors; property and subgraph are pickled.
+        ``name`` (the fused node's) appears in errors; the property is pickled, the
+        subgraph sent as :func:`~subgraph.serialize.graph_to_dict` (exact both ways).
     workers : int
         At most this many processes (never more than there are tasks).
 
@@ -154,7 +156,7 @@ def _hand_out(conn: Connection, procs: dict, order: deque, tasks: Sequence) -> N
         return
     index = order.popleft()
     _, prop, subgraph = tasks[index]
-    _send(entry[1], (prop, subgraph))
+    _send(entry[1], (prop, graph_to_dict(subgraph)))  # pickling the linked IR itself recurses per node
     entry[2] = index
 
 
@@ -207,15 +209,16 @@ def _end(entry: list, conn: Connection, interrupt: bool = False) -> None:
 def _serve(task_fd: int, answer_fd: int) -> None:
     """A worker's main loop: compile what arrives, answer ``("ok", None)`` or ``("error", pickled)``."""
     tasks, answers = Connection(task_fd, writable=False), Connection(answer_fd, readable=False)
+    _end_with_parent()
     try:
         sys.path[:] = tasks.recv()
         while True:
             task = tasks.recv()
             if task is None:
                 return
-            prop, subgraph = task
+            prop, document = task
             try:
-                prop.compile(subgraph)
+                prop.compile(graph_from_dict(document))
             except Exception as exc:  # noqa: BLE001 - sent to the caller, who raises it in order
                 try:
                     payload: Any = pickle.dumps(exc)
@@ -227,3 +230,16 @@ def _serve(task_fd: int, answer_fd: int) -> None:
     except (EOFError, KeyboardInterrupt):  # the caller went away or stopped us
         sys.stdout.flush()
         os._exit(130)  # a build may still run in an abandoned thread: skip the interpreter's shutdown
+
+
+def _end_with_parent() -> None:
+    """On Linux, get SIGINT when the caller dies (even by SIGKILL), so no worker outlives it
+    (its interrupt handling then removes a half-written file); elsewhere a worker ends at
+    its next task, when it finds the caller's pipe closed."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return

@@ -203,16 +203,45 @@ except KeyboardInterrupt:
 """
 
 
-def test_ctrl_c_stops_every_worker(tmp_path):
+def _start_waiting_compile(tmp_path: Path) -> subprocess.Popen:
+    """A process compiling the seed example with two workers, returned once both are inside a compile."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path), str(HERE), str(ROOT)], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("*.pid"))) < 2:
+        if child.poll() is not None or time.monotonic() > deadline:
+            child.kill()
+            pytest.fail(f"the workers never started: {child.communicate()}")
+        time.sleep(0.05)
+    return child
+
+
+def _ended(pid: int) -> bool:
+    """The process is gone, or a zombie waiting for a reaper (it runs nothing)."""
     try:
-        deadline = time.monotonic() + 120
-        while len(list(tmp_path.glob("*.pid"))) < 2:  # both workers are inside a compile
-            assert child.poll() is None, f"the compile ended first: {child.communicate()}"
-            assert time.monotonic() < deadline, "the workers never started"
-            time.sleep(0.05)
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_workers_end_when_the_caller_is_killed(tmp_path):
+    child = _start_waiting_compile(tmp_path)
+    child.kill()
+    child.wait()  # not communicate(): workers still running would hold its pipes open
+    child.stdout.close()
+    child.stderr.close()
+    pids = [int(p.stem) for p in tmp_path.glob("*.pid")]
+    deadline = time.monotonic() + 30  # a hang fails; no speed is asserted
+    while not all(map(_ended, pids)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(map(_ended, pids)), pids
+
+
+def test_ctrl_c_stops_every_worker(tmp_path):
+    child = _start_waiting_compile(tmp_path)
+    try:
         child.send_signal(signal.SIGINT)
         out, err = child.communicate(timeout=30)  # a hang fails; no speed is asserted
     finally:
@@ -222,3 +251,16 @@ def test_ctrl_c_stops_every_worker(tmp_path):
     for pid in (int(p.stem) for p in tmp_path.glob("*.pid")):
         with pytest.raises(ProcessLookupError):  # ended and reaped: no orphan left
             os.kill(pid, 0)
+
+
+def test_a_long_subgraph_reaches_its_worker():
+    graph = Graph("chain")
+    value = graph.add_input("x", (4,), "float32")
+    for i in range(1500):  # pickling the linked IR itself would recurse once per node
+        value = graph.add_node("Relu", [value], name=f"relu{i}").outputs[0]
+    graph.set_outputs([value])
+    prop = WorkerNumpy(parent=os.getpid(), fail="relu1499")
+    errors = workers.compile_in_workers([("chain", prop, graph)], 1)
+    assert list(errors) == ["chain"]
+    assert isinstance(errors["chain"], PropertyError)
+    assert str(errors["chain"]) == "no WORKER kernel for node 'relu1499'"  # it arrived whole
