@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import pickle
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -368,10 +369,12 @@ def _build_ahead(fused: list[Node], workers: int) -> dict[str, BaseException | N
 
 
 def _opts_in(node: Node) -> bool:
-    """Whether ``node``'s device builds it in a worker; an error there says no (the compile
-    here raises it again, in order, with its context)."""
+    """Whether ``node``'s device builds it in a worker: it opts in and can be sent (pickled;
+    e.g. a remote device holding a connection cannot). An error says no (the compile here
+    raises it again, in order, with its context)."""
+    prop = property_of(node)
     try:
-        return bool(property_of(node).compile_in_worker(node.subgraph))
+        return bool(prop.compile_in_worker(node.subgraph)) and bool(pickle.dumps(prop))
     except Exception:  # noqa: BLE001
         return False
 

@@ -264,3 +264,14 @@ def test_a_long_subgraph_reaches_its_worker():
     assert list(errors) == ["chain"]
     assert isinstance(errors["chain"], PropertyError)
     assert str(errors["chain"]) == "no WORKER kernel for node 'relu1499'"  # it arrived whole
+
+
+def test_a_property_that_cannot_be_pickled_compiles_here(always_workers, monkeypatch):
+    import threading
+
+    def refuse(*args):
+        raise AssertionError("no worker may start for a property that cannot be sent")
+
+    monkeypatch.setattr("subgraph.hetero.compile.compile_in_workers", refuse)
+    model = _seed(crash="1", lock=threading.Lock())  # the crash would happen in a worker only
+    assert [s.device for s in model.subgraphs] == ["WORKER", "NUMPY", "WORKER"]
