@@ -182,7 +182,8 @@ def test_compile_workers_must_be_a_positive_int(bad):
 
 def test_worth_workers_needs_work_besides_the_largest_build():
     assert not workers.worth_workers([500, 10], 2)  # the small one saves less than a worker's start
-    assert workers.worth_workers([500, 40, 30], 2)
+    assert workers.worth_workers([500, 60, 40], 2)
+    assert not workers.worth_workers([295, 5, 5, 5, 5, 3], 2)  # ssdlite's heads: measured slower in workers
     assert workers.worth_workers([549] + [5] * 10 + [3], 2)  # a detector's backbone and heads
     assert not workers.worth_workers([500, 400], 1)
     assert not workers.worth_workers([500], 4)
