@@ -187,6 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="priority (default): each subgraph on the device the priority order gives it; "
                         "measured: time each compiled subgraph on its device and on NUMPY and move it to "
                         "NUMPY when that is 1.2x faster (depends on timings)")
+    r.add_argument("--compile-workers", type=_positive, metavar="N",
+                   help="worker processes that build TVM subgraphs in parallel (default: the usable CPUs, "
+                        "where the model has enough to build; 1: one after another in this process)")
     r.set_defaults(func=_run)
     t = sub.add_parser("tune", parents=[_common(True)], help="tune TVM's schedules for this CPU",
                        formatter_class=_formatter,
@@ -377,7 +380,8 @@ def _compile(graph: Any, args: argparse.Namespace, options: dict[str, dict[str, 
         warnings.simplefilter("always")
         model = compile_model(graph, args.devices, options, profile=args.profile or bool(args.profile_json),
                               progress=progress,
-                              choose=getattr(args, "choose", "priority"), min_subgraph_size=args.min_size)
+                              choose=getattr(args, "choose", "priority"), min_subgraph_size=args.min_size,
+                              compile_workers=getattr(args, "compile_workers", None))
     for warning in caught:
         print(f"subgraph: warning: {warning.message}", file=sys.stderr)
     counts: dict[str, int] = {}

@@ -12,6 +12,8 @@ stage per listed device so that the slowest stage is fastest (:mod:`~subgraph.he
 from __future__ import annotations
 
 import math
+import os
+import pickle
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -28,9 +30,11 @@ from subgraph.hetero.measured import measure_node
 from subgraph.hetero.model import CompiledModel, SubgraphInfo
 from subgraph.hetero.pipeline import time_stages
 from subgraph.hetero.split import PipelinePlan, measure_node_costs, plan_pipeline, transfer_function
+from subgraph.hetero.workers import compile_in_workers, usable_cpus, worth_workers
 from subgraph.ir import Graph, Node, is_static_shape
 from subgraph.partition import partition_graph
 from subgraph.properties import FusedKernel, FusedKernels, SubgraphProperty
+from subgraph.properties.runtime import property_of
 
 __all__ = ["partition_model", "compile_model", "CHOICES", "SPLITS"]
 
@@ -76,7 +80,7 @@ def compile_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
                   progress: Callable[[int, int, SubgraphInfo], None] | None = None,
                   choose: str = "priority", input_shapes: Mapping[str, Sequence[int]] | None = None,
                   max_specializations: int = MAX_SPECIALIZATIONS, split: str | None = None,
-                  pipeline_costs: Mapping[str, float] | None = None,
+                  pipeline_costs: Mapping[str, float] | None = None, compile_workers: int | None = None,
                   **partition_options: Any) -> CompiledModel | SpecializingModel:
     """Partition ``graph`` over the devices of ``device`` and compile every subgraph.
 
@@ -128,13 +132,21 @@ def compile_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
         With ``split="pipeline"``: seconds per node name (every node). Default: measured,
         each node's fastest time over repeated runs on the numpy kernels on seeded random
         inputs (:func:`~subgraph.hetero.split.measure_node_costs`).
+    compile_workers : int | None
+        How many worker processes build subgraphs in parallel, for devices that opt in
+        (:meth:`~subgraph.properties.SubgraphProperty.compile_in_worker`; TVM does when the
+        disk cache is on and lacks the subgraph). ``None`` (default): the CPUs this process
+        may use; ``1``: every subgraph compiles here, one after another. Workers start only
+        where they can pay for their start (:func:`~subgraph.hetero.workers.worth_workers`);
+        partition, libraries and outputs are the same as with ``1``, and a worker that dies
+        is an error naming its subgraph (:mod:`~subgraph.hetero.workers`).
     **partition_options
         Passed to :func:`~subgraph.partition_graph` (``min_subgraph_size`` ...).
 
     Raises
     ------
     DeviceError
-        A bad device string, ``choose``, ``split``, ``pipeline_costs``, ``graph``,
+        A bad device string, ``choose``, ``split``, ``pipeline_costs``, ``compile_workers``, ``graph``,
         ``progress`` or ``device_properties`` (not a dict of dicts, an unknown option of a
         built-in device, a value of the wrong type), or a pipeline stage whose device does
         not support one of its nodes; the message names the argument, option or node.
@@ -173,13 +185,19 @@ def compile_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
         raise DeviceError(f"compile_model: split={split!r} is not one of {', '.join(map(repr, SPLITS))}")
     if pipeline_costs is not None and split != "pipeline":
         raise DeviceError("compile_model: pipeline_costs is only used with split='pipeline'")
+    if compile_workers is None:
+        compile_workers = usable_cpus()
+    if isinstance(compile_workers, bool) or not isinstance(compile_workers, (int, np.integer)) \
+            or compile_workers < 1:
+        raise DeviceError(f"compile_model: compile_workers must be an int >= 1 (1: compile in this process), "
+                          f"got {type(compile_workers).__name__} {compile_workers!r}")
     parse_devices(device)  # a bad device string fails now, not on the first call
     check_device_options(device_properties)  # bad options fail now, not on the first call
 
     def build(static: Graph) -> CompiledModel:
         return _partition_model(static, device, device_properties, profile, progress, fallback,
                                 partition_options, compile_now=True, choose=choose, split=split,
-                                pipeline_costs=pipeline_costs)
+                                pipeline_costs=pipeline_costs, workers=int(compile_workers))
 
     return _specialized(graph, build, input_shapes, max_specializations)
 
@@ -187,7 +205,7 @@ def compile_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
 def _partition_model(graph: Graph, device: str, device_properties, profile: bool, progress, fallback: bool,
                      partition_options: dict[str, Any], compile_now: bool = False,
                      choose: str = "priority", split: str | None = None,
-                     pipeline_costs: Mapping[str, float] | None = None) -> CompiledModel:
+                     pipeline_costs: Mapping[str, float] | None = None, workers: int = 1) -> CompiledModel:
     devices = parse_devices(device)
     props = device_properties_for(devices, device_properties)
     if profile:
@@ -204,7 +222,7 @@ def _partition_model(graph: Graph, device: str, device_properties, profile: bool
     if leftover:  # e.g. dropped by min_subgraph_size: they still run, on the fallback device
         work = partition_graph(work, _Leftover(props[FALLBACK_DEVICE], {n.name for n in leftover}))
     kernels = FusedKernels()
-    subgraphs = _finish(work, props, kernels, fallback, progress, compile_now, choose)
+    subgraphs = _finish(work, props, kernels, fallback, progress, compile_now, choose, workers)
     if plan is None:
         return CompiledModel(work, affinity, subgraphs, profile, kernels)
     stage_of = {name: j for j, names in enumerate(plan.stages) for name in names}
@@ -288,18 +306,21 @@ class _Leftover(SubgraphProperty):
 
 def _finish(graph: Graph, props: dict[str, SubgraphProperty], kernels: FusedKernels, fallback: bool,
             progress: Callable[[int, int, SubgraphInfo], None] | None, compile_now: bool,
-            choose: str = "priority") -> list[SubgraphInfo]:
-    """Number subgraphs in topological order, name them, compile each one (when asked) and,
-    with ``choose="measured"``, move it to NUMPY when that is faster."""
+            choose: str = "priority", workers: int = 1) -> list[SubgraphInfo]:
+    """Number subgraphs in topological order, name them, compile each one (when asked; those
+    whose device opts in built ahead by ``workers`` processes) and, with
+    ``choose="measured"``, move it to NUMPY when that is faster."""
     fused = [n for n in graph.nodes if n.subgraph is not None]
     for index, node in enumerate(fused):  # two passes so new names never collide with old ones
         graph.rename_node(node, f"__subgraph_tmp{index}")
-    infos = []
     for index, node in enumerate(fused):
         graph.rename_node(node, f"subgraph{index}")
         node.attrs["subgraph_id"] = index
+    ahead = _build_ahead(fused, workers) if compile_now and workers > 1 else {}
+    infos = []
+    for index, node in enumerate(fused):
         device = node.attrs["device"]
-        failed = _compile(node, props, kernels, device, fallback) if compile_now else False
+        failed = _compile(node, props, kernels, device, fallback, ahead.get(node.name)) if compile_now else False
         if failed:
             _move(node, props[FALLBACK_DEVICE])
         costs, moved = (), False
@@ -335,10 +356,36 @@ def _move(node: Node, prop: SubgraphProperty) -> None:
     node.meta["property"] = prop
 
 
-def _compile(node: Node, props: dict[str, SubgraphProperty], kernels: FusedKernels, device: str,
-             fallback: bool) -> bool:
-    """Compile ``node``'s kernel now; True when it had to fall back to NUMPY."""
+def _build_ahead(fused: list[Node], workers: int) -> dict[str, BaseException | None]:
+    """Build the subgraphs whose device opts in (``compile_in_worker``) in ``workers``
+    processes, when that pays (:func:`~subgraph.hetero.workers.worth_workers`); the error
+    each build raised (or None), by fused node name."""
+    if os.name != "posix":
+        return {}
+    tasks = [(node.name, property_of(node), node.subgraph) for node in fused if _opts_in(node)]
+    if not worth_workers([len(task[2].nodes) for task in tasks], workers):
+        return {}
+    return compile_in_workers(tasks, workers)
+
+
+def _opts_in(node: Node) -> bool:
+    """Whether ``node``'s device builds it in a worker: it opts in and can be sent (pickled;
+    e.g. a remote device holding a connection cannot). An error says no (the compile here
+    raises it again, in order, with its context)."""
+    prop = property_of(node)
     try:
+        return bool(prop.compile_in_worker(node.subgraph)) and bool(pickle.dumps(prop))
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _compile(node: Node, props: dict[str, SubgraphProperty], kernels: FusedKernels, device: str,
+             fallback: bool, built: BaseException | None = None) -> bool:
+    """Compile ``node``'s kernel now (``built``: the error its build in a worker raised);
+    True when it had to fall back to NUMPY."""
+    try:
+        if built is not None:
+            raise built
         kernels.fused(node).compile()
         return False
     except Exception as exc:

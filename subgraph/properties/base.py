@@ -246,6 +246,19 @@ class SubgraphProperty:
         """A function running ``subgraph``: ``fn(*input_arrays) -> output arrays``."""
         raise NotImplementedError(f"property {self.name!r} does not say how to run a subgraph")
 
+    def compile_in_worker(self, subgraph: Graph) -> bool:
+        """Whether :meth:`compile` of ``subgraph`` should run first in a worker process.
+
+        Opt in (return ``True``) when ``compile(subgraph)`` here would build it, and the same
+        call in another process, on an unpickled copy of this property, leaves what makes it
+        cheap here (a disk cache entry). HETERO's ``compile_model`` then builds every such
+        subgraph of a model in parallel worker processes (``compile_workers``,
+        :mod:`~subgraph.hetero.workers`) before calling :meth:`compile` of each one here, in
+        order. ``compile`` stays one subgraph at a time; the parallelism is the framework's.
+        The default, ``False``, keeps every compile in this process, one after another.
+        """
+        return False
+
     def transfer_seconds(self, nbytes: int) -> float | None:
         """Seconds to move ``nbytes`` between this device and the host, for cost-aware
         splits (``split="pipeline"``). ``None`` (the default): the bytes stay in this

@@ -402,3 +402,16 @@ def test_numpy_reference_option_is_accepted(cli_env):
     result = cli(cli_env, "run", "-d", "NUMPY", "--device-option", "NUMPY.reference=false")
     assert result.returncode == 0, result.stderr
     assert "compiled 1 subgraph(s) (NUMPY 1)" in result.stdout
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_run_takes_compile_workers(cli_env, workers):
+    result = cli(cli_env, "run", "-d", "HETERO:NUMPY", "--compile-workers", workers)
+    assert result.returncode == 0, result.stderr
+    assert "compiled 1 subgraph(s) (NUMPY 1)" in result.stdout
+
+
+def test_run_refuses_zero_compile_workers(cli_env):
+    result = cli(cli_env, "run", "--compile-workers", "0")
+    assert result.returncode == 2
+    assert "argument --compile-workers: '0' must be at least 1" in result.stderr

@@ -94,6 +94,18 @@ class TVMProperty(SubgraphProperty):
                                  tuning=self.options.get("tuning", True),
                                  index_checks=self.options.get("index_checks", True))
 
+    def compile_in_worker(self, subgraph: Graph) -> bool:
+        """``True`` when :meth:`compile` would build ``subgraph`` and store it in the disk
+        cache (``use_cache``, no entry yet): a worker process then builds it, and the
+        compile here loads the entry (:func:`~subgraph.properties.tvm.compiler.needs_build`)."""
+        if not self.options.get("use_cache", True):
+            return False
+        from subgraph.properties.tvm.compiler import needs_build  # the lazy seam: imports tvm
+
+        return needs_build(subgraph, target=self.options.get("target", "llvm"),
+                           cache_dir=self.options.get("cache_dir"), schedule=self.options.get("schedule", "cpu"),
+                           tuning=self.options.get("tuning", True))
+
     #: cache key of a compiled function -> its measured seconds, shared by every instance
     _costs: dict[str, float] = {}  # noqa: RUF012 - shared on purpose: one timing per build
 

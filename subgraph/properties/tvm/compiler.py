@@ -12,11 +12,14 @@ pipeline leaves loops scalar and single-threaded), caches it
 from __future__ import annotations
 
 import os
+import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
 import tvm
 
+from subgraph.analysis.fold import fold_batchnorm
 from subgraph.errors import PropertyError
 from subgraph.ir import Graph
 from subgraph.ops.index import INDEX_OPS, index_limits
@@ -34,11 +37,12 @@ from subgraph.properties.tvm.cache import (
 from subgraph.properties.tvm.importer import onnx_for_tvm
 from subgraph.properties.tvm.interrupt import interruptible
 from subgraph.properties.tvm.pipeline import SCHEDULES
+from subgraph.properties.tvm.rewrites import sum_as_adds
 from subgraph.properties.tvm.runtime import TVMFunction
 from subgraph.properties.tvm.target import as_target, use_all_cpus
 from subgraph.properties.tvm.tuning_db import open_database
 
-__all__ = ["compile_graph"]
+__all__ = ["compile_graph", "needs_build"]
 
 
 def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: str | os.PathLike | None = None,
@@ -109,20 +113,11 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
     >>> fn(np.array([-1.0, 0.5, 2.0], dtype=np.float32))
     [array([0. , 0.5, 2. ], dtype=float32)]
     """
-    if schedule not in SCHEDULES:
-        raise PropertyError(f"unknown TVM schedule {schedule!r} for graph {graph.name!r}; "
-                            f"expected one of {list(SCHEDULES)}")
     use_all_cpus()
-    tgt = as_target(target)
+    original = graph
+    graph, model, tgt, directory, database, key = _prepare(graph, target, cache_dir, use_cache, schedule, tuning)
     device = tvm.device(tgt.get_target_device_type(), 0)
-    graph, model = onnx_for_tvm(graph)
-    directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    if use_cache:
-        check_private(directory)
-    database = open_database(tuning, directory) if tgt.kind.name == "llvm" and schedule == "cpu" else None
     tiles = database.tiles() if database else None
-    key = cache_key(model.SerializeToString(deterministic=True), str(tgt),
-                    schedule + (f"|tuned:{database.digest()}" if database else ""))
     memory_key = key if index_checks else key + "|unchecked"  # one library, two wrappers
     if use_cache and memory_key in MEMORY:
         return MEMORY[memory_key]
@@ -136,6 +131,8 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
             notes = [KernelNote(n["function"], tuple(n["nodes"]), n["status"], n["reason"])
                      for n in meta.get("notes", [])]
         else:
+            if model is None:  # the key was known: the ONNX model is written only for a build
+                graph, model = onnx_for_tvm(original)
             # in a worker thread: Ctrl-C stops waiting at once (TVM would turn it into a failed build)
             module, constant_outputs, keys, notes = interruptible(build, graph, model, tgt, schedule, tiles)
             tuned = sorted(database.records[k].name for k in keys) if database else []
@@ -154,6 +151,70 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
         if use_cache:
             MEMORY[memory_key] = fn
         return fn
+
+
+def needs_build(graph: Graph, target: str | dict | Any = "llvm", cache_dir: str | os.PathLike | None = None,
+                use_cache: bool = True, schedule: str = "cpu", tuning: bool | str | os.PathLike = True) -> bool:
+    """Whether :func:`compile_graph` with these arguments would build ``graph`` (no cache
+    holds it, in memory or on disk) and store what it built on disk.
+
+    ``False`` with ``use_cache=False``: a build then stores nothing another process could
+    hand over. A damaged disk entry counts as present (the compile itself warns and rebuilds).
+    """
+    if not use_cache:
+        return False
+    graph, _, _, directory, _, key = _prepare(graph, target, cache_dir, use_cache, schedule, tuning)
+    if key in MEMORY or key + "|unchecked" in MEMORY:
+        return False
+    return not ((directory / f"{key}.so").exists() and (directory / f"{key}.json").exists())
+
+
+def _prepare(graph: Graph, target: str | dict | Any, cache_dir: str | os.PathLike | None, use_cache: bool,
+             schedule: str, tuning: bool | str | os.PathLike) -> tuple[Graph, Any, Any, Path, Any, str]:
+    """The graph TVM compiles, its ONNX model, the target, the cache folder, the tuning
+    database (or None) and the cache key."""
+    if schedule not in SCHEDULES:
+        raise PropertyError(f"unknown TVM schedule {schedule!r} for graph {graph.name!r}; "
+                            f"expected one of {list(SCHEDULES)}")
+    tgt = as_target(target)
+    directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    if use_cache:
+        check_private(directory)
+    database = open_database(tuning, directory) if tgt.kind.name == "llvm" and schedule == "cpu" else None
+    variant = schedule + (f"|tuned:{database.digest()}" if database else "")
+    key = _known_key(graph, str(tgt), variant)
+    if key is not None:  # what onnx_for_tvm does, without writing the ONNX model (a cache hit needs none)
+        return sum_as_adds(fold_batchnorm(graph)), None, tgt, directory, database, key
+    prepared, model = onnx_for_tvm(graph)
+    key = cache_key(model.SerializeToString(deterministic=True), str(tgt), variant)
+    _remember_key(graph, str(tgt), variant, key)
+    return prepared, model, tgt, directory, database, key
+
+
+#: id(graph) -> (weak reference to the graph, {(target, schedule variant): cache key}): a
+#: graph asked about by needs_build and then compiled is written as ONNX and hashed once
+_KEYS: dict[int, tuple[weakref.ref, dict[tuple[str, str], str]]] = {}
+_KEYS_LOCK = threading.Lock()
+
+
+def _known_key(graph: Graph, target: str, variant: str) -> str | None:
+    with _KEYS_LOCK:
+        entry = _KEYS.get(id(graph))
+        return entry[1].get((target, variant)) if entry is not None and entry[0]() is graph else None
+
+
+def _remember_key(graph: Graph, target: str, variant: str, key: str) -> None:
+    with _KEYS_LOCK:
+        entry = _KEYS.get(id(graph))
+        if entry is None or entry[0]() is not graph:
+            entry = _KEYS[id(graph)] = (weakref.ref(graph, _forget(id(graph))), {})
+        entry[1][(target, variant)] = key
+
+
+def _forget(ident: int):
+    """The weak reference's callback: drop the keys of a graph that is gone (no lock: the
+    collector may run it inside a locked section; one dict operation is atomic)."""
+    return lambda _ref: _KEYS.pop(ident, None)
 
 
 def _index_checks(graph: Graph) -> list[tuple[int, object, list[tuple[int, int]]]]:
