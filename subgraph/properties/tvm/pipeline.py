@@ -215,15 +215,18 @@ def _ConvertLayoutIfPossible() -> Any:  # noqa: N802 - a pass, named like TVM's
 
 
 def _opaque_concat_reshape(mod: Any) -> Any:
-    """``R.concat``, ``R.reshape`` and ``R.permute_dims`` as calls of TIR functions, which
-    ConvertLayout leaves alone.
+    """``R.concat``, ``R.reshape``, ``R.permute_dims``, ``R.split`` and ``R.stack`` as calls
+    of TIR functions, which ConvertLayout leaves alone.
 
     TVM 0.27's layout inference aborts on 5-D reshapes and transposes (ShuffleNet's channel
-    shuffle: "Invalid SLayout"); as opaque calls they get NCHW inputs (a transpose each)
+    shuffle: "Invalid SLayout"), on split's tuple and on the stack the importer writes for a
+    two-input Max ("Invalid Call": SSDlite's box clipping left all 98 convolutions NCHW,
+    3.5x slower); as opaque calls they get NCHW inputs (a transpose each)
     and every convolution still becomes NHWC. Only used when ConvertLayout fails as is.
     """
     concat, reshape = tvm.ir.Op.get("relax.concat"), tvm.ir.Op.get("relax.reshape")
     permute = tvm.ir.Op.get("relax.permute_dims")
+    split, stack = tvm.ir.Op.get("relax.split"), tvm.ir.Op.get("relax.stack")
 
     @relax.expr_functor.mutator
     class _Rewrite(relax.PyExprMutator):
@@ -236,6 +239,14 @@ def _opaque_concat_reshape(mod: Any) -> Any:
             if call.op == reshape and shape is not None:
                 return self.builder_.call_te(topi.reshape, call.args[0], [int(d) for d in shape.values],
                                              primfunc_name_hint="reshape")
+            if call.op == stack and isinstance(call.args[0], relax.Tuple):
+                return self.builder_.call_te(topi.stack, list(call.args[0].fields), int(call.attrs.axis),
+                                             primfunc_name_hint="stack")
+            if call.op == split:
+                parts = call.attrs.indices_or_sections
+                parts = int(parts) if isinstance(parts, (int, tirx.IntImm)) else [int(i) for i in parts]
+                return self.builder_.call_te(topi.split, call.args[0], parts, int(call.attrs.axis),
+                                             primfunc_name_hint="split")
             if call.op == permute and call.attrs.axes is not None:
                 return self.builder_.call_te(topi.transpose, call.args[0], [int(a) for a in call.attrs.axes],
                                              primfunc_name_hint="transpose")
