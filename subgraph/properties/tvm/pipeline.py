@@ -178,11 +178,11 @@ def _fast_erf(bb: Any, call: Any) -> Any:
 
 
 def _calls_conv2d(mod: Any) -> bool:
-    """Whether any Relax function of ``mod`` calls ``relax.nn.conv2d``."""
-    conv2d, found = tvm.ir.Op.get("relax.nn.conv2d"), []
+    """Whether any Relax function of ``mod`` calls ``relax.nn.conv2d`` or ``relax.nn.conv1d``."""
+    convs, found = [tvm.ir.Op.get("relax.nn.conv2d"), tvm.ir.Op.get("relax.nn.conv1d")], []
 
     def visit(expr: Any) -> None:
-        if isinstance(expr, relax.Call) and expr.op.same_as(conv2d):
+        if isinstance(expr, relax.Call) and any(expr.op.same_as(conv) for conv in convs):
             found.append(expr)
 
     for func in mod.functions.values():
@@ -192,12 +192,12 @@ def _calls_conv2d(mod: Any) -> bool:
 
 
 def _ConvertLayoutIfPossible() -> Any:  # noqa: N802 - a pass, named like TVM's
-    """NHWC activations and HWIO weights for ``conv2d``; the module unchanged where TVM's
+    """NHWC activations and HWIO weights for ``conv2d`` (NWC and WIO for ``conv1d``); the module unchanged where TVM's
     ConvertLayout fails (it does on some Concat and channel-shuffle graphs), and where there
     is no conv2d to convert (on rank-0 broadcasts TVM 0.27's ConvertLayout dies of SIGFPE)."""
     # conv2d_transpose stays NCHW (a transpose on each side): after the layout inference
     # carried NHWC into it, TVM 0.27 had no legalization for it ("CodeGenVM cannot emit", UNet)
-    convert = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"],
+    convert = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"], "relax.nn.conv1d": ["NWC", "WIO"],
                                              "relax.nn.conv2d_transpose": ["NCHW", "IOHW"]})
 
     @tvm.transform.module_pass(opt_level=0, name="SubgraphConvertLayout")

@@ -50,3 +50,20 @@ def test_prime_sized_maps_accumulate_along_the_channels():
     assert_matches_onnxruntime(g, compile_graph(g)(*arrays), *arrays)
     (conv,) = [s for name, s in lowered_scripts(g, "cpu").items() if "conv2d" in name]
     assert "T.unroll(T.int64(5))" in conv and "T.vectorized(T.int64(8))" in conv  # 40 channels = 5 x 8 lanes
+
+
+@pytest.mark.parametrize(("length", "kernel", "pad", "group"), [(200, 16, 8, 16), (1000, 3, 1, 1)])
+def test_conv1d_gets_the_contraction_schedule(length, kernel, pad, group):
+    # NCW output widths such as 201 divide by no vector width: NWC puts the channels innermost
+    rng = np.random.default_rng(11)
+    g = Graph("conv1d")
+    x = g.add_input("x", (1, 64, length), "float32")
+    g.set_outputs([g.add_node("Conv", [x, g.add_constant("w", rand(rng, (64, 64 // group, kernel)))], name="conv",
+                              attrs={"group": group, "pads": [pad, pad]}).outputs[0]])
+    infer_shapes(g)
+    arrays = [rand(rng, (1, 64, length))]
+    built = compile_graph(g)
+    assert_matches_onnxruntime(g, built(*arrays), *arrays)
+    assert built.notes == []
+    (conv,) = [s for name, s in lowered_scripts(g, "cpu").items() if "conv1d" in name]
+    assert "T.parallel" in conv and "T.vectorized" in conv
