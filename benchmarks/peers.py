@@ -56,8 +56,13 @@ def _load(name: str):
     """The corpus sample (legacy exporter where it has one), its graph and onnxruntime's session."""
     import zoo.corpus
 
-    exporter = "legacy" if "legacy" in zoo.corpus.entry(name).exporters else "dynamo"
-    return zoo.corpus.load(name, exporter), exporter
+    exporters = [e for e in ("legacy", "dynamo") if e in zoo.corpus.entry(name).exporters]
+    for exporter in exporters[:-1]:
+        try:
+            return zoo.corpus.load(name, exporter), exporter
+        except Exception:  # noqa: BLE001 - this exporter cannot export it (tv_alexnet, hf_llama): the next
+            continue
+    return zoo.corpus.load(name, exporters[-1]), exporters[-1]
 
 
 def _ort_session(model, threads: int):
