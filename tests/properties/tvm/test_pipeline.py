@@ -139,16 +139,22 @@ def shuffle_graph() -> Graph:
     return g
 
 
+def prepared_conv_scripts(graph: Graph) -> list[str]:
+    """The TVMScript of every conv2d function of ``graph`` after the pipeline's passes up to scheduling."""
+    folded, model = onnx_for_tvm(graph)
+    target = as_target("llvm")
+    with target:
+        mod = tvm.transform.Sequential(prepare_passes(target))(relax_module(folded, model))
+    return [f.script() for gv, f in mod.functions_items() if "conv2d" in gv.name_hint]
+
+
 def test_layout_survives_dropout_concat_shuffle_and_sum():
     graph = shuffle_graph()
     arrays = [rand(np.random.default_rng(2), v.shape) for v in graph.inputs]
     assert_matches_onnxruntime(graph, compile_graph(graph)(*arrays), *arrays)
-    folded, model = onnx_for_tvm(graph)
+    folded, _ = onnx_for_tvm(graph)
     assert [n.op for n in folded.nodes].count("Add") == 2 and "Sum" not in [n.op for n in folded.nodes]
-    target = as_target("llvm")
-    with target:
-        mod = tvm.transform.Sequential(prepare_passes(target))(relax_module(folded, model))
-    convs = [f.script() for gv, f in mod.functions_items() if "conv2d" in gv.name_hint]
+    convs = prepared_conv_scripts(graph)
     assert len(convs) == 4 and all("conv2d_nhwc" in s for s in convs)
 
 
@@ -254,9 +260,5 @@ def test_layout_survives_split_and_two_input_max():
     graph = split_max_graph()
     arrays = [rand(np.random.default_rng(5), v.shape) for v in graph.inputs]
     assert_matches_onnxruntime(graph, compile_graph(graph)(*arrays), *arrays)
-    folded, model = onnx_for_tvm(graph)
-    target = as_target("llvm")
-    with target:
-        mod = tvm.transform.Sequential(prepare_passes(target))(relax_module(folded, model))
-    convs = [f.script() for gv, f in mod.functions_items() if "conv2d" in gv.name_hint]
+    convs = prepared_conv_scripts(graph)
     assert len(convs) == 1 and "conv2d_nhwc" in convs[0]
