@@ -13,20 +13,25 @@ import difflib
 import functools
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from subgraph import hetero
 from subgraph.errors import DeviceError, UnknownDeviceError, UnknownNodeError
 from subgraph.hetero import CompiledModel
+from subgraph.hetero.devices import model_graph
 from subgraph.ir import Graph
 from subgraph.properties import registered_devices
 from subgraph.visualize import visualize_from_env
+
+if TYPE_CHECKING:
+    import onnx
 
 __all__ = ["compile_model", "partition_model", "example_model", "set_affinity"]
 
 
 @functools.wraps(hetero.compile_model)
-def compile_model(graph: Graph, *args: Any, **kwargs: Any) -> CompiledModel:
+def compile_model(graph: Graph | str | os.PathLike | onnx.ModelProto, *args: Any, **kwargs: Any) -> CompiledModel:
+    graph = model_graph(graph, "compile_model")
     model = hetero.compile_model(graph, *args, **kwargs)
     if isinstance(model, CompiledModel):  # a model with symbolic inputs has no partition until it runs
         visualize_from_env(graph, model)
@@ -34,7 +39,8 @@ def compile_model(graph: Graph, *args: Any, **kwargs: Any) -> CompiledModel:
 
 
 @functools.wraps(hetero.partition_model)
-def partition_model(graph: Graph, *args: Any, **kwargs: Any) -> CompiledModel:
+def partition_model(graph: Graph | str | os.PathLike | onnx.ModelProto, *args: Any, **kwargs: Any) -> CompiledModel:
+    graph = model_graph(graph, "partition_model")
     model = hetero.partition_model(graph, *args, **kwargs)
     if isinstance(model, CompiledModel):
         visualize_from_env(graph, model)

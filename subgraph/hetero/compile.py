@@ -16,14 +16,14 @@ import os
 import pickle
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from subgraph.analysis.inputs import random_inputs
 from subgraph.analysis.specialize import specialize
 from subgraph.errors import DeviceError, SubgraphError
-from subgraph.hetero.devices import (FALLBACK_DEVICE, assign_affinity, check_device_options, decline_reason,
+from subgraph.hetero.devices import (FALLBACK_DEVICE, assign_affinity, check_device_options, decline_reason, model_graph,
                                      device_properties_for, parse_devices, takes)
 from subgraph.hetero.dynamic import MAX_SPECIALIZATIONS, SpecializingModel
 from subgraph.hetero.measured import measure_node
@@ -36,6 +36,9 @@ from subgraph.partition import partition_graph
 from subgraph.properties import FusedKernel, FusedKernels, SubgraphProperty
 from subgraph.properties.runtime import property_of
 
+if TYPE_CHECKING:
+    import onnx
+
 __all__ = ["partition_model", "compile_model", "CHOICES", "SPLITS"]
 
 #: how compile_model picks a subgraph's device: "priority" (OpenVINO's), "measured" (timed)
@@ -44,7 +47,7 @@ CHOICES = ("priority", "measured")
 SPLITS = (None, "pipeline")
 
 
-def partition_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
+def partition_model(graph: Graph | str | os.PathLike | onnx.ModelProto, device: str = "HETERO:TVM,NUMPY",
                     device_properties: Mapping[str, Mapping[str, Any]] | None = None, *,
                     input_shapes: Mapping[str, Sequence[int]] | None = None,
                     max_specializations: int = MAX_SPECIALIZATIONS,
@@ -55,6 +58,8 @@ def partition_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
     :class:`SpecializingModel` for symbolic inputs); see :func:`compile_model` for the
     parameters.
     """
+    graph = model_graph(graph, "partition_model")
+
     def build(static: Graph) -> CompiledModel:
         return _partition_model(static, device, device_properties, False, None, True, partition_options)
 
@@ -74,7 +79,7 @@ def _specialized(graph: Graph, build: Callable[[Graph], CompiledModel],
     return SpecializingModel(graph, build, max_specializations)
 
 
-def compile_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
+def compile_model(graph: Graph | str | os.PathLike | onnx.ModelProto, device: str = "HETERO:TVM,NUMPY",
                   device_properties: Mapping[str, Mapping[str, Any]] | None = None, *,
                   fallback: bool = True, profile: bool = False,
                   progress: Callable[[int, int, SubgraphInfo], None] | None = None,
@@ -92,8 +97,9 @@ def compile_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
 
     Parameters
     ----------
-    graph : Graph
-        The model; never modified.
+    graph : Graph, str, os.PathLike or onnx.ModelProto
+        The model, or an ONNX file or proto to read it from (:func:`subgraph.onnx.read_onnx`);
+        never modified.
     device : str
         ``"HETERO:<dev>,<dev>..."`` by priority, or one device name.
     device_properties : mapping
@@ -172,9 +178,7 @@ def compile_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
     """
     if choose not in CHOICES:
         raise DeviceError(f"compile_model: choose={choose!r} is not one of {', '.join(map(repr, CHOICES))}")
-    if not isinstance(graph, Graph):
-        raise DeviceError(f"compile_model: argument graph must be a subgraph.ir.Graph, got "
-                          f"{type(graph).__name__} {graph!r}")
+    graph = model_graph(graph, "compile_model")
     if not isinstance(device, str):
         raise DeviceError(f"compile_model: argument device must be a str such as 'HETERO:TVM,NUMPY', got "
                           f"{type(device).__name__} {device!r}")
@@ -193,6 +197,8 @@ def compile_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
                           f"got {type(compile_workers).__name__} {compile_workers!r}")
     parse_devices(device)  # a bad device string fails now, not on the first call
     check_device_options(device_properties)  # bad options fail now, not on the first call
+
+    graph = model_graph(graph, "partition_model")
 
     def build(static: Graph) -> CompiledModel:
         return _partition_model(static, device, device_properties, profile, progress, fallback,

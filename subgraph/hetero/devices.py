@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from subgraph.errors import DeviceError
 from subgraph.ir import Graph, Node, Value
@@ -25,11 +25,36 @@ from subgraph.properties import SubgraphProperty, get_property, registered_devic
 from subgraph.properties.base import checked_supports
 from subgraph.properties.registry import PROPERTIES
 
-__all__ = ["FALLBACK_DEVICE", "known_options", "base_device", "check_device_options", "parse_devices",
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = ["FALLBACK_DEVICE", "model_graph", "known_options", "base_device", "check_device_options", "parse_devices",
            "device_properties_for", "query_model", "assign_affinity", "format_nodes", "takes", "decline_reason", "declined"]
 
 #: the device a subgraph falls back to when its own compile fails
 FALLBACK_DEVICE = "NUMPY"
+
+
+def model_graph(model: Any, caller: str) -> Graph:
+    """``model`` as a graph: a :class:`~subgraph.ir.Graph` as is, an ONNX file path or an
+    ``onnx.ModelProto`` decoded (:func:`subgraph.onnx.read_onnx`; neither file nor proto is
+    modified), as OpenVINO's ``compile_model`` takes a path and onnxruntime's session a proto.
+
+    Raises
+    ------
+    DeviceError
+        ``model`` is none of those; the message names ``caller``.
+    ModelLoadError, GraphError, ShapeError
+        The file or proto is not a model we can read (see :func:`subgraph.onnx.read_onnx`).
+    """
+    if isinstance(model, Graph):
+        return model
+    kind = type(model)
+    if isinstance(model, (str, os.PathLike)) or (kind.__name__ == "ModelProto" and kind.__module__.startswith("onnx")):
+        from subgraph.onnx import read_onnx  # onnx loads only when a file or proto is given
+        return read_onnx(model)
+    raise DeviceError(f"{caller}: argument graph must be a subgraph.ir.Graph, an ONNX file path or an "
+                      f"onnx.ModelProto, got {kind.__name__} {model!r}")
 
 
 def parse_devices(device: str) -> list[str]:
@@ -194,24 +219,23 @@ def takes(prop: SubgraphProperty, node: Node) -> bool:
     return checked_supports(prop, node)
 
 
-def query_model(graph: Graph, device: str = "HETERO:TVM,NUMPY",
+def query_model(graph: Graph | str | os.PathLike | onnx.ModelProto, device: str = "HETERO:TVM,NUMPY",
                 device_properties: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, str]:
     """The first device, in priority order, that supports each node.
 
+    ``graph`` may also be an ONNX file path or an ``onnx.ModelProto`` (:func:`model_graph`).
     Nodes no device supports are absent. Manual affinities in ``rt_info`` are ignored
     (the query asks the devices, as OpenVINO's does).
 
     Raises
     ------
     DeviceError
-        ``graph`` is not a Graph, a bad device string or ``device_properties`` (see
+        ``graph`` is not a Graph, file path or ModelProto, a bad device string or ``device_properties`` (see
         :func:`device_properties_for`).
     PropertyError
         A device's ``supports`` raised or answered something other than a bool.
     """
-    if not isinstance(graph, Graph):
-        raise DeviceError(f"query_model: argument graph must be a subgraph.ir.Graph, got "
-                          f"{type(graph).__name__} {graph!r}")
+    graph = model_graph(graph, "query_model")
     devices = parse_devices(device)
     props = device_properties_for(devices, device_properties)
     affinity = {}

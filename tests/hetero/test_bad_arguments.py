@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from subgraph.errors import DeviceError, PartitionError, PropertyError, SubgraphError
+from subgraph.errors import DeviceError, ModelLoadError, PartitionError, PropertyError, SubgraphError
 from subgraph.hetero import compile_model, query_model
 from subgraph.properties import register_property
 from subgraph.properties.numpy import NumpyProperty
@@ -40,10 +40,13 @@ def test_bad_device_properties(properties, message, call):
             message, "HETERO:TVM,NUMPY" if "TVM" in properties else "HETERO:NUMPY", properties)
 
 
-def test_bad_graph_and_progress_arguments():
-    with pytest.raises(DeviceError, match=r"^compile_model: argument graph must be a subgraph\.ir\.Graph, got "
-                                          r"str 'model\.onnx'$"):
-        compile_model("model.onnx", "HETERO:NUMPY")
+def test_bad_graph_and_progress_arguments(tmp_path):
+    with pytest.raises(DeviceError, match=r"^compile_model: argument graph must be a subgraph\.ir\.Graph, an ONNX "
+                                          r"file path or an onnx\.ModelProto, got bytes b'model'$"):
+        compile_model(b"model", "HETERO:NUMPY")
+    missing = tmp_path / "model.onnx"
+    with pytest.raises(ModelLoadError, match=r"model\.onnx"):
+        compile_model(str(missing), "HETERO:NUMPY")
     refused(compile_model, seed_example(), DeviceError,
             r"^compile_model: argument progress must be callable\(done, total, info\) or None, got "
                          r"int 3$", "HETERO:NUMPY", progress=3)
@@ -53,8 +56,8 @@ def test_bad_graph_and_progress_arguments():
 
 
 def test_query_model_graph_argument():
-    with pytest.raises(DeviceError, match=r"^query_model: argument graph must be a subgraph\.ir\.Graph, got "
-                                          r"NoneType None$"):
+    with pytest.raises(DeviceError, match=r"^query_model: argument graph must be a subgraph\.ir\.Graph, an ONNX "
+                                          r"file path or an onnx\.ModelProto, got NoneType None$"):
         query_model(None, "HETERO:NUMPY")
 
 

@@ -1,0 +1,49 @@
+"""compile_model, partition_model and query_model take an ONNX file path or an onnx.ModelProto
+as well as a Graph, as OpenVINO's compile_model takes a path; neither is modified."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+import subgraph
+from subgraph.hetero import query_model
+from subgraph.onnx import read_onnx
+
+DEVICE = "HETERO:NUMPY.0,NUMPY.1"
+PROPERTIES = {"NUMPY.0": {"ops": ["Conv", "Relu", "Add"]}}  # a partial first device: several subgraphs
+
+
+def _feeds(graph: subgraph.Graph) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {v.name: rng.standard_normal(v.shape).astype(v.dtype) for v in graph.inputs}
+
+
+@pytest.mark.parametrize("source", ["path", "str", "proto"])
+def test_compile_model_reads_a_file_or_proto_like_a_graph(source):
+    path = Path(subgraph.example_model())
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    proto = onnx.load(path)
+    proto_bytes = proto.SerializeToString()
+    model_arg = {"path": path, "str": str(path), "proto": proto}[source]
+    graph = read_onnx(path)
+
+    expected = subgraph.compile_model(graph, DEVICE, PROPERTIES)
+    model = subgraph.compile_model(model_arg, DEVICE, PROPERTIES)
+    assert [(s.device, s.nodes) for s in model.subgraphs] == [(s.device, s.nodes) for s in expected.subgraphs]
+    assert len(model.subgraphs) > 1
+    feeds = _feeds(graph)
+    got, want = model(feeds), expected(feeds)
+    assert sorted(got) == sorted(want)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name])
+
+    partitioned = subgraph.partition_model(model_arg, DEVICE, PROPERTIES)
+    assert [s.nodes for s in partitioned.subgraphs] == [s.nodes for s in expected.subgraphs]
+    assert query_model(model_arg, DEVICE, PROPERTIES) == query_model(graph, DEVICE, PROPERTIES)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+    assert proto.SerializeToString() == proto_bytes
