@@ -28,8 +28,21 @@ from subgraph.properties.registry import PROPERTIES
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["FALLBACK_DEVICE", "model_graph", "known_options", "base_device", "check_device_options", "parse_devices",
-           "device_properties_for", "query_model", "assign_affinity", "format_nodes", "takes", "decline_reason", "declined"]
+__all__ = [
+    "FALLBACK_DEVICE",
+    "assign_affinity",
+    "base_device",
+    "check_device_options",
+    "decline_reason",
+    "declined",
+    "device_properties_for",
+    "format_nodes",
+    "known_options",
+    "model_graph",
+    "parse_devices",
+    "query_model",
+    "takes",
+]
 
 #: the device a subgraph falls back to when its own compile fails
 FALLBACK_DEVICE = "NUMPY"
@@ -37,22 +50,23 @@ FALLBACK_DEVICE = "NUMPY"
 
 def model_graph(model: Any, caller: str) -> Graph:
     """``model`` as a graph: a :class:`~subgraph.ir.Graph` as is, an ONNX file path or an
-    ``onnx.ModelProto`` decoded (:func:`subgraph.onnx.read_onnx`; neither file nor proto is
-    modified), as OpenVINO's ``compile_model`` takes a path and onnxruntime's session a proto.
+    ``onnx.ModelProto`` loaded as :func:`subgraph.from_onnx` loads it (shapes inferred,
+    constants folded, symbolic dimensions kept; neither file nor proto is modified), as
+    OpenVINO's ``compile_model`` takes a path and onnxruntime's session a proto.
 
     Raises
     ------
     DeviceError
         ``model`` is none of those; the message names ``caller``.
-    ModelLoadError, GraphError, ShapeError
-        The file or proto is not a model we can read (see :func:`subgraph.onnx.read_onnx`).
+    ModelLoadError, GraphError, ShapeError, UnsupportedOpError
+        The file or proto is not a model we can read (see :func:`subgraph.from_onnx`).
     """
     if isinstance(model, Graph):
         return model
     kind = type(model)
     if isinstance(model, (str, os.PathLike)) or (kind.__name__ == "ModelProto" and kind.__module__.startswith("onnx")):
-        from subgraph.onnx import read_onnx  # onnx loads only when a file or proto is given
-        return read_onnx(model)
+        from subgraph.frontend import from_onnx  # onnx loads only when a file or proto is given
+        return from_onnx(model)
     raise DeviceError(f"{caller}: argument graph must be a subgraph.ir.Graph, an ONNX file path or an "
                       f"onnx.ModelProto, got {kind.__name__} {model!r}")
 

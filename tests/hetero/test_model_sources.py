@@ -47,3 +47,25 @@ def test_compile_model_reads_a_file_or_proto_like_a_graph(source):
     assert query_model(model_arg, DEVICE, PROPERTIES) == query_model(graph, DEVICE, PROPERTIES)
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
     assert proto.SerializeToString() == proto_bytes
+
+
+def test_a_proto_without_intermediate_types_compiles_on_tvm_as_from_onnx_reads_it():
+    """A file that declares only its inputs and outputs (what most exporters write) gets its
+    shapes inferred and its constants folded, as from_onnx does: read as it was, every inner
+    value had an unknown shape and TVM declined every node."""
+    pytest.importorskip("tvm", reason="needs apache-tvm")
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    weights = numpy_helper.from_array(rng.standard_normal((8, 4, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])]
+    proto = helper.make_model(helper.make_graph(
+        nodes, "bare", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [weights]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    model = subgraph.compile_model(proto, "TVM")
+    assert [(s.device, s.nodes) for s in model.subgraphs] == [("TVM", ("Conv_0", "Relu_1"))]
+    x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(model({"x": x})["y"], want, rtol=1e-4, atol=1e-5)
