@@ -10,7 +10,9 @@ tiles ahead of time and stores the winners), so a build stays a matter of second
 - ``"cpu"`` (default): convolutions are first rewritten to NHWC activations and HWIO
   weights (``relax.transform.ConvertLayout``; the weight transposes fold into constants), so
   that the output channel is contiguous in both the output and the weights (where TVM's
-  ConvertLayout fails, the graph stays NCHW); then every fused function gets the rules of
+  ConvertLayout fails, the graph stays NCHW); constant weights of convolutions and matrix
+  products are packed in panels of the vector width (:mod:`~subgraph.properties.tvm.packing`);
+  then every fused function gets the rules of
   :func:`~subgraph.properties.tvm.schedules.schedule_rules`, each function on its own
   (:class:`~subgraph.properties.tvm.isolation.ApplyScheduleRules`: a rule that fails on one
   function costs that function alone); ``erf`` and ``softmax`` go through TVM's fast
@@ -37,6 +39,7 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu
 
 from subgraph.properties.tvm.isolation import ApplyScheduleRules, FunctionStatus
 from subgraph.properties.tvm.nan import NAN_LEGALIZE
+from subgraph.properties.tvm.packing import packed_conv2d_legalize, packed_matmul_legalize
 from subgraph.properties.tvm.schedules import Tile, schedule_rules, vector_lanes, vector_widths
 
 __all__ = ["SCHEDULES", "prepare_passes", "relax_pipeline"]
@@ -56,9 +59,10 @@ def prepare_passes(target: Any, schedule: str = "cpu", rewrite: bool = True) -> 
         return [_ClampsAsRelaxOps(), *cpu.library_dispatch_passes(target), *_legalize_passes(target)]
 
     # TVM's legalize-and-fuse passes, with our erf and softmax in its LegalizeOps
-    legalize = [relax.transform.LegalizeOps(customize_legalize_map={"relax.erf": _fast_erf,
-                                                                    "relax.nn.softmax": _fast_softmax,
-                                                                    **NAN_LEGALIZE})
+    lanes = vector_lanes(target)
+    rules = {"relax.erf": _fast_erf, "relax.nn.softmax": _fast_softmax, **NAN_LEGALIZE,
+             "relax.nn.conv2d": packed_conv2d_legalize(lanes), "relax.matmul": packed_matmul_legalize(lanes)}
+    legalize = [relax.transform.LegalizeOps(customize_legalize_map=rules)
                 if p.info.name == "LegalizeOps" else p for p in cpu.legalize_passes(target)]
     return [_ClampsAsRelaxOps(), _ConvertLayoutIfPossible(), *cpu.library_dispatch_passes(target), *legalize]
 
