@@ -37,6 +37,9 @@ __all__ = ["Tile", "candidate_tiles", "contraction_flops", "function_key", "sche
 _ROW_BLOCKS = (8, 7, 6, 4, 3, 2)  # rows of the register tile, the first that divides the axis wins
 
 
+_ACCUMULATORS = {16: 14, 8: 8}  # most accumulators a default tile holds, by vector lanes (32 or 16 registers)
+
+
 _MIN_PARALLEL = 4096  # fewer output elements than this run on one thread...
 
 
@@ -329,6 +332,9 @@ def schedule_contraction(func: Any, lanes: int, tile: Tile = Tile()) -> Any:
         vectors = 2  # one row (a matrix-vector product): a whole cache line of weights per step
     elif tile == Tile() and rows == 1:  # no row count divides (13 x 13 maps): accumulators along the vector axis
         vectors = next((v for v in (4, 5, 3, 6, 2) if extents[n_spatial - 1] % (lanes * v) == 0), 1)
+    elif tile == Tile():  # few rows (7x7, 4x4, 2x2 maps): more vectors, enough accumulators to hide FMA latency
+        most = _ACCUMULATORS.get(lanes, 8)
+        vectors = next((v for v in (4, 3, 2) if rows * v <= most and extents[n_spatial - 1] % (lanes * v) == 0), 1)
     width = lanes * vectors
     if extents[n_spatial - 1] % width:
         raise ValueError(f"vector tile {width} does not divide the innermost axis {extents[n_spatial - 1]}")
