@@ -38,6 +38,7 @@ from tvm import relax, s_tir, te, tirx, topi
 from tvm.relax.backend.cpu_generic import pipeline as cpu
 
 from subgraph.properties.tvm.isolation import ApplyScheduleRules, FunctionStatus
+from subgraph.properties.tvm.convtranspose import conv2d_transpose_legalize
 from subgraph.properties.tvm.nan import NAN_LEGALIZE
 from subgraph.properties.tvm.packing import packed_conv2d_legalize, packed_matmul_legalize
 from subgraph.properties.tvm.schedules import Tile, schedule_rules, vector_lanes, vector_widths
@@ -61,7 +62,8 @@ def prepare_passes(target: Any, schedule: str = "cpu", rewrite: bool = True) -> 
     # TVM's legalize-and-fuse passes, with our erf and softmax in its LegalizeOps
     lanes = vector_lanes(target)
     rules = {"relax.erf": _fast_erf, "relax.nn.softmax": _fast_softmax, **NAN_LEGALIZE,
-             "relax.nn.conv2d": packed_conv2d_legalize(lanes), "relax.matmul": packed_matmul_legalize(lanes)}
+             "relax.nn.conv2d": packed_conv2d_legalize(lanes), "relax.matmul": packed_matmul_legalize(lanes),
+             "relax.nn.conv2d_transpose": conv2d_transpose_legalize()}
     legalize = [relax.transform.LegalizeOps(customize_legalize_map=rules)
                 if p.info.name == "LegalizeOps" else p for p in cpu.legalize_passes(target)]
     return [_ClampsAsRelaxOps(), _ConvertLayoutIfPossible(), *cpu.library_dispatch_passes(target), *legalize]
