@@ -40,6 +40,9 @@ _ROW_BLOCKS = (8, 7, 6, 4, 3, 2)  # rows of the register tile, the first that di
 _ACCUMULATORS = {16: 14, 8: 8}  # most accumulators a default tile holds, by vector lanes (32 or 16 registers)
 
 
+_WHOLE_ROWS = {16: 20, 8: 12}  # a prime rows axis up to this long is one tile of rows, by vector lanes
+
+
 _MIN_PARALLEL = 4096  # fewer output elements than this run on one thread...
 
 
@@ -321,19 +324,22 @@ def schedule_contraction(func: Any, lanes: int, tile: Tile = Tile()) -> Any:
     found = _analyse(sch, lanes)
     if found is None:
         return None
+    registers = lanes  # the register's lanes: how many accumulators fit
     n_spatial, extents, lanes = found.n_spatial, found.extents, found.lanes
     rows_axis = tile.rows_axis if tile.rows_axis is not None else (found.rows_axes or [None])[0]
     if rows_axis is not None and rows_axis not in found.rows_axes:
         raise ValueError(f"axis {rows_axis} cannot carry the tile rows")
     rows = tile.rows if tile.rows is not None else \
         next((r for r in _ROW_BLOCKS if rows_axis is not None and extents[rows_axis] % r == 0), 1)
+    if tile == Tile() and rows == 1 and rows_axis is not None and extents[rows_axis] <= _WHOLE_ROWS.get(registers, 0):
+        rows = extents[rows_axis]  # 13 or 17 rows (a ViT's tokens): all of them, each weight vector serves every row
     vectors = tile.vectors
     if tile == Tile() and rows_axis is None and extents[n_spatial - 1] % (2 * lanes) == 0:
         vectors = 2  # one row (a matrix-vector product): a whole cache line of weights per step
     elif tile == Tile() and rows == 1:  # no row count divides (13 x 13 maps): accumulators along the vector axis
         vectors = next((v for v in (4, 5, 3, 6, 2) if extents[n_spatial - 1] % (lanes * v) == 0), 1)
     elif tile == Tile():  # few rows (7x7, 4x4, 2x2 maps): more vectors, enough accumulators to hide FMA latency
-        most = _ACCUMULATORS.get(lanes, 8)
+        most = _ACCUMULATORS.get(registers, 8)
         vectors = next((v for v in (4, 3, 2) if rows * v <= most and extents[n_spatial - 1] % (lanes * v) == 0), 1)
     width = lanes * vectors
     if extents[n_spatial - 1] % width:

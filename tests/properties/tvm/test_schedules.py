@@ -39,7 +39,7 @@ def test_grouped_convolution_vectors_stay_in_one_group():
     assert "T.vectorized(T.int64(8))" in conv and "T.vectorized(T.int64(16))" not in conv
 
 
-def test_prime_sized_maps_accumulate_along_the_channels():
+def test_prime_sized_maps_take_every_row_in_one_tile():
     rng = np.random.default_rng(10)
     g = Graph("prime")
     x = g.add_input("x", (1, 16, 13, 13), "float32")  # 13: no row count divides it
@@ -49,7 +49,9 @@ def test_prime_sized_maps_accumulate_along_the_channels():
     arrays = [rand(rng, (1, 16, 13, 13))]
     assert_matches_onnxruntime(g, compile_graph(g)(*arrays), *arrays)
     (conv,) = [s for name, s in lowered_scripts(g, "cpu").items() if "conv2d" in name]
-    assert "T.unroll(T.int64(5))" in conv and "T.vectorized(T.int64(8))" in conv  # 40 channels = 5 x 8 lanes
+    # 13 rows (no row count divides 13): all of them, each weight vector serving 13 accumulators;
+    # 40 channels = 5 x 8 lanes
+    assert "T.unroll(T.int64(13))" in conv and "T.vectorized(T.int64(8))" in conv
 
 
 @pytest.mark.parametrize(("length", "kernel", "pad", "group"), [(200, 16, 8, 16), (1000, 3, 1, 1)])
