@@ -186,6 +186,7 @@ class _Contraction:
     extents: list[int]
     rows_axes: list[int]  # candidate axes for the tile rows, the default first
     lanes: int  # vector lanes: the register's, or a half or quarter of it that divides the axis
+    weights_first: bool = False  # the operand the lanes read is the larger: walk its panels outermost
 
 
 def _analyse(sch: Any, lanes: int) -> _Contraction | None:
@@ -214,6 +215,11 @@ def _analyse(sch: Any, lanes: int) -> _Contraction | None:
     groups = _divisors_of(stmt.reads, names[n_spatial - 1])
     widths = vector_widths(lanes, extents[n_spatial - 1])
     lanes = next((n for n in widths if all(g % n == 0 for g in groups)), widths[0] if widths else 0)
+    if not lanes and len({r.source.name for r in stmt.reads} - {w.source.name for w in stmt.writes}) >= 2:
+        # a product of two operands over 49 or 17 columns (windowed or short
+        # attention): a scalar register tile; left to the fallback, every multiply-add went
+        # through memory (Swin's attention: 60% of the model's time)
+        lanes = 1
     if not lanes:
         return None
     # rows of the tile: a spatial axis that the reads feeding the vector lanes do not use
@@ -224,7 +230,22 @@ def _analyse(sch: Any, lanes: int) -> _Contraction | None:
     candidates = [i for i in reversed(range(n_spatial - 1)) if extents[i] > 1]
     free = [i for i in candidates if names[i] not in used]
     rows_axes = free + [i for i in candidates if i not in free]
-    return _Contraction(main, rest, n_spatial, extents, rows_axes, lanes)
+    # the operand the vector lanes read (weights) against the other (activations), in elements
+    # their loops span: weights four times larger, over rows enough for several tiles, are
+    # walked panel by panel, each panel serving every row (a 49 x 768 by 768 x 2304 product
+    # read 7 MiB of weights seven times: 2.2 -> 1.1 ms); measured slower where the weights
+    # were not that much larger (1x1 1024 -> 256 on 14x14) or the rows few (2x2 maps)
+    written = {w.source.name for w in stmt.writes}
+
+    def span(regions: list) -> int:
+        return sum(int(np.prod([extents[names.index(v)] for v in _iter_vars_of([r]) if v in names]))
+                   for r in regions)
+
+    operands = [r for r in stmt.reads if r.source.name not in written]
+    lane_reads = [r for r in operands if names[n_spatial - 1] in _iter_vars_of([r])]
+    weights_first = (span(lane_reads) >= 4 * span([r for r in operands if r not in lane_reads])
+                     and int(np.prod(extents[:n_spatial - 1])) >= 32)
+    return _Contraction(main, rest, n_spatial, extents, rows_axes, lanes, weights_first)
 
 
 def _try_analyse(func: Any, lanes: int) -> _Contraction | None:
@@ -334,7 +355,9 @@ def schedule_contraction(func: Any, lanes: int, tile: Tile = Tile()) -> Any:
     if tile == Tile() and rows == 1 and rows_axis is not None and extents[rows_axis] <= _WHOLE_ROWS.get(registers, 0):
         rows = extents[rows_axis]  # 13 or 17 rows (a ViT's tokens): all of them, each weight vector serves every row
     vectors = tile.vectors
-    if tile == Tile() and rows_axis is None and extents[n_spatial - 1] % (2 * lanes) == 0:
+    if tile == Tile() and lanes == 1:  # scalar columns: as many as divide the axis, up to 8
+        vectors = next(v for v in (8, 7, 6, 5, 4, 3, 2, 1) if extents[n_spatial - 1] % v == 0)
+    elif tile == Tile() and rows_axis is None and extents[n_spatial - 1] % (2 * lanes) == 0:
         vectors = 2  # one row (a matrix-vector product): a whole cache line of weights per step
     elif tile == Tile() and rows == 1:  # no row count divides (13 x 13 maps): accumulators along the vector axis
         vectors = next((v for v in (4, 5, 3, 6, 2) if extents[n_spatial - 1] % (lanes * v) == 0), 1)
@@ -355,25 +378,28 @@ def schedule_contraction(func: Any, lanes: int, tile: Tile = Tile()) -> Any:
         tile_loops = [row_i, vec_i]
     else:
         tile_loops = [vec_i]
-    if vectors > 1:  # several registers wide: unroll over them, vectorise each
+    if vectors > 1 and lanes > 1:  # several registers wide: unroll over them, vectorise each
         vec_r, vec_l = sch.split(tile_loops[-1], factors=[None, lanes])
         tile_loops = [*tile_loops[:-1], vec_r, vec_l]
-    sch.reorder(*outer, vec_o, *reduce, *tile_loops)
-    for loop in tile_loops[:-1]:
+    head_loops = [vec_o, *outer] if found.weights_first else [*outer, vec_o]
+    sch.reorder(*head_loops, *reduce, *tile_loops)
+    for loop in tile_loops[:-1] if lanes > 1 else tile_loops:
         sch.unroll(loop)
-    sch.vectorize(tile_loops[-1])
-    head = sch.fuse(*outer, vec_o) if outer else vec_o
+    if lanes > 1:
+        sch.vectorize(tile_loops[-1])
+    head = sch.fuse(*head_loops) if outer else vec_o
     total = int(np.prod(extents[:n_spatial]))
     work = total * int(np.prod(extents[n_spatial:]))
     if total >= _MIN_PARALLEL or (work >= _MIN_PARALLEL_WORK and (_extent(sch, head) or 0) > 1):
         sch.parallel(head)
     init = sch.decompose_reduction(block, reduce[0])
-    sch.vectorize(sch.get_loops(init)[-1])
+    if lanes > 1:
+        sch.vectorize(sch.get_loops(init)[-1])
     if found.rest:
         epilogue = found.rest[0].block_rv
         sch.reverse_compute_at(epilogue, head, preserve_unit_loops=True)
         inner = sch.get_loops(epilogue)[-1]
-        if _extent(sch, inner) == width:
+        if _extent(sch, inner) == width and lanes > 1:
             if vectors > 1:
                 inner = sch.split(inner, factors=[None, lanes])[-1]
             sch.vectorize(inner)

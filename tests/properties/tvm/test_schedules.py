@@ -69,3 +69,34 @@ def test_conv1d_gets_the_contraction_schedule(length, kernel, pad, group):
     assert built.notes == []
     (conv,) = [s for name, s in lowered_scripts(g, "cpu").items() if "conv1d" in name]
     assert "T.parallel" in conv and "T.vectorized" in conv
+
+
+def test_products_over_a_prime_number_of_columns_get_a_scalar_register_tile():
+    """Windowed attention's scores (49 columns) or a short sequence's (17) divide by no vector
+    width; the fallback's loops sent every multiply-add through memory (Swin: 60% of its time)."""
+    rng = np.random.default_rng(12)
+    g = Graph("scores")
+    q, k = g.add_input("q", (1, 3, 17, 8), "float32"), g.add_input("k", (1, 3, 8, 17), "float32")
+    g.set_outputs([g.add_node("MatMul", [q, k], name="scores").outputs[0]])
+    infer_shapes(g)
+    arrays = [rand(rng, (1, 3, 17, 8)), rand(rng, (1, 3, 8, 17))]
+    assert_matches_onnxruntime(g, compile_graph(g, use_cache=False)(*arrays), *arrays)
+    (scores,) = [s for name, s in lowered_scripts(g, "cpu").items() if "matmul" in name]
+    assert "T.unroll(T.int64(17))" in scores  # all 17 rows, one column each
+    assert "T.vectorized" not in scores
+
+
+def test_weights_much_larger_than_the_rows_are_walked_panel_by_panel():
+    from tvm import s_tir, te
+
+    from subgraph.properties.tvm.schedules import _analyse
+
+    def product(rows: int, depth: int, columns: int):
+        a, b = te.placeholder((rows, depth), name="a"), te.placeholder((depth, columns), name="b")
+        k = te.reduce_axis((0, depth), "k")
+        c = te.compute((rows, columns), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="c")
+        return _analyse(s_tir.Schedule(te.create_prim_func([a, b, c])), 16)
+
+    assert product(49, 768, 2304).weights_first      # Swin's QKV: 7 MiB of weights, 49 rows
+    assert not product(49, 64, 64).weights_first     # weights no larger than the rows
+    assert not product(4, 768, 2304).weights_first   # too few rows to reuse a panel
