@@ -186,7 +186,7 @@ class _Contraction:
     extents: list[int]
     rows_axes: list[int]  # candidate axes for the tile rows, the default first
     lanes: int  # vector lanes: the register's, or a half or quarter of it that divides the axis
-    weights_first: bool = False  # the operand the lanes read is the larger: walk its panels outermost
+    weights_first: bool = False  # the lanes' operand (weights) dwarfs the other: walk its panels outermost
 
 
 def _analyse(sch: Any, lanes: int) -> _Contraction | None:
