@@ -42,16 +42,16 @@ def test_grouped_convolution_vectors_stay_in_one_group():
 def test_prime_sized_maps_take_every_row_in_one_tile():
     rng = np.random.default_rng(10)
     g = Graph("prime")
-    x = g.add_input("x", (1, 16, 13, 13), "float32")  # 13: no row count divides it
+    x = g.add_input("x", (1, 16, 11, 11), "float32")  # 11: no row count divides it
     g.set_outputs([g.add_node("Conv", [x, g.add_constant("w", rand(rng, (40, 16, 3, 3)))], name="conv",
                               attrs={"pads": [1, 1, 1, 1]}).outputs[0]])
     infer_shapes(g)
-    arrays = [rand(rng, (1, 16, 13, 13))]
+    arrays = [rand(rng, (1, 16, 11, 11))]
     assert_matches_onnxruntime(g, compile_graph(g)(*arrays), *arrays)
     (conv,) = [s for name, s in lowered_scripts(g, "cpu").items() if "conv2d" in name]
-    # 13 rows (no row count divides 13): all of them, each weight vector serving 13 accumulators;
-    # 40 channels = 5 x 8 lanes
-    assert "T.unroll(T.int64(13))" in conv and "T.vectorized(T.int64(8))" in conv
+    # 11 rows (no row count divides 11; at most 12 fit with AVX2, 20 with AVX-512): all of them,
+    # each weight vector serving 11 accumulators; 40 channels = 5 x 8 lanes
+    assert "T.unroll(T.int64(11))" in conv and "T.vectorized(T.int64(8))" in conv
 
 
 @pytest.mark.parametrize(("length", "kernel", "pad", "group"), [(200, 16, 8, 16), (1000, 3, 1, 1)])
@@ -72,17 +72,17 @@ def test_conv1d_gets_the_contraction_schedule(length, kernel, pad, group):
 
 
 def test_products_over_a_prime_number_of_columns_get_a_scalar_register_tile():
-    """Windowed attention's scores (49 columns) or a short sequence's (17) divide by no vector
+    """Windowed attention's scores (49 columns) or a short sequence's (17, 11) divide by no vector
     width; the fallback's loops sent every multiply-add through memory (Swin: 60% of its time)."""
     rng = np.random.default_rng(12)
     g = Graph("scores")
-    q, k = g.add_input("q", (1, 3, 17, 8), "float32"), g.add_input("k", (1, 3, 8, 17), "float32")
+    q, k = g.add_input("q", (1, 3, 11, 8), "float32"), g.add_input("k", (1, 3, 8, 11), "float32")
     g.set_outputs([g.add_node("MatMul", [q, k], name="scores").outputs[0]])
     infer_shapes(g)
-    arrays = [rand(rng, (1, 3, 17, 8)), rand(rng, (1, 3, 8, 17))]
+    arrays = [rand(rng, (1, 3, 11, 8)), rand(rng, (1, 3, 8, 11))]
     assert_matches_onnxruntime(g, compile_graph(g, use_cache=False)(*arrays), *arrays)
     (scores,) = [s for name, s in lowered_scripts(g, "cpu").items() if "matmul" in name]
-    assert "T.unroll(T.int64(17))" in scores  # all 17 rows, one column each
+    assert "T.unroll(T.int64(11))" in scores  # all 11 rows (12 fit with AVX2), one column each
     assert "T.vectorized" not in scores
 
 
