@@ -22,6 +22,8 @@ from typing import Any
 import tvm
 from tvm import te
 
+from subgraph.properties.tvm.tensors import static_shape
+
 __all__ = ["conv2d_transpose_legalize", "conv2d_transpose_stride_kernel"]
 
 
@@ -42,11 +44,8 @@ def conv2d_transpose_legalize() -> Callable[[Any, Any], Any]:
 
     def legalize(bb: Any, call: Any) -> Any:
         attrs = call.attrs
-        weight_shape = getattr(call.args[1].ty, "shape", None)
-        try:
-            kernel = [int(d) for d in weight_shape.values][2:]
-        except (AttributeError, TypeError):
-            kernel = None
+        weight_shape = static_shape(call.args[1].ty)
+        kernel = None if weight_shape is None else weight_shape[2:]
         if (kernel is None or [int(s) for s in attrs.strides] != kernel
                 or any(int(p) for p in attrs.padding) or any(int(p) for p in attrs.output_padding)
                 or any(int(d) != 1 for d in attrs.dilation) or int(attrs.groups) != 1

@@ -24,6 +24,7 @@ from subgraph.onnx.writer import to_onnx
 from subgraph.properties.tvm.messages import error_summary
 from subgraph.properties.tvm.recurrent import unroll_recurrent
 from subgraph.properties.tvm.rewrites import sum_as_adds
+from subgraph.properties.tvm.tensors import static_shape
 
 __all__ = ["check_outputs", "onnx_for_tvm", "relax_module"]
 
@@ -57,10 +58,8 @@ def check_outputs(graph: Graph, func: Any) -> list[int]:
             dtype, shape = "int64", (ty.ndim,)
         else:
             dtype = str(ty.dtype)
-            try:
-                shape = tuple(int(d) for d in ty.shape.values)
-            except (AttributeError, TypeError):  # unknown rank or symbolic dimensions
-                shape = None
+            dims = static_shape(ty)  # None: unknown rank or symbolic dimensions
+            shape = None if dims is None else tuple(dims)
         if dtype != value.dtype.name or shape != value.shape:
             found = "?" if shape is None else ",".join(map(str, shape))
             raise PropertyError(f"TVM built graph {graph.name!r} with output %{value.name} of type "

@@ -28,6 +28,7 @@ import tvm
 from tvm import te, topi
 
 from subgraph.properties.tvm.schedules import vector_widths
+from subgraph.properties.tvm.tensors import static_shape
 
 __all__ = ["conv2d_nhwc_packed", "matmul_packed", "pack_columns", "pack_hwio", "packed_conv2d_legalize",
            "packed_matmul_legalize"]
@@ -78,11 +79,17 @@ def matmul_packed(data: te.Tensor, packed: te.Tensor) -> te.Tensor:
                       name="matmul")
 
 
-def _static(shape: Any) -> list[int] | None:
-    try:
-        return [int(d) for d in shape.values]
-    except (AttributeError, TypeError):
+def _packable_weight(call: Any, rank: int) -> list[int] | None:
+    """The shape of ``call``'s second argument when it is a constant float32 tensor of
+    ``rank``, the first a float32 tensor of static shape and the output float32; else ``None``."""
+    data, weight = call.args[:2]
+    shape = static_shape(weight.ty)
+    if (not isinstance(weight, tvm.ir.GenericConst) or shape is None or len(shape) != rank
+            or static_shape(data.ty) is None
+            or str(call.attrs.out_dtype or "float32") not in ("", "void", "float32")
+            or {str(data.ty.dtype), str(weight.ty.dtype)} != {"float32"}):
         return None
+    return shape
 
 
 def packed_conv2d_legalize(lanes: int) -> Callable[[Any, Any], Any]:
@@ -97,12 +104,9 @@ def packed_conv2d_legalize(lanes: int) -> Callable[[Any, Any], Any]:
     def legalize(bb: Any, call: Any) -> Any:
         data, weight = call.args
         attrs = call.attrs
-        shape = _static(getattr(weight.ty, "shape", None))
-        plain = (not isinstance(weight, tvm.ir.GenericConst) or shape is None or len(shape) != 4
-                 or (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NHWC", "HWIO", "NHWC")
-                 or int(attrs.groups) != 1 or str(attrs.out_dtype or "float32") not in ("", "void", "float32")
-                 or {str(data.ty.dtype), str(weight.ty.dtype)} != {"float32"}
-                 or _static(getattr(data.ty, "shape", None)) is None)
+        shape = _packable_weight(call, 4)
+        plain = (shape is None or int(attrs.groups) != 1
+                 or (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NHWC", "HWIO", "NHWC"))
         widths = [] if plain else vector_widths(lanes, shape[3])
         if not widths:
             return default(bb, call)
@@ -126,13 +130,8 @@ def packed_matmul_legalize(lanes: int) -> Callable[[Any, Any], Any]:
 
     def legalize(bb: Any, call: Any) -> Any:
         data, weight = call.args
-        shape = _static(getattr(weight.ty, "shape", None))
-        data_shape = _static(getattr(data.ty, "shape", None))
-        plain = (not isinstance(weight, tvm.ir.GenericConst) or shape is None or len(shape) != 2
-                 or data_shape is None or len(data_shape) < 2
-                 or str(call.attrs.out_dtype or "float32") not in ("", "void", "float32")
-                 or {str(data.ty.dtype), str(weight.ty.dtype)} != {"float32"})
-        widths = [] if plain else vector_widths(lanes, shape[1])
+        shape = _packable_weight(call, 2)
+        widths = [] if shape is None or len(static_shape(data.ty)) < 2 else vector_widths(lanes, shape[1])
         if not widths:
             return default(bb, call)
         packed = bb.emit_te(pack_columns, weight, widths[0], primfunc_name_hint="pack_columns")

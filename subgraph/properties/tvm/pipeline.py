@@ -37,11 +37,12 @@ import tvm
 from tvm import relax, s_tir, te, tirx, topi
 from tvm.relax.backend.cpu_generic import pipeline as cpu
 
-from subgraph.properties.tvm.isolation import ApplyScheduleRules, FunctionStatus
 from subgraph.properties.tvm.convtranspose import conv2d_transpose_legalize
+from subgraph.properties.tvm.isolation import ApplyScheduleRules, FunctionStatus
 from subgraph.properties.tvm.nan import NAN_LEGALIZE
 from subgraph.properties.tvm.packing import packed_conv2d_legalize, packed_matmul_legalize
 from subgraph.properties.tvm.schedules import Tile, schedule_rules, vector_lanes, vector_widths
+from subgraph.properties.tvm.tensors import static_shape
 
 __all__ = ["SCHEDULES", "prepare_passes", "relax_pipeline"]
 
@@ -132,12 +133,8 @@ def _fast_softmax(bb: Any, call: Any) -> Any:
     (every thread recomputing, and racing on, the row's max and sum).
     """
     x = call.args[0]
-    shape = getattr(x.ty, "shape", None)
     axis = int(call.attrs.axis)
-    try:
-        dims = [int(d) for d in shape.values]
-    except (AttributeError, TypeError):
-        dims = None
+    dims = static_shape(x.ty)
     if str(getattr(x.ty, "dtype", "")) != "float32" or not dims or axis not in (-1, len(dims) - 1):
         return tvm.ir.Op.get("relax.nn.softmax").get_attr("FLegalize")(bb, call)
     func = _schedule_softmax(dims, vector_lanes(tvm.target.Target.current(allow_none=True)

@@ -215,7 +215,9 @@ def _analyse(sch: Any, lanes: int) -> _Contraction | None:
     groups = _divisors_of(stmt.reads, names[n_spatial - 1])
     widths = vector_widths(lanes, extents[n_spatial - 1])
     lanes = next((n for n in widths if all(g % n == 0 for g in groups)), widths[0] if widths else 0)
-    if not lanes and len({r.source.name for r in stmt.reads} - {w.source.name for w in stmt.writes}) >= 2:
+    written = {w.source.name for w in stmt.writes}
+    operands = [r for r in stmt.reads if r.source.name not in written]
+    if not lanes and len({r.source.name for r in operands}) >= 2:
         # a product of two operands over 49 or 17 columns (windowed or short
         # attention): a scalar register tile; left to the fallback, every multiply-add went
         # through memory (Swin's attention: 60% of the model's time)
@@ -226,7 +228,8 @@ def _analyse(sch: Any, lanes: int) -> _Contraction | None:
     # (matmul: the rows of A; NHWC convolution: output width), so each vector load serves
     # `rows` accumulators; else (depthwise convolution) any other axis: independent
     # accumulators still hide latency
-    used = _iter_vars_of([r for r in stmt.reads if names[n_spatial - 1] in _iter_vars_of([r])])
+    lane_reads = [r for r in stmt.reads if names[n_spatial - 1] in _iter_vars_of([r])]
+    used = _iter_vars_of(lane_reads)
     candidates = [i for i in reversed(range(n_spatial - 1)) if extents[i] > 1]
     free = [i for i in candidates if names[i] not in used]
     rows_axes = free + [i for i in candidates if i not in free]
@@ -235,15 +238,12 @@ def _analyse(sch: Any, lanes: int) -> _Contraction | None:
     # walked panel by panel, each panel serving every row (a 49 x 768 by 768 x 2304 product
     # read 7 MiB of weights seven times: 2.2 -> 1.1 ms); measured slower where the weights
     # were not that much larger (1x1 1024 -> 256 on 14x14) or the rows few (2x2 maps)
-    written = {w.source.name for w in stmt.writes}
-
     def span(regions: list) -> int:
         return sum(int(np.prod([extents[names.index(v)] for v in _iter_vars_of([r]) if v in names]))
                    for r in regions)
 
-    operands = [r for r in stmt.reads if r.source.name not in written]
-    lane_reads = [r for r in operands if names[n_spatial - 1] in _iter_vars_of([r])]
-    weights_first = (span(lane_reads) >= 4 * span([r for r in operands if r not in lane_reads])
+    lane_operands = [r for r in operands if r in lane_reads]
+    weights_first = (span(lane_operands) >= 4 * span([r for r in operands if r not in lane_reads])
                      and int(np.prod(extents[:n_spatial - 1])) >= 32)
     return _Contraction(main, rest, n_spatial, extents, rows_axes, lanes, weights_first)
 

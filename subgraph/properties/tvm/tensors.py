@@ -9,13 +9,28 @@ import numpy as np
 import tvm
 import tvm_ffi
 
-__all__ = ["aligned_empty", "as_tvm_tensor", "shared_tensor", "to_numpy"]
+__all__ = ["aligned_empty", "as_tvm_tensor", "shared_tensor", "static_shape", "to_numpy"]
 
 
 _ALIGNMENT = 64  # TVM's compiled code assumes buffers aligned to this many bytes
 
 
 _DL_CPU = 1  # DLPack device type of the host
+
+
+def static_shape(ty: Any) -> list[int] | None:
+    """The dimensions of a Relax tensor type, or ``None`` for an unknown rank or a symbolic dimension.
+
+    Examples
+    --------
+    >>> from tvm import relax
+    >>> static_shape(relax.TensorType((2, 3), "float32")), static_shape(relax.TensorType(ndim=2, dtype="float32"))
+    ([2, 3], None)
+    """
+    try:
+        return [int(d) for d in ty.shape.values]
+    except (AttributeError, TypeError):
+        return None
 
 
 def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
