@@ -3,9 +3,11 @@
 Greedy NMS per batch and class, as ONNX defines it: candidates above ``score_threshold``
 in order of score (equal scores: lower box index first); a candidate is kept unless its
 IoU with a box already kept exceeds ``iou_threshold``; at most
-``max_output_boxes_per_class`` per class (absent or 0: none). The IoU of a kept box is
-computed against all remaining candidates at once, so the Python loop only walks the
-candidates, where onnx.reference compares box pairs one by one.
+``max_output_boxes_per_class`` per class (absent or 0: none). Candidates are settled in
+blocks, in score order: a block's pairwise IoU matrix decides which of its candidates
+survive, then its kept boxes strike the later candidates they overlap in one comparison,
+so numpy is called a few times per block, where onnx.reference compares box pairs one by
+one.
 
 RoiAlign in ``avg`` mode is linear in the feature map and separable: each output bin
 averages bilinear samples, so one ROI is ``Ay @ X[c] @ Ax.T`` with per-axis matrices of
@@ -50,18 +52,62 @@ def _extents(boxes: np.ndarray, center: bool) -> tuple[np.ndarray, ...]:
     return np.minimum(x1, x2), np.maximum(x1, x2), np.minimum(y1, y2), np.maximum(y1, y2)
 
 
-def _suppressed_by(k: int, rest: np.ndarray, ext: tuple[np.ndarray, ...], threshold: float) -> np.ndarray:
-    """Which boxes ``rest`` box ``k`` suppresses: IoU above ``threshold`` (ONNX's strict tests)."""
-    x0, x1, y0, y1 = ext
-    iw = np.minimum(x1[k], x1[rest]) - np.maximum(x0[k], x0[rest])
-    ih = np.minimum(y1[k], y1[rest]) - np.maximum(y0[k], y0[rest])
-    inter = iw * ih
-    area_k = (x1[k] - x0[k]) * (y1[k] - y0[k])
-    areas = (x1[rest] - x0[rest]) * (y1[rest] - y0[rest])
-    union = area_k + areas - inter
-    overlap = (iw > 0) & (ih > 0) & (inter > 0) & (area_k > 0) & (areas > 0) & (union > 0)
+#: candidates resolved together: the greedy walk inside a block is bit arithmetic on Python
+#: ints, and each block's kept boxes suppress every later candidate in one 2-D comparison
+_BLOCK = 64
+
+
+def _suppresses(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...], threshold: float) -> np.ndarray:
+    """``(len(a), len(b))``: whether box ``a[i]`` suppresses box ``b[j]`` (extents and
+    area each), IoU above ``threshold`` (ONNX's strict tests: both areas, the overlap
+    and the union positive)."""
+    x0, x1, y0, y1, area_a = (e[:, None] for e in a)
+    iw = np.minimum(x1, b[1])
+    iw -= np.maximum(x0, b[0])
+    ih = np.minimum(y1, b[3])
+    ih -= np.maximum(y0, b[2])
+    overlap = (iw > 0) & (ih > 0) & (area_a > 0) & (b[4] > 0)
+    inter = np.multiply(iw, ih, out=iw)
+    union = area_a + b[4]
+    union -= inter
+    overlap &= (inter > 0) & (union > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return overlap & (inter / np.where(union > 0, union, 1) > threshold)
+        return overlap & (np.divide(inter, union, out=inter) > threshold)
+
+
+def _greedy(ext: tuple[np.ndarray, ...], threshold: float, limit: int) -> list[int]:
+    """Positions kept by greedy NMS over boxes already in score order (``ext``: their
+    extents and areas), at most ``limit``.
+
+    Blocks of :data:`_BLOCK` candidates: the block's pairwise matrix decides, in order,
+    which of its live candidates are kept (a candidate's row of the matrix is a bit mask
+    of what it suppresses); then the kept ones strike the later live candidates they
+    suppress. The same decisions as one candidate at a time, in a few numpy calls per block.
+    """
+    n = len(ext[0])
+    alive = np.ones(n, bool)
+    kept: list[int] = []
+    for start in range(0, n, _BLOCK):
+        stop = min(start + _BLOCK, n)
+        live = int.from_bytes(np.packbits(alive[start:stop], bitorder="little").tobytes(), "little")
+        if not live:
+            continue
+        block = tuple(e[start:stop] for e in ext)
+        rows = np.packbits(_suppresses(block, block, threshold), axis=1, bitorder="little")
+        new = []
+        for j in range(stop - start):
+            if live >> j & 1:
+                new.append(start + j)
+                if len(kept) + len(new) == limit:
+                    return kept + new
+                live &= ~int.from_bytes(rows[j].tobytes(), "little")
+        kept += new
+        later = stop + np.flatnonzero(alive[stop:])
+        if later.size:
+            chosen = np.array(new)
+            struck = _suppresses(tuple(e[chosen] for e in ext), tuple(e[later] for e in ext), threshold)
+            alive[later[struck.any(axis=0)]] = False
+    return kept
 
 
 @register_kernel("NonMaxSuppression", supports=float_inputs)
@@ -73,7 +119,7 @@ def _nms(node: Node, boxes: np.ndarray, scores: np.ndarray, max_boxes: np.ndarra
     limit = max(int(_scalar(max_boxes, 0)), 0)
     threshold = _scalar(iou_threshold, 0.0)
     center = bool(node.attrs.get("center_point_box", 0))
-    selected: list[tuple[int, int, int]] = []
+    selected: list[np.ndarray] = []
     for b in range(boxes.shape[0] if limit else 0):
         ext = _extents(boxes[b], center)
         for c in range(scores.shape[1]):
@@ -81,18 +127,11 @@ def _nms(node: Node, boxes: np.ndarray, scores: np.ndarray, max_boxes: np.ndarra
             candidates = np.arange(s.shape[0])
             if score_threshold is not None and score_threshold.size:
                 candidates = candidates[s > _scalar(score_threshold, 0.0)]
-            order = candidates[np.lexsort((candidates, -s[candidates]))]  # score down, index up
-            alive = np.ones(len(order), bool)
-            kept = 0
-            for i, k in enumerate(order):
-                if not alive[i]:
-                    continue
-                selected.append((b, c, int(k)))
-                kept += 1
-                if kept == limit:
-                    break
-                alive[i + 1:] &= ~_suppressed_by(k, order[i + 1:], ext, threshold)
-    return np.array(selected, dtype=np.int64).reshape(-1, 3)
+            order = candidates[np.argsort(-s[candidates], kind="stable")]  # score down, index up
+            x0, x1, y0, y1 = (e[order] for e in ext)
+            kept = order[_greedy((x0, x1, y0, y1, (x1 - x0) * (y1 - y0)), threshold, limit)]
+            selected.append(np.stack([np.full_like(kept, b), np.full_like(kept, c), kept], axis=1))
+    return np.concatenate(selected).astype(np.int64) if selected else np.zeros((0, 3), np.int64)
 
 
 def _text(node: Node, name: str, default: str) -> str:

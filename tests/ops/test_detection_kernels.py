@@ -36,3 +36,22 @@ def test_nms_matches_reference(center):
     compare_with_reference("NonMaxSuppression", [boxes, scores, np.array([7], np.int64),
                                                  np.array([0.3], np.float32), np.array([0.2], np.float32)],
                            {"center_point_box": center})
+
+
+@pytest.mark.parametrize("iou", [0.5, 0.0, -0.1])
+def test_nms_across_blocks_matches_reference(iou):
+    """More candidates than one block (64) and more kept than a block holds: later blocks
+    see what earlier blocks kept; zero-area boxes and a threshold at or below 0 keep
+    ONNX's strict overlap tests."""
+    boxes = RNG.uniform(0, 40, (1, 300, 4)).astype(np.float32)
+    boxes[0, ::7, 2] = boxes[0, ::7, 0]  # zero height
+    scores = np.round(RNG.random((1, 2, 300)), 2).astype(np.float32)
+    compare_with_reference("NonMaxSuppression", [boxes, scores, np.array([1000], np.int64),
+                                                 np.array([iou], np.float32)], {})
+
+
+def test_nms_stops_at_the_limit_inside_a_block():
+    boxes = np.tile(np.array([[0, 0, 1, 1]], np.float32), (1, 200, 1)) + np.arange(200, dtype=np.float32)[None, :, None] * 2
+    scores = np.linspace(1, 0, 200, dtype=np.float32).reshape(1, 1, 200)
+    compare_with_reference("NonMaxSuppression", [boxes, scores, np.array([70], np.int64),
+                                                 np.array([0.5], np.float32)], {})
