@@ -32,9 +32,9 @@ from subgraph.ir import Node
 from subgraph.ops.blas import matmul
 from subgraph.ops.registry import register_kernel
 from subgraph.ops.common import float_inputs, node_error
-from subgraph.ops.window import Geometry, node_geometry, pad_spatial, windows
+from subgraph.ops.window import Geometry, live_taps, node_geometry, pad_spatial, trimmed_pads, windows
 
-__all__ = ["conv", "conv_transpose"]
+__all__ = ["conv", "conv_transpose", "trimmed_conv"]
 
 
 @register_kernel("Conv", supports=float_inputs)
@@ -62,6 +62,41 @@ def conv(node: Node, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = Non
     if bias is not None:
         y += bias.reshape((-1,) + (1,) * len(kernel))
     return y.astype(dtype, copy=False)
+
+
+def trimmed_conv(node: Node) -> tuple[dict, np.ndarray] | None:
+    """The attributes and weights of ``node`` (a Conv with constant weights and a static
+    input) without the kernel taps that only ever read padding
+    (:func:`~subgraph.ops.window.live_taps`); ``None`` when it has none to cut.
+
+    Examples
+    --------
+    >>> from subgraph.ir import Graph
+    >>> g = Graph("g")
+    >>> x = g.add_input("x", (1, 8, 4, 4), "float32")
+    >>> w = g.add_constant("w", np.ones((2, 8, 3, 3), np.float32))
+    >>> node = g.add_node("Conv", [x, w], attrs={"dilations": [12, 12], "pads": [12, 12, 12, 12]})
+    >>> attrs, weights = trimmed_conv(node)
+    >>> attrs["kernel_shape"], attrs["pads"], weights.shape
+    ([1, 1], [0, 0, 0, 0], (2, 8, 1, 1))
+    """
+    if node.op != "Conv" or node.domain or len(node.inputs) < 2 or node.inputs[1] is None:
+        return None
+    x, w = node.inputs[0], node.inputs[1]
+    if x is None or not x.is_static or len(x.shape) < 3 or not w.is_constant or w.data.ndim != len(x.shape):
+        return None
+    kernel = w.data.shape[2:]
+    if tuple(node.attrs.get("kernel_shape", kernel)) != kernel:
+        return None  # the kernel reports the mismatch
+    geometry = node_geometry(node, x.shape[2:], kernel)
+    taps = live_taps(geometry, x.shape[2:])
+    if taps is None:
+        return None
+    attrs = {name: value for name, value in node.attrs.items() if name != "auto_pad"}
+    attrs["kernel_shape"] = [stop - first for first, stop in taps]
+    attrs["pads"] = trimmed_pads(geometry, taps)
+    weights = np.ascontiguousarray(w.data[(slice(None), slice(None)) + tuple(slice(*t) for t in taps)])
+    return attrs, weights
 
 
 def _im2col_conv(x: np.ndarray, w: np.ndarray, groups: int, g: Geometry) -> np.ndarray:

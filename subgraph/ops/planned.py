@@ -8,6 +8,10 @@ several microseconds each, for a result the inferred shapes already fix. For suc
 or the take, guarded: an input whose shape differs from the planned one goes to the
 generic kernel, so results and errors are the generic kernel's in every case.
 
+A Conv with constant weights whose dilated kernel reaches past a small input (DeepLabV3's
+ASPP: 3x3 taps 12 to 36 apart over a 4x4 map) runs without the taps that read only
+padding, planned the same way.
+
 Examples
 --------
 >>> import numpy as np
@@ -31,6 +35,7 @@ import numpy as np
 from subgraph.errors import SubgraphError
 from subgraph.ir import Node
 from subgraph.ops.common import normalize_axis
+from subgraph.ops.conv import trimmed_conv
 from subgraph.ops.index import check_indices, index_limits
 from subgraph.ops.registry import KERNELS, Kernel
 
@@ -86,4 +91,21 @@ def planned_kernel(node: Node) -> Kernel:
         def gather(node: Node, data: np.ndarray, *rest: Any) -> np.ndarray:
             return np.take(data, take, axis=axis) if data.shape == planned_in else kernel(node, data, *rest)
         return gather
+    if node.op == "Conv":
+        return _trimmed_conv_kernel(node, kernel, planned_in)
     return kernel
+
+
+def _trimmed_conv_kernel(node: Node, kernel: Kernel, planned_in: tuple[int, ...]) -> Kernel:
+    """A Conv whose kernel taps read only padding runs without them (:func:`trimmed_conv`)."""
+    trimmed = trimmed_conv(node)
+    if trimmed is None:
+        return kernel
+    attrs, weights = trimmed
+    cut, planned_w = Node(node.name, node.op, node.domain, attrs), node.inputs[1].data
+
+    def conv(node: Node, x: np.ndarray, w: np.ndarray, *rest: Any) -> np.ndarray:
+        if x.shape == planned_in and w is planned_w:
+            return kernel(cut, x, weights, *rest)
+        return kernel(node, x, w, *rest)
+    return conv

@@ -25,7 +25,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from subgraph.ir import Node
 
-__all__ = ["Geometry", "window_geometry", "node_geometry", "pad_spatial", "windows"]
+__all__ = ["Geometry", "window_geometry", "node_geometry", "live_taps", "trimmed_pads", "pad_spatial", "windows"]
 
 
 @dataclass(frozen=True)
@@ -110,6 +110,47 @@ def node_geometry(node: Node, size: Sequence[int], kernel: Sequence[int]) -> Geo
     attrs = node.attrs
     return window_geometry(size, kernel, attrs.get("strides"), attrs.get("dilations"), attrs.get("pads"),
                            attrs.get("auto_pad", "NOTSET"), bool(attrs.get("ceil_mode", 0)))
+
+
+def live_taps(geometry: Geometry, size: Sequence[int]) -> tuple[tuple[int, int], ...] | None:
+    """Per spatial axis, the ``(first, stop)`` range of kernel taps left once the taps that
+    only ever read padding are cut (as far as the pads allow: a cut tap takes ``dilation``
+    pads with it); ``None`` when there is nothing to cut.
+
+    A 3x3 kernel dilated by 12 over a 4x4 map with 12 pads (DeepLabV3's ASPP on a small
+    image) reads the input only through its centre tap: it is a 1x1 convolution.
+
+    Examples
+    --------
+    >>> g = window_geometry((4, 4), (3, 3), dilations=(12, 12), pads=(12, 12, 12, 12))
+    >>> live_taps(g, (4, 4))
+    ((1, 2), (1, 2))
+    >>> live_taps(window_geometry((4, 4), (3, 3), pads=(1, 1, 1, 1)), (4, 4)) is None
+    True
+    """
+    ranges = []
+    for n, k, s, d, b, e, o in zip(size, geometry.kernel, geometry.strides, geometry.dilations, geometry.begin,
+                                   geometry.declared_end, geometry.out):
+        if o <= 0:
+            return None
+        first = 0  # tap `first` is dead when its last read is still before the input
+        while first < k - 1 and (o - 1) * s + first * d - b < 0 and (first + 1) * d <= b:
+            first += 1
+        stop = k  # tap `stop - 1` is dead when its first read is already past the input
+        while stop - 1 > first and (stop - 1) * d - b >= n and (k - stop + 1) * d <= e:
+            stop -= 1
+        ranges.append((first, stop))
+    if all(r == (0, k) for r, k in zip(ranges, geometry.kernel)):
+        return None
+    return tuple(ranges)
+
+
+def trimmed_pads(geometry: Geometry, taps: Sequence[tuple[int, int]]) -> list[int]:
+    """ONNX ``pads`` of the convolution cut to ``taps`` (:func:`live_taps`): same output."""
+    begin = [b - first * d for b, (first, _), d in zip(geometry.begin, taps, geometry.dilations)]
+    end = [e - (k - stop) * d for e, (_, stop), k, d in zip(geometry.declared_end, taps, geometry.kernel,
+                                                           geometry.dilations)]
+    return begin + end
 
 
 def pad_spatial(x: np.ndarray, begin: Sequence[int], end: Sequence[int], value: Any = 0) -> np.ndarray:

@@ -20,6 +20,7 @@ from typing import Any
 import tvm
 
 from subgraph.analysis.fold import fold_batchnorm
+from subgraph.analysis.taps import trim_conv_taps
 from subgraph.errors import PropertyError
 from subgraph.ir import Graph
 from subgraph.ops.index import INDEX_OPS, index_limits
@@ -184,7 +185,7 @@ def _prepare(graph: Graph, target: str | dict | Any, cache_dir: str | os.PathLik
     variant = schedule + (f"|tuned:{database.digest()}" if database else "")
     key = _known_key(graph, str(tgt), variant)
     if key is not None:  # what onnx_for_tvm does, without writing the ONNX model (a cache hit needs none)
-        return sum_as_adds(fold_batchnorm(graph)), None, tgt, directory, database, key
+        return sum_as_adds(trim_conv_taps(fold_batchnorm(graph))), None, tgt, directory, database, key
     prepared, model = onnx_for_tvm(graph)
     key = cache_key(model.SerializeToString(deterministic=True), str(tgt), variant)
     _remember_key(graph, str(tgt), variant, key)

@@ -18,6 +18,7 @@ from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx
 
 from subgraph.analysis.fold import fold_batchnorm
+from subgraph.analysis.taps import trim_conv_taps
 from subgraph.errors import PropertyError, SubgraphError
 from subgraph.ir import Graph
 from subgraph.onnx.writer import to_onnx
@@ -77,8 +78,8 @@ def check_outputs(graph: Graph, func: Any) -> list[int]:
 
 
 def onnx_for_tvm(graph: Graph) -> tuple[Graph, Any]:
-    """The graph TVM compiles (BatchNormalization folded into convolutions, Sum as Adds,
-    LSTM/GRU/RNN unrolled) and its ONNX model.
+    """The graph TVM compiles (BatchNormalization folded into convolutions, kernel taps
+    that read only padding cut, Sum as Adds, LSTM/GRU/RNN unrolled) and its ONNX model.
 
     TVM's fuser does not fuse ``conv2d`` with ``batch_norm``, so each BN would be one more
     pass over memory; :func:`~subgraph.analysis.fold.fold_batchnorm` removes it beforehand.
@@ -90,7 +91,7 @@ def onnx_for_tvm(graph: Graph) -> tuple[Graph, Any]:
         if value.shape is None or value.dtype is None:
             raise PropertyError(f"graph {graph.name!r}: input %{value.name} needs a static shape and "
                                 f"dtype to compile with TVM, got {value.type_str()}")
-    graph = unroll_recurrent(sum_as_adds(fold_batchnorm(graph)))
+    graph = unroll_recurrent(sum_as_adds(trim_conv_taps(fold_batchnorm(graph))))
     try:
         return graph, to_onnx(graph)
     except SubgraphError as exc:

@@ -158,6 +158,25 @@ def test_layout_survives_dropout_concat_shuffle_and_sum():
     assert len(convs) == 4 and all("conv2d_nhwc" in s for s in convs)
 
 
+def test_dilated_taps_past_the_map_are_cut_before_tvm():
+    """DeepLabV3's ASPP on a 4x4 map: a 3x3 kernel dilated by 12 reads only padding outside
+    its centre, so TVM compiles a 1x1 convolution (and a 5x5 depthwise one dilated by 2, 3x3)."""
+    rng = np.random.default_rng(4)
+    g = Graph("aspp")
+    x = g.add_input("x", (1, 16, 4, 4), "float32")
+    d = g.add_node("Conv", [x, g.add_constant("wd", rand(rng, (16, 1, 5, 5)))], name="depthwise",
+                   attrs={"group": 16, "dilations": [2, 2], "pads": [4, 4, 4, 4]}).outputs[0]
+    y = g.add_node("Conv", [d, g.add_constant("w", rand(rng, (8, 16, 3, 3))), g.add_constant("b", rand(rng, (8,)))],
+                   name="aspp", attrs={"dilations": [12, 12], "pads": [12, 12, 12, 12]}).outputs[0]
+    g.set_outputs([g.add_node("Relu", [y], name="relu").outputs[0]])
+    infer_shapes(g)
+    arrays = [rand(np.random.default_rng(5), (1, 16, 4, 4))]
+    assert_matches_onnxruntime(g, compile_graph(g, use_cache=False)(*arrays), *arrays)
+    prepared, _ = onnx_for_tvm(g)
+    assert [(n.attrs["kernel_shape"], n.attrs["pads"]) for n in prepared.nodes if n.op == "Conv"] == [
+        ([3, 3], [2, 2, 2, 2]), ([1, 1], [0, 0, 0, 0])]
+
+
 def test_rank0_min_and_max_compile_without_killing_the_process(tmp_path):
     """TVM 0.27's ConvertLayout dies of SIGFPE on the broadcasts its importer writes for a
     rank-0 Min/Max; the pipeline runs ConvertLayout only where there is a conv2d."""
