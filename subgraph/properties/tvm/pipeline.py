@@ -77,17 +77,19 @@ def _legalize_passes(target: Any) -> list[Any]:
 
 
 def _ClampsAsRelaxOps() -> Any:  # noqa: N802 - a pass, named like TVM's
-    """``call_tir(maximum|minimum, (x, scalar))`` as ``R.maximum`` / ``R.minimum``; Dropout's
-    output as its input.
+    """``call_tir(maximum|minimum, (x, scalar))`` and ``R.clip(x, low, high)`` (a float
+    ``x``) as ``R.maximum`` / ``R.minimum``; Dropout's output as its input.
 
-    TVM's ONNX importer emits ``Clip`` as calls of ready-made TIR functions, which
-    ConvertLayout cannot see through: in an NHWC build every ReLU6 of MobileNetV2 was
-    wrapped in two transposes. The Relax ops compute the same (a scalar broadcasts) and
+    TVM's ONNX importer emits ``Clip`` as calls of ready-made TIR functions, and
+    HardSwish / HardSigmoid through ``R.clip``, none of which ConvertLayout sees through:
+    in an NHWC build every ReLU6 of MobileNetV2 was wrapped in two transposes, and every
+    HardSwish of MobileNetV3 in three (13% of SSDlite's backbone). The Relax ops compute the same (a scalar broadcasts) and
     follow their input's layout. ``R.nn.dropout`` returns a tuple, on which TVM 0.27's
     layout inference aborts ("Expected nested to match tuple", SqueezeNet); at inference
     its first output is its input.
     """
     call_tir, dropout = tvm.ir.Op.get("relax.call_tir"), tvm.ir.Op.get("relax.nn.dropout")
+    clip = tvm.ir.Op.get("relax.clip")
     ops = {"maximum": relax.op.maximum, "minimum": relax.op.minimum}
 
     @relax.expr_functor.mutator
@@ -101,6 +103,8 @@ def _ClampsAsRelaxOps() -> Any:  # noqa: N802 - a pass, named like TVM's
 
         def visit_call_(self, call: Any) -> Any:
             call = super().visit_call_(call)
+            if call.op == clip:
+                return self._clip(call)
             if call.op != call_tir or not isinstance(call.args[0], relax.GlobalVar):
                 return call
             match = re.fullmatch(r"(maximum|minimum)\d*", call.args[0].name_hint)
@@ -113,6 +117,17 @@ def _ClampsAsRelaxOps() -> Any:  # noqa: N802 - a pass, named like TVM's
             if not isinstance(bound, tvm.ir.GenericConst) or len(bound.value.shape) != 0:
                 return call
             return ops[match.group(1)](x, bound)
+
+        @staticmethod
+        def _clip(call: Any) -> Any:
+            x, low, high = call.args
+            dtype = getattr(x.ty, "dtype", None)
+            bounds = (low, high)
+            if dtype not in ("float32", "float16", "float64") or not all(
+                    isinstance(b, (tirx.IntImm, tirx.FloatImm)) for b in bounds):
+                return call
+            low, high = (relax.const(float(b.value), dtype) for b in bounds)
+            return relax.op.minimum(relax.op.maximum(x, low), high)
 
     @tvm.transform.module_pass(opt_level=0, name="SubgraphClampsAsRelaxOps")
     def _rewrite(mod: Any, _ctx: Any) -> Any:

@@ -3,6 +3,8 @@ legalizations."""
 
 from __future__ import annotations
 
+import functools
+
 import subprocess
 import sys
 import textwrap
@@ -65,14 +67,15 @@ def test_tvm_property_passes_the_schedule_option():
     assert TVMProperty(schedule="none").compile(graph).key == compile_graph(graph, schedule="none").key
 
 
-def clip_graph() -> Graph:
-    """Conv -> Clip(0, 6) -> Conv with 24 channels (MobileNetV2's ReLU6 and narrow layers)."""
+def clip_graph(activation: str = "Clip") -> Graph:
+    """Conv -> Clip(0, 6) -> Conv with 24 channels (MobileNetV2's ReLU6 and narrow layers);
+    or MobileNetV3's HardSwish or HardSigmoid in the Clip's place."""
     rng = np.random.default_rng(6)
     g = Graph("relu6")
     x = g.add_input("x", (1, 8, 14, 14), "float32")
     y = g.add_node("Conv", [x, g.add_constant("w1", rand(rng, (24, 8, 1, 1)))], name="conv1").outputs[0]
-    y = g.add_node("Clip", [y, g.add_constant("lo", np.float32(0)), g.add_constant("hi", np.float32(6))],
-                   name="relu6").outputs[0]
+    bounds = [g.add_constant("lo", np.float32(0)), g.add_constant("hi", np.float32(6))] if activation == "Clip" else []
+    y = g.add_node(activation, [y, *bounds], name="relu6").outputs[0]
     g.set_outputs([g.add_node("Conv", [y, g.add_constant("w2", rand(rng, (24, 24, 1, 1)))], name="conv2").outputs[0]])
     infer_shapes(g)
     return g
@@ -91,17 +94,20 @@ def gelu_classifier_graph() -> Graph:
     return g
 
 
-@pytest.mark.parametrize("build", [clip_graph, gelu_classifier_graph])
+@pytest.mark.parametrize("build", [clip_graph, functools.partial(clip_graph, "HardSwish"),
+                                   functools.partial(clip_graph, "HardSigmoid"), gelu_classifier_graph],
+                         ids=["clip", "hardswish", "hardsigmoid", "gelu"])
 def test_rewritten_ops_match_onnxruntime(build):
     graph = build()
     arrays = [rand(np.random.default_rng(1), v.shape) for v in graph.inputs]
     assert_matches_onnxruntime(graph, compile_graph(graph)(*arrays), *arrays)
 
 
-def test_relu6_stays_in_nhwc_and_narrow_convolutions_are_vectorised():
-    scripts = lowered_scripts(clip_graph(), "cpu")
+@pytest.mark.parametrize("activation", ["Clip", "HardSwish", "HardSigmoid"])
+def test_relu6_stays_in_nhwc_and_narrow_convolutions_are_vectorised(activation):
+    scripts = lowered_scripts(clip_graph(activation), "cpu")
     clamps = [name for name in scripts if "maximum" in name or "minimum" in name]
-    assert clamps and not any("transpose" in name for name in clamps)  # no layout round trip around ReLU6
+    assert clamps and not any("transpose" in name for name in clamps)  # no layout round trip around the clamp
     convs = [s for name, s in scripts.items() if "conv2d" in name]
     assert len(convs) == 2 and all("T.vectorized(T.int64(8))" in s for s in convs)  # 24 = 3 x 8 lanes
 
