@@ -53,9 +53,28 @@ def _binary(name: str, op: Any) -> Any:
     def legalize(bb: Any, call: Any) -> Any:
         if not _float(call):
             return tvm.ir.Op.get(f"relax.{name}").get_attr("FLegalize")(bb, call)
+        x, bound = call.args
+        if _scalar(bound) is not None:  # a clamp: elementwise, so it fuses into the producing conv
+            value = _scalar(bound)
+            return bb.call_te(lambda a: te.compute(a.shape, lambda *i: op(str(a.dtype), a(*i), value), name=name),
+                              x, primfunc_name_hint=name)
         return bb.call_te(lambda a, b: te.compute(_broadcast_shape(a, b), _broadcast(op, a, b), name=name),
                           call.args[0], call.args[1], primfunc_name_hint=name)
     return legalize
+
+
+def _scalar(expr: Any) -> float | None:
+    """The value of a rank-0 float constant, else None.
+
+    ``maximum(x, 0.0)`` with the 0.0 a rank-0 tensor is a broadcast to TVM's fuser, which
+    fuses only elementwise functions into a convolution: ReLU6 and HardSwish ran as passes
+    of their own over each MobileNet feature map. With the bound inlined it is elementwise.
+    """
+    if isinstance(expr, tvm.ir.GenericConst) and len(expr.value.shape) == 0:
+        value = expr.value.numpy()
+        if value.dtype.kind == "f":
+            return float(value)
+    return None
 
 
 def _broadcast_shape(a: Any, b: Any) -> list[Any]:

@@ -108,6 +108,7 @@ def test_relu6_stays_in_nhwc_and_narrow_convolutions_are_vectorised(activation):
     scripts = lowered_scripts(clip_graph(activation), "cpu")
     clamps = [name for name in scripts if "maximum" in name or "minimum" in name]
     assert clamps and not any("transpose" in name for name in clamps)  # no layout round trip around the clamp
+    assert all("conv2d" in name for name in clamps)  # and no pass of its own: fused into the convolution
     convs = [s for name, s in scripts.items() if "conv2d" in name]
     assert len(convs) == 2 and all("T.vectorized(T.int64(8))" in s for s in convs)  # 24 = 3 x 8 lanes
 
