@@ -30,12 +30,14 @@ import numpy as np
 from subgraph.errors import SubgraphError
 from subgraph.ir import Graph, Node
 
-__all__ = ["loop_carried_hints"]
+__all__ = ["fixed_trips", "keeps_going", "loop_carried_hints"]
 
 
 def loop_carried_hints(graph: Graph, types: dict[str, Any], hints: dict[str, Any]) -> bool:
     """Add to ``hints`` the type of each Loop-carried output whose initial value (typed in
-    ``types`` or statically) and declared body output agree on a static type; True if any is new."""
+    ``types`` or statically) and declared body output agree on a static type, and of each
+    scan output of a Loop that makes :func:`fixed_trips` trips over a static body output
+    (``(trips, *shape)``); True if any is new."""
     progress = False
     for node in graph.nodes:
         body = node.attrs.get("body")
@@ -43,24 +45,84 @@ def loop_carried_hints(graph: Graph, types: dict[str, Any], hints: dict[str, Any
             continue
         explicit = node.explicit_inputs
         carried = max(len(explicit) - 2, 0)
-        if len(body.outputs) < 1 + carried or all(out.name in hints for out in node.outputs[:carried]):
+        if len(body.outputs) < 1 + carried or all(out.name in hints for out in node.outputs):
             continue
         given = [_type(v, types) for v in node.inputs]
-        inferred: list | None = None
+        inferred: dict[str, list] = {}  # the body's output types, inferred once if asked
         for k, out in enumerate(node.outputs[:carried]):
             shape, dtype = given[2 + k]
-            inner = body.outputs[1 + k]
             if out.name in hints or shape is None or dtype is None:
                 continue
-            inner_type = (inner.shape, inner.dtype)
-            if inner_type != (shape, dtype):
-                if inferred is None:
-                    inferred = _body_types(node, body, given) or []
-                inner_type = inferred[1 + k] if inferred else (None, None)
-            if inner_type == (shape, dtype):
+            inner = body.outputs[1 + k]
+            if (inner.shape, inner.dtype) == (shape, dtype) or _inferred(node, body, given, inferred, 1 + k) == (
+                    shape, dtype):
                 hints[out.name] = (shape, np.dtype(dtype))
                 progress = True
+        trips = fixed_trips(node)
+        for k, out in enumerate(node.outputs[carried:], start=1 + carried):
+            if trips is None or out.name in hints or k >= len(body.outputs):
+                continue
+            inner = body.outputs[k]
+            static = inner.shape is not None and inner.dtype is not None and all(isinstance(d, int) for d in inner.shape)
+            shape, dtype = (inner.shape, inner.dtype) if static else _inferred(node, body, given, inferred, k)
+            if shape is not None and dtype is not None and all(isinstance(d, int) for d in shape):
+                hints[out.name] = ((trips, *shape), np.dtype(dtype))
+                progress = True
     return progress
+
+
+def _inferred(node: Node, body: Graph, given: list[tuple], cache: dict[str, list], k: int) -> tuple:
+    """Body output ``k``'s type inferred from the types the node gives the body (inferred
+    once per node, kept in ``cache``)."""
+    if "types" not in cache:
+        cache["types"] = _body_types(node, body, given) or []
+    types = cache["types"]
+    return types[k] if types else (None, None)
+
+
+def _true_constant(data: Any) -> bool:
+    data = None if data is None else np.asarray(data)
+    return data is not None and data.dtype == np.bool_ and data.size == 1 and bool(data.reshape(-1)[0])
+
+
+def keeps_going(node: Node) -> bool:
+    """Whether the body of the Loop ``node`` hands back a true condition on every trip when
+    given a true one: its condition output is the condition input, a constant true (an
+    outer constant it reads, or a Constant node), or an Identity of one. (TorchScript's
+    ``for`` loops export this way.)"""
+    body = node.attrs.get("body")
+    if not isinstance(body, Graph) or len(body.inputs) < 2 or not body.outputs:
+        return False
+    implicit = node.inputs[len(node.inputs) - node.implicit:] if node.implicit else ()
+    outer = {inner.name: value for inner, value in zip(body.inputs[len(body.inputs) - node.implicit:], implicit)}
+    value = body.outputs[0]
+    while True:
+        if value is body.inputs[1]:
+            return True
+        if value.name in outer:
+            return outer[value.name] is not None and _true_constant(outer[value.name].data)
+        producer = value.producer
+        if producer is None:
+            return False
+        if producer.op == "Constant":
+            return _true_constant(producer.attrs.get("value"))
+        if producer.op != "Identity" or not producer.inputs or producer.inputs[0] is None:
+            return False
+        value = producer.inputs[0]
+
+
+def fixed_trips(node: Node) -> int | None:
+    """The number of trips the Loop ``node`` makes whatever its data, or ``None``: a
+    constant trip count, the condition absent or a constant true, and a body that
+    :func:`keeps_going`."""
+    count = node.inputs[0] if node.inputs else None
+    data = None if count is None or count.data is None else np.asarray(count.data)
+    if data is None or data.size != 1 or data.dtype.kind not in "iu":
+        return None
+    cond = node.inputs[1] if len(node.inputs) > 1 else None
+    if cond is not None and not _true_constant(cond.data):
+        return None
+    return max(int(data.reshape(-1)[0]), 0) if keeps_going(node) else None
 
 
 def _type(value: Any, types: dict[str, Any]) -> tuple:

@@ -59,6 +59,18 @@ def test_loop_whose_carried_value_grows_is_not_given_a_static_shape():
     assert graph.value("acc_final").type_str() == "float32[?]" and not graph.value("acc_final").is_static
 
 
+@pytest.mark.parametrize(("exit_early", "stacked"), [(False, "float32[4,2,3]"), (True, "float32[?,2,3]")])
+def test_scan_output_of_a_loop_that_always_makes_its_trips_is_static(exit_early, stacked):
+    """Four trips whatever the data (the body passes its condition on): four stacked rows.
+    A body that computes its condition may stop early: the row count stays the data's."""
+    model = cf.loop_model(scan_output=True, trips=4, cond=False)
+    body = model.graph.node[0].attribute[0].g
+    if not exit_early:
+        body.node[4].op_type, body.node[4].input[:] = "Identity", ["cond_in"]
+    graph = from_onnx(model)
+    assert graph.value("stacked").type_str() == stacked
+
+
 def test_constant_folding_keeps_an_if_whose_inputs_are_all_constants():
     body_then, body_else = Graph("then"), Graph("else")
     for body, op in ((body_then, "Relu"), (body_else, "Neg")):
