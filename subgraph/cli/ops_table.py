@@ -52,18 +52,17 @@ def support_table() -> list[OpSupport]:
     """One row per op that has a numpy kernel or that the TVM backend's table names, sorted."""
     from subgraph.ops import KERNELS
     from subgraph.ops.reference import reference_supports
-    from subgraph.properties.tvm.recurrent import RECURRENT_OPS
-    from subgraph.properties.tvm.support import EXCLUDED_OPS, SUPPORTED_OPS, op_conditions
+    from subgraph.properties.tvm.support import EXCLUDED_OPS, SUPPORTED_OPS, UNROLLED_OPS, op_conditions
 
     rows = []
-    for op in sorted({*KERNELS, *SUPPORTED_OPS, *EXCLUDED_OPS}):
+    for op in sorted({*KERNELS, *SUPPORTED_OPS, *UNROLLED_OPS, *EXCLUDED_OPS}):
         if op in KERNELS:
             numpy, when = "numpy kernel", _numpy_conditions(op)
         elif reference_supports(op):
             numpy, when = "onnx.reference", ""
         else:
             numpy, when = "", ""
-        if op in SUPPORTED_OPS or op in RECURRENT_OPS:  # (recurrent cells: unrolled, then imported)
+        if op in SUPPORTED_OPS or op in UNROLLED_OPS:  # (recurrent cells and Loops: unrolled, then imported)
             tvm, tvm_when = "TVM", "; ".join(op_conditions(op))
         elif op in EXCLUDED_OPS:
             tvm, tvm_when = "no", EXCLUDED_OPS[op]

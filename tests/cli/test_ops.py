@@ -13,7 +13,7 @@ pytest.importorskip("onnx")
 
 from subgraph.cli.ops_table import format_markdown, support_table  # noqa: E402
 from subgraph.ops import KERNELS  # noqa: E402
-from subgraph.properties.tvm.support import EXCLUDED_OPS, SUPPORTED_OPS  # noqa: E402
+from subgraph.properties.tvm.support import EXCLUDED_OPS, SUPPORTED_OPS, UNROLLED_OPS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,9 +31,10 @@ def test_docs_ops_md_is_current():
 
 def test_table_has_one_row_per_registered_op():
     rows = {r.op: r for r in support_table()}
-    assert set(rows) == {*KERNELS, *SUPPORTED_OPS, *EXCLUDED_OPS}
+    assert set(rows) == {*KERNELS, *SUPPORTED_OPS, *UNROLLED_OPS, *EXCLUDED_OPS}
     assert all(rows[op].numpy == "numpy kernel" for op in KERNELS)
-    assert all(rows[op].tvm == "TVM" for op in SUPPORTED_OPS)
+    assert all(rows[op].tvm == "TVM" for op in {*SUPPORTED_OPS, *UNROLLED_OPS})
+    assert rows["Loop"].tvm_when.startswith("unrolled: a constant trip count of 1 to 64")
     assert all((rows[op].tvm, rows[op].tvm_when) == ("no", EXCLUDED_OPS[op]) for op in EXCLUDED_OPS)
 
 

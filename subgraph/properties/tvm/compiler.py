@@ -19,8 +19,6 @@ from typing import Any
 
 import tvm
 
-from subgraph.analysis.fold import fold_batchnorm
-from subgraph.analysis.taps import trim_conv_taps
 from subgraph.errors import PropertyError
 from subgraph.ir import Graph
 from subgraph.ops.index import INDEX_OPS, index_limits
@@ -35,10 +33,9 @@ from subgraph.properties.tvm.cache import (
     load_entry,
     store_entry,
 )
-from subgraph.properties.tvm.importer import onnx_for_tvm
+from subgraph.properties.tvm.importer import onnx_for_tvm, prepared_graph
 from subgraph.properties.tvm.interrupt import interruptible
 from subgraph.properties.tvm.pipeline import SCHEDULES
-from subgraph.properties.tvm.rewrites import sum_as_adds
 from subgraph.properties.tvm.runtime import TVMFunction
 from subgraph.properties.tvm.target import as_target, use_all_cpus
 from subgraph.properties.tvm.tuning_db import open_database
@@ -185,7 +182,7 @@ def _prepare(graph: Graph, target: str | dict | Any, cache_dir: str | os.PathLik
     variant = schedule + (f"|tuned:{database.digest()}" if database else "")
     key = _known_key(graph, str(tgt), variant)
     if key is not None:  # what onnx_for_tvm does, without writing the ONNX model (a cache hit needs none)
-        return sum_as_adds(trim_conv_taps(fold_batchnorm(graph))), None, tgt, directory, database, key
+        return prepared_graph(graph), None, tgt, directory, database, key
     prepared, model = onnx_for_tvm(graph)
     key = cache_key(model.SerializeToString(deterministic=True), str(tgt), variant)
     _remember_key(graph, str(tgt), variant, key)

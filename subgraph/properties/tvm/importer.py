@@ -22,12 +22,13 @@ from subgraph.analysis.taps import trim_conv_taps
 from subgraph.errors import PropertyError, SubgraphError
 from subgraph.ir import Graph
 from subgraph.onnx.writer import to_onnx
+from subgraph.properties.tvm.loops import unroll_loops
 from subgraph.properties.tvm.messages import error_summary
 from subgraph.properties.tvm.recurrent import unroll_recurrent
 from subgraph.properties.tvm.rewrites import sum_as_adds
 from subgraph.properties.tvm.tensors import static_shape
 
-__all__ = ["check_outputs", "onnx_for_tvm", "relax_module"]
+__all__ = ["check_outputs", "onnx_for_tvm", "prepared_graph", "relax_module"]
 
 
 def _import_relax(graph: Graph, model: Any, shapes: dict[str, list[int]], dtypes: dict[str, str]) -> Any:
@@ -77,21 +78,28 @@ def check_outputs(graph: Graph, func: Any) -> list[int]:
     return [i for i, expr in enumerate(fields) if isinstance(resolve(expr), tvm.ir.expr.Constant)]
 
 
-def onnx_for_tvm(graph: Graph) -> tuple[Graph, Any]:
-    """The graph TVM compiles (BatchNormalization folded into convolutions, kernel taps
-    that read only padding cut, Sum as Adds, LSTM/GRU/RNN unrolled) and its ONNX model.
+def prepared_graph(graph: Graph) -> Graph:
+    """The graph TVM compiles: Loops with a constant trip count and LSTM/GRU/RNN unrolled,
+    BatchNormalization folded into convolutions, kernel taps that read only padding cut,
+    Sum as Adds.
 
-    TVM's fuser does not fuse ``conv2d`` with ``batch_norm``, so each BN would be one more
-    pass over memory; :func:`~subgraph.analysis.fold.fold_batchnorm` removes it beforehand.
-    :func:`~subgraph.properties.tvm.rewrites.sum_as_adds` avoids the importer's stack;
-    :func:`~subgraph.properties.tvm.recurrent.unroll_recurrent` writes recurrent cells,
-    which the importer lacks, as primitive ops.
+    :func:`~subgraph.properties.tvm.loops.unroll_loops` and
+    :func:`~subgraph.properties.tvm.recurrent.unroll_recurrent` write what the importer
+    lacks as primitive ops. TVM's fuser does not fuse ``conv2d`` with ``batch_norm``, so
+    each BN would be one more pass over memory; :func:`~subgraph.analysis.fold.fold_batchnorm`
+    removes it beforehand. :func:`~subgraph.properties.tvm.rewrites.sum_as_adds` avoids the
+    importer's stack.
     """
+    return unroll_recurrent(sum_as_adds(trim_conv_taps(fold_batchnorm(unroll_loops(graph)))))
+
+
+def onnx_for_tvm(graph: Graph) -> tuple[Graph, Any]:
+    """:func:`prepared_graph` and its ONNX model."""
     for value in graph.inputs:
         if value.shape is None or value.dtype is None:
             raise PropertyError(f"graph {graph.name!r}: input %{value.name} needs a static shape and "
                                 f"dtype to compile with TVM, got {value.type_str()}")
-    graph = unroll_recurrent(sum_as_adds(trim_conv_taps(fold_batchnorm(graph))))
+    graph = prepared_graph(graph)
     try:
         return graph, to_onnx(graph)
     except SubgraphError as exc:

@@ -13,7 +13,8 @@ Examples
 (True, False, False)
 
 LSTM, GRU and RNN are not imported by TVM but unrolled into primitive ops first
-(:mod:`subgraph.properties.tvm.recurrent`), under the conditions it checks.
+(:mod:`subgraph.properties.tvm.recurrent`), under the conditions it checks; so are Loops
+with a constant trip count (:mod:`subgraph.properties.tvm.loops`).
 """
 
 from __future__ import annotations
@@ -26,9 +27,12 @@ import numpy as np
 from subgraph.errors import ExecutionError
 from subgraph.ir import Node
 from subgraph.ops.index import INDEX_OPS, check_indices, index_limits
+from subgraph.properties.tvm.loops import MAX_TRIPS
+from subgraph.properties.tvm.loops import decline_reason as loop_decline_reason
 from subgraph.properties.tvm.recurrent import MAX_STEPS, RECURRENT_OPS, decline_reason
 
-__all__ = ["tvm_installed", "tvm_supports", "op_conditions", "unsupported_reason", "SUPPORTED_OPS", "EXCLUDED_OPS"]
+__all__ = ["tvm_installed", "tvm_supports", "op_conditions", "unsupported_reason", "SUPPORTED_OPS", "UNROLLED_OPS",
+           "EXCLUDED_OPS"]
 
 #: Default-domain ops whose single-node ONNX backend cases TVM converted, compiled and ran to
 #: the expected numbers (GlobalLpPool and MaxRoiPool, which have no such cases, were checked
@@ -49,6 +53,12 @@ Size Slice Softmax Softplus Softsign SpaceToDepth Split Sqrt Squeeze Sub Sum Tan
 ThresholdedRelu Tile TopK Transpose Trilu Unsqueeze Where Xor
 """.split())
 
+#: Ops TVM's importer lacks that are written out as primitive ops first (when their
+#: conditions hold): recurrent cells (:mod:`~subgraph.properties.tvm.recurrent`) and Loops
+#: (:mod:`~subgraph.properties.tvm.loops`); a Loop that is not unrolled runs with its body
+#: on a device that runs bodies (NUMPY).
+UNROLLED_OPS: frozenset[str] = frozenset({*RECURRENT_OPS, "Loop"})
+
 #: Ops the importer maps but that are left out, and why.
 EXCLUDED_OPS: dict[str, str] = {
     "Attention": "the importer reads com.microsoft attributes (num_heads); all 93 ONNX cases failed",
@@ -61,7 +71,7 @@ EXCLUDED_OPS: dict[str, str] = {
                      "SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert",
                      "SequenceLength", "ConcatFromSequence", "SplitToSequence"],
                     "sequences and optionals are not supported"),
-    **dict.fromkeys(["If", "Loop", "Scan"],
+    **dict.fromkeys(["If", "Scan"],
                     "control flow is not supported: the node and its bodies run as one unit on a device "
                     "that runs bodies (NUMPY)"),
 }
@@ -133,7 +143,7 @@ def tvm_supports(op: str, domain: str = "", opset: int = 17) -> bool:
     >>> tvm_supports("Reshape"), tvm_supports("NonZero"), tvm_supports("Gelu", opset=17)
     (True, False, False)
     """
-    return (domain in ("", "ai.onnx") and (op in SUPPORTED_OPS or op in RECURRENT_OPS) and _tvm_installed()
+    return (domain in ("", "ai.onnx") and (op in SUPPORTED_OPS or op in UNROLLED_OPS) and _tvm_installed()
             and _onnx_defines(op, opset))
 
 
@@ -252,6 +262,8 @@ _OTHER_CONDITIONS: dict[str, str] = {
     "DequantizeLinear": "no blocked quantization (block_size)",
     "RMSNormalization": "axis not 0",
     "Resize": "no axes attribute; scales giving whole output sizes",
+    "Loop": f"unrolled: a constant trip count of 1 to {MAX_TRIPS}; the condition absent or constant true and "
+            "kept true by the body; no nested control flow; every unrolled node one TVM takes",
     **dict.fromkeys(RECURRENT_OPS, f"unrolled: a static sequence of at most {MAX_STEPS} steps; W, R, B, P and "
                                    "sequence_lens constants; Sigmoid/Tanh/Relu activations; no input_forget"),
     **dict.fromkeys(sorted(INDEX_OPS - {"Scatter"}), "indices a constant in range or a graph input "
@@ -310,6 +322,9 @@ def unsupported_reason(node: Node) -> str | None:
     """
     where = f"node {node.name!r} ({node.op})"
     opset = node.graph.opset.get("", 17) if node.graph is not None else 17
+    if node.op == "Loop" and node.domain in ("", "ai.onnx") and _tvm_installed():
+        reason = loop_decline_reason(node, unsupported_reason)
+        return f"{where}: not unrolled: {reason}" if reason else None
     if not tvm_supports(node.op, node.domain, opset):
         if not _tvm_installed():
             why = "apache-tvm is not installed"
