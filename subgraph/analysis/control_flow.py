@@ -30,7 +30,7 @@ import numpy as np
 from subgraph.errors import SubgraphError
 from subgraph.ir import Graph, Node
 
-__all__ = ["fixed_trips", "keeps_going", "loop_carried_hints"]
+__all__ = ["fixed_trips", "keeps_going", "loop_carried_hints", "true_constant"]
 
 
 def loop_carried_hints(graph: Graph, types: dict[str, Any], hints: dict[str, Any]) -> bool:
@@ -80,7 +80,8 @@ def _inferred(node: Node, body: Graph, given: list[tuple], cache: dict[str, list
     return types[k] if types else (None, None)
 
 
-def _true_constant(data: Any) -> bool:
+def true_constant(data: Any) -> bool:
+    """Whether ``data`` is a one-element bool array (or value) that is true."""
     data = None if data is None else np.asarray(data)
     return data is not None and data.dtype == np.bool_ and data.size == 1 and bool(data.reshape(-1)[0])
 
@@ -100,12 +101,12 @@ def keeps_going(node: Node) -> bool:
         if value is body.inputs[1]:
             return True
         if value.name in outer:
-            return outer[value.name] is not None and _true_constant(outer[value.name].data)
+            return outer[value.name] is not None and true_constant(outer[value.name].data)
         producer = value.producer
         if producer is None:
             return False
         if producer.op == "Constant":
-            return _true_constant(producer.attrs.get("value"))
+            return true_constant(producer.attrs.get("value"))
         if producer.op != "Identity" or not producer.inputs or producer.inputs[0] is None:
             return False
         value = producer.inputs[0]
@@ -120,7 +121,7 @@ def fixed_trips(node: Node) -> int | None:
     if data is None or data.size != 1 or data.dtype.kind not in "iu":
         return None
     cond = node.inputs[1] if len(node.inputs) > 1 else None
-    if cond is not None and not _true_constant(cond.data):
+    if cond is not None and not true_constant(cond.data):
         return None
     return max(int(data.reshape(-1)[0]), 0) if keeps_going(node) else None
 

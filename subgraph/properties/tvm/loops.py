@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from subgraph.analysis.constants import fold_constants
-from subgraph.analysis.control_flow import keeps_going
+from subgraph.analysis.control_flow import keeps_going, true_constant
 from subgraph.analysis.shape_inference import infer_shapes
 from subgraph.errors import SubgraphError
 from subgraph.ir import Graph, Node, Value
@@ -39,13 +39,10 @@ MAX_TRIPS = 64
 MAX_UNROLLED_NODES = 2048
 
 
-def _constant(value: Value | None) -> np.ndarray | None:
-    return None if value is None or value.data is None else np.asarray(value.data)
-
-
 def _trips(node: Node) -> int | str:
     """The Loop's constant trip count, or why it has none."""
-    count = _constant(node.inputs[0] if node.inputs else None)
+    count = node.inputs[0] if node.inputs else None
+    count = None if count is None or count.data is None else np.asarray(count.data)
     if count is None or count.size != 1 or count.dtype.kind not in "iu":
         return "its trip count is not a constant"
     trips = int(count.reshape(-1)[0])
@@ -63,10 +60,8 @@ def _structure_reason(node: Node) -> str | None:
     if isinstance(trips, str):
         return trips
     cond = node.inputs[1] if len(node.inputs) > 1 else None
-    if cond is not None:
-        data = _constant(cond)
-        if data is None or data.dtype != np.bool_ or data.size != 1 or not bool(data.reshape(-1)[0]):
-            return "its condition input is not a constant true"
+    if cond is not None and not true_constant(cond.data):
+        return "its condition input is not a constant true"
     if any(n.bodies for n in body.nodes):
         return "its body has control flow of its own"
     if not keeps_going(node):
@@ -121,6 +116,7 @@ def _unroll(new: Graph, node: Node, inputs: list[Value | None], fresh: Callable[
     implicit = inputs[explicit:]
     scans: list[list[Value]] = [[] for _ in range(len(body.outputs) - 1 - len(carried))]
     cond = new.add_constant(fresh(f"{node.name}_cond"), np.array(True))
+    axis = new.add_constant(fresh(f"{node.name}_axis"), np.array([0], np.int64)) if scans else None
     for trip in range(trips):
         index = new.add_constant(fresh(f"{node.name}_trip{trip}"), np.array(trip, np.int64))
         val_map: dict[Any, Value] = dict(zip(body.inputs, [index, cond, *carried, *implicit]))
@@ -134,7 +130,6 @@ def _unroll(new: Graph, node: Node, inputs: list[Value | None], fresh: Callable[
         results = [val_map[v] for v in body.outputs]
         carried = results[1:1 + len(carried)]
         for k, value in enumerate(results[1 + len(carried):]):
-            axis = new.add_constant(fresh(f"{node.name}_{trip}_axis"), np.array([0], np.int64))
             scans[k].append(new.add_node("Unsqueeze", [value, axis], name=fresh(f"{node.name}/{trip}/scan{k}"),
                                          outputs=[fresh(f"{node.name}/{trip}/scan{k}")]).outputs[0])
     stacked = [new.add_node("Concat", values, attrs={"axis": 0}, name=fresh(f"{node.name}/scan{k}"),

@@ -54,8 +54,8 @@ def _binary(name: str, op: Any) -> Any:
         if not _float(call):
             return tvm.ir.Op.get(f"relax.{name}").get_attr("FLegalize")(bb, call)
         x, bound = call.args
-        if _scalar(bound) is not None:  # a clamp: elementwise, so it fuses into the producing conv
-            value = _scalar(bound)
+        value = _scalar(bound)
+        if value is not None:  # a clamp: elementwise, so it fuses into the producing conv
             return bb.call_te(lambda a: te.compute(a.shape, lambda *i: op(str(a.dtype), a(*i), value), name=name),
                               x, primfunc_name_hint=name)
         return bb.call_te(lambda a, b: te.compute(_broadcast_shape(a, b), _broadcast(op, a, b), name=name),

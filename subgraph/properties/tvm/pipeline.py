@@ -83,7 +83,8 @@ def _ClampsAsRelaxOps() -> Any:  # noqa: N802 - a pass, named like TVM's
     TVM's ONNX importer emits ``Clip`` as calls of ready-made TIR functions, and
     HardSwish / HardSigmoid through ``R.clip``, none of which ConvertLayout sees through:
     in an NHWC build every ReLU6 of MobileNetV2 was wrapped in two transposes, and every
-    HardSwish of MobileNetV3 in three (13% of SSDlite's backbone). The Relax ops compute the same (a scalar broadcasts) and
+    HardSwish of MobileNetV3 in three (13% of SSDlite's backbone). The Relax ops compute
+    the same (a scalar broadcasts) and
     follow their input's layout. ``R.nn.dropout`` returns a tuple, on which TVM 0.27's
     layout inference aborts ("Expected nested to match tuple", SqueezeNet); at inference
     its first output is its input.
