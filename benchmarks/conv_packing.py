@@ -113,7 +113,7 @@ def _bias_relu(te, conv, bias):
 
 
 def pack_numpy(hwio, block: int):
-    """HWIO weights as (O / block, KH, KW, I, block), as ``packing.pack_hwio`` computes them."""
+    """HWIO weights as (O / block, KH, KW, I, block), as ``folding.packed_constant`` computes them."""
     kh, kw, cin, cout = hwio.shape
     return hwio.reshape(kh, kw, cin, cout // block, block).transpose(3, 0, 1, 2, 4)
 

@@ -7,9 +7,9 @@ the hardware prefetchers do not follow, and the layer ran at a quarter of the CP
 :func:`packed_conv2d_legalize` gives ``relax.nn.conv2d`` a legalization that reads the
 weights as ``(O / block, KH, KW, I, block)`` instead, ``block`` output channels innermost
 (oneDNN's ``OIhw16o``-style blocking, in the order this schedule walks them): a tile's
-weights become one contiguous stream. The packing is a TIR function of the constant weights,
-which ``FoldConstant`` evaluates at compile time; weights that are not constants keep the
-plain HWIO legalization (packing them would cost a copy on every call).
+weights become one contiguous stream. The packing is done on the constant weights with numpy at
+compile time (:func:`~subgraph.properties.tvm.folding.packed_constant`); weights that are
+not constants keep the plain HWIO legalization (packing them would cost a copy on every call).
 :func:`packed_matmul_legalize` does the same for ``relax.matmul`` with a constant matrix on
 the right (Linear layers, a transformer's projections): ``(N / block, K, block)`` panels.
 
@@ -27,23 +27,17 @@ from typing import Any
 import tvm
 from tvm import te, topi
 
+from subgraph.properties.tvm.folding import packed_constant
 from subgraph.properties.tvm.schedules import vector_widths
 from subgraph.properties.tvm.tensors import static_shape
 
-__all__ = ["conv2d_nhwc_packed", "matmul_packed", "pack_columns", "pack_hwio", "packed_conv2d_legalize",
-           "packed_matmul_legalize"]
-
-
-def pack_hwio(weight: te.Tensor, block: int) -> te.Tensor:
-    """HWIO weights as ``(O / block, KH, KW, I, block)``: ``block`` output channels innermost."""
-    kh, kw, channels, out = weight.shape
-    return te.compute((out // block, kh, kw, channels, block),
-                      lambda o, y, x, c, i: weight[y, x, c, o * block + i], name="weight_packed")
+__all__ = ["conv2d_nhwc_packed", "matmul_packed", "packed_conv2d_legalize", "packed_matmul_legalize"]
 
 
 def conv2d_nhwc_packed(data: te.Tensor, packed: te.Tensor, strides: tuple[int, int],
                        padding: tuple[int, int, int, int], dilation: tuple[int, int]) -> te.Tensor:
-    """A 2-D convolution of NHWC ``data`` with weights packed by :func:`pack_hwio`; NHWC output.
+    """A 2-D convolution of NHWC ``data`` with HWIO weights packed as ``(O / block, KH, KW, I, block)``
+    (``block`` output channels innermost); NHWC output.
 
     ``padding`` is Relax's ``(top, left, bottom, right)``.
     """
@@ -63,15 +57,9 @@ def conv2d_nhwc_packed(data: te.Tensor, packed: te.Tensor, strides: tuple[int, i
         name="conv2d_nhwc", tag="conv2d_nhwc")
 
 
-def pack_columns(weight: te.Tensor, block: int) -> te.Tensor:
-    """A ``(K, N)`` matrix as ``(N / block, K, block)``: column panels of ``block``, each contiguous."""
-    depth, columns = weight.shape
-    return te.compute((columns // block, depth, block), lambda o, k, i: weight[k, o * block + i],
-                      name="weight_packed")
-
-
 def matmul_packed(data: te.Tensor, packed: te.Tensor) -> te.Tensor:
-    """``data @ W`` for ``data`` of rank 2 or more and ``W`` packed by :func:`pack_columns`."""
+    """``data @ W`` for ``data`` of rank 2 or more and a ``(K, N)`` matrix ``W`` packed as
+    ``(N / block, K, block)``: column panels of ``block``, each contiguous."""
     blocks, depth, block = packed.shape
     k = te.reduce_axis((0, depth), name="k")
     return te.compute((*data.shape[:-1], blocks * block),
@@ -110,7 +98,7 @@ def packed_conv2d_legalize(lanes: int) -> Callable[[Any, Any], Any]:
         widths = [] if plain else vector_widths(lanes, shape[3])
         if not widths:
             return default(bb, call)
-        packed = bb.emit_te(pack_hwio, weight, widths[0], primfunc_name_hint="pack_hwio")
+        packed = packed_constant(weight, widths[0], (0, 1, 2))
         return bb.call_te(conv2d_nhwc_packed, data, packed, [int(s) for s in attrs.strides],
                           [int(p) for p in attrs.padding], [int(d) for d in attrs.dilation],
                           primfunc_name_hint="conv2d")
@@ -134,7 +122,7 @@ def packed_matmul_legalize(lanes: int) -> Callable[[Any, Any], Any]:
         widths = [] if shape is None or len(static_shape(data.ty)) < 2 else vector_widths(lanes, shape[1])
         if not widths:
             return default(bb, call)
-        packed = bb.emit_te(pack_columns, weight, widths[0], primfunc_name_hint="pack_columns")
+        packed = packed_constant(weight, widths[0], (0,))
         return bb.call_te(matmul_packed, data, packed, primfunc_name_hint="matmul")
 
     return legalize
