@@ -10,7 +10,10 @@ owner-only (0o700, files 0o600) and a folder another user owns or may write to i
 (:func:`check_private`); an entry is loaded only when the library's size and sha256 match
 its metadata and its ELF program headers lie inside the file (a truncated library whose
 checksum was rewritten would otherwise kill the process with SIGBUS inside ``dlopen``).
-A damaged entry is ignored with a warning and recompiled by the caller.
+A damaged entry is ignored with a warning and recompiled by the caller. What is loaded is
+a private copy of the bytes that were verified (a file in the cache folder, unlinked once
+loaded): a cache file damaged in place later cannot change the running code or kill the
+process that mapped it. A fresh build is loaded the same way from the bytes it stored.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import json
 import os
 import stat
 import struct
+import tempfile
 import threading
 import warnings
 from pathlib import Path
@@ -88,14 +92,6 @@ def clear_memory_cache() -> None:
     MEMORY.clear()
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def check_private(directory: Path) -> None:
     """Make ``directory`` (created if missing) owner-only, or refuse a folder others control.
 
@@ -121,35 +117,47 @@ def check_private(directory: Path) -> None:
         os.chmod(directory, 0o700)
 
 
-def _check_elf(path: Path, size: int) -> None:
-    """Raise ValueError unless ``path`` is an ELF file whose headers and loaded segments lie inside it."""
-    with open(path, "rb") as f:
-        head = f.read(64)
-        if len(head) < 64 or head[:4] != b"\x7fELF":
-            raise ValueError("the library is not an ELF file")
-        if head[4] != 2:  # ELFCLASS64: TVM builds 64-bit hosts only here
-            return
-        order = "<" if head[5] == 1 else ">"
-        phoff, shoff = struct.unpack_from(order + "QQ", head, 32)
-        phentsize, phnum, shentsize, shnum = struct.unpack_from(order + "HHHH", head, 54)
-        if phoff + phentsize * phnum > size or shoff + shentsize * shnum > size:
-            raise ValueError("the library is truncated (its headers end past the file)")
-        f.seek(phoff)
-        table = f.read(phentsize * phnum)
+def _check_elf(data: bytes) -> None:
+    """Raise ValueError unless ``data`` is an ELF file whose headers and loaded segments lie inside it."""
+    size, head = len(data), data[:64]
+    if len(head) < 64 or head[:4] != b"\x7fELF":
+        raise ValueError("the library is not an ELF file")
+    if head[4] != 2:  # ELFCLASS64: TVM builds 64-bit hosts only here
+        return
+    order = "<" if head[5] == 1 else ">"
+    phoff, shoff = struct.unpack_from(order + "QQ", head, 32)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from(order + "HHHH", head, 54)
+    if phoff + phentsize * phnum > size or shoff + shentsize * shnum > size:
+        raise ValueError("the library is truncated (its headers end past the file)")
+    table = data[phoff:phoff + phentsize * phnum]
     for i in range(phnum):
         kind, _, offset, _, _, filesz = struct.unpack_from(order + "IIQQQQ", table, i * phentsize)
         if kind == 1 and offset + filesz > size:  # PT_LOAD
             raise ValueError("the library is truncated (a loaded segment ends past the file)")
 
 
-def _verify(lib: Path, meta: dict) -> None:
-    """Raise ValueError unless the library matches its metadata's size and sha256 and is a whole ELF file."""
-    size = lib.stat().st_size
-    if meta.get("size") != size:
-        raise ValueError(f"the library's size {size} does not match its metadata ({meta.get('size')})")
-    if meta.get("sha256") != _file_sha256(lib):
+def _verify(data: bytes, meta: dict) -> None:
+    """Raise ValueError unless the library's bytes match its metadata's size and sha256 and are a whole ELF file."""
+    if meta.get("size") != len(data):
+        raise ValueError(f"the library's size {len(data)} does not match its metadata ({meta.get('size')})")
+    if meta.get("sha256") != hashlib.sha256(data).hexdigest():
         raise ValueError("the library's checksum does not match its metadata")
-    _check_elf(lib, size)
+    _check_elf(data)
+
+
+def _load_private(directory: Path, data: bytes) -> Any:
+    """The library ``data`` loaded from a copy of its own in ``directory``, unlinked once loaded.
+
+    The cache folder rather than the temporary one: it is private, and a system may mount
+    its temporary folder without execute permission.
+    """
+    fd, path = tempfile.mkstemp(prefix=".load-", suffix=".so", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return tvm.runtime.load_module(path)
+    finally:
+        os.unlink(path)
 
 
 def load_entry(directory: Path, key: str, device: Any) -> tuple[Any, dict] | None:
@@ -161,8 +169,9 @@ def load_entry(directory: Path, key: str, device: Any) -> tuple[Any, dict] | Non
         meta = json.loads(meta_path.read_text())
         if not isinstance(meta, dict):
             raise ValueError("the metadata is not a JSON object")
-        _verify(lib, meta)
-        module = tvm.runtime.load_module(str(lib))
+        data = lib.read_bytes()
+        _verify(data, meta)
+        module = _load_private(directory, data)
         relax.VirtualMachine(module, device)  # fails here rather than on the first call
         return module, meta
     except Exception as exc:
@@ -171,16 +180,23 @@ def load_entry(directory: Path, key: str, device: Any) -> tuple[Any, dict] | Non
         return None
 
 
-def store_entry(directory: Path, key: str, executable: Any, meta: dict) -> None:
+def store_entry(directory: Path, key: str, executable: Any, meta: dict) -> Any:
     """Write the library, then its metadata (with the library's size and checksum), each atomically
     and owner-only (the folder is private, see :func:`check_private`); an interrupt leaves no
-    part of the entry behind."""
+    part of the entry behind.
+
+    Returns the stored library, loaded (a private copy, see the module's notes): its machine
+    code is ready, where running ``executable`` would have LLVM's JIT generate it again
+    (ResNet-18: 0.1 s against 0.9-1.8 s). ``None`` when it could not be written or loaded
+    (a warning says why).
+    """
     lib, meta_path = directory / f"{key}.so", directory / f"{key}.json"
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         with atomic_path(lib) as tmp:
             executable.export_library(tmp)
-            digest, size = _file_sha256(Path(tmp)), os.path.getsize(tmp)
+            data = Path(tmp).read_bytes()
+            digest, size = hashlib.sha256(data).hexdigest(), len(data)
         os.chmod(lib, 0o600)
         try:
             write_atomic(meta_path, json.dumps(dict(meta, sha256=digest, size=size), indent=1, sort_keys=True))
@@ -191,4 +207,11 @@ def store_entry(directory: Path, key: str, executable: Any, meta: dict) -> None:
     except Exception as exc:  # a read-only or full disk must not stop the run
         warnings.warn(f"could not write the TVM cache in {directory}: {error_summary(exc, 1)}",
                       RuntimeWarning, stacklevel=3)
+        return None
+    try:
+        return _load_private(directory, data)
+    except Exception as exc:  # noqa: BLE001 - the build in memory still runs
+        warnings.warn(f"could not load the library just stored in {directory} ({error_summary(exc, 1)}); "
+                      "the build runs from memory", RuntimeWarning, stacklevel=3)
+        return None
 

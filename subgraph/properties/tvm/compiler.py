@@ -136,11 +136,12 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
             tuned = sorted(database.records[k].name for k in keys) if database else []
             source = "compiled"
             if use_cache:
-                store_entry(directory, key, module, {
+                stored = store_entry(directory, key, module, {
                     "graph": graph.name, "target": str(tgt), "schedule": schedule, "tvm": tvm.__version__,
                     "constant_outputs": constant_outputs, "tuned": tuned,
                     "notes": [{"function": n.function, "nodes": list(n.nodes), "status": n.status,
                                "reason": n.reason} for n in notes]})
+                module = module if stored is None else stored  # machine code ready: no JIT
         fn = TVMFunction(module, device, name=graph.name, key=key, target=str(tgt),
                          inputs=[(v.name, v.shape, v.dtype) for v in graph.inputs],
                          output_names=[v.name for v in graph.outputs],

@@ -54,6 +54,26 @@ def test_disk_cache_is_hit_in_a_new_process(cache_dir):
     np.testing.assert_array_equal(np.load(cache_dir.parent / "y.npy"), fn(x)[0])
 
 
+@pytest.mark.parametrize("loaded_from", ["a fresh build", "the disk cache"])
+def test_a_library_damaged_in_place_does_not_touch_the_code_already_loaded(cache_dir, loaded_from):
+    # what runs is a private copy of the verified bytes: overwriting the cache file in place
+    # (a cp over it, a disk error) neither changes the answers nor kills the process
+    graph, x = conv_relu_graph(), sample((1, 3, 8, 8))
+    want = compile_graph(graph, cache_dir=cache_dir)(x)[0]
+    if loaded_from == "the disk cache":
+        clear_memory_cache()
+        fn = compile_graph(graph, cache_dir=cache_dir)
+        assert fn.source == "disk"
+    else:
+        fn = compile_graph(graph, cache_dir=cache_dir)
+        assert fn.source == "compiled"
+    assert sorted(p.suffix for p in cache_dir.iterdir()) == [".json", ".so"]  # no copy left behind
+    lib = next(cache_dir.glob("*.so"))
+    with open(lib, "r+b") as f:  # the same inode, every byte garbage
+        f.write(b"\xcc" * lib.stat().st_size)
+    np.testing.assert_array_equal(fn(x)[0], want)
+
+
 def test_a_damaged_cache_file_is_recompiled(cache_dir):
     graph = conv_relu_graph()
     x = sample((1, 3, 8, 8))
