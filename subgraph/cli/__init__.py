@@ -200,6 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "them (TVM.tuning=false ignores them).")
     t.add_argument("--budget", type=_positive_float, default=60.0, metavar="SECONDS",
                    help="time to spend measuring (default 60)")
+    t.add_argument("--trials", type=_positive, metavar="N",
+                   help="at most N tiles measured per function, the default tile included (default: every "
+                        "candidate, up to 12)")
     t.add_argument("--retune", action="store_true", help="measure functions that already have a record again")
     t.set_defaults(func=_tune)
     o = sub.add_parser("ops", help="print which ops each built-in device runs, by which path",
@@ -459,12 +462,13 @@ def _tune(args: argparse.Namespace) -> int:
     database = open_database(tvm_options.get("tuning", True), tvm_options.get("cache_dir"))
     if database is None:
         raise UsageError("TVM.tuning=false: there is no database to tune into")
-    print(f"model    {label} ({graph.name}): {len(subgraphs)} TVM subgraph(s), budget {args.budget:g} s")
+    trials = "" if args.trials is None else f", at most {args.trials} tile(s) per function"
+    print(f"model    {label} ({graph.name}): {len(subgraphs)} TVM subgraph(s), budget {args.budget:g} s{trials}")
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught, TuneProgress(args.budget) as progress:
         warnings.simplefilter("always")
         records = tune_graphs(subgraphs, args.budget, target=tvm_options.get("target", "llvm"), database=database,
-                              retune=args.retune, progress=progress)
+                              retune=args.retune, trials=args.trials, progress=progress)
     for warning in caught:
         print(f"subgraph: warning: {warning.message}", file=sys.stderr)
     print(format_tuning(records))

@@ -152,7 +152,7 @@ Progress = Callable[[int, int, TuneTask, "TuningRecord | None"], None]
 
 def tune_graphs(graphs: Sequence[Graph], budget: float, *, target: Any = "llvm",
                 database: TuningDatabase | None = None, retune: bool = False, repeat: int = 5,
-                progress: Progress | None = None) -> list[TuningRecord]:
+                trials: int | None = None, progress: Progress | None = None) -> list[TuningRecord]:
     """Measure candidate tiles for the contractions of ``graphs`` within ``budget`` seconds.
 
     Parameters
@@ -170,6 +170,9 @@ def tune_graphs(graphs: Sequence[Graph], budget: float, *, target: Any = "llvm",
         Measure functions that already have a record again.
     repeat : int
         Timed runs per candidate (median).
+    trials : int, optional
+        At most this many tiles measured per function, the default tile included (like
+        meta_schedule's ``max_trials_per_task``); default every candidate.
     progress : callable, optional
         Called after each task.
 
@@ -181,19 +184,21 @@ def tune_graphs(graphs: Sequence[Graph], budget: float, *, target: Any = "llvm",
     Raises
     ------
     PropertyError
-        ``budget`` is not positive or the target is not a CPU (``llvm``).
+        ``budget`` or ``trials`` is not positive or the target is not a CPU (``llvm``).
     KeyboardInterrupt
         Ctrl-C, at once also inside TVM's builds; the database keeps the records of the
         tasks finished before (it is saved, atomically, after each task).
     """
     if not budget > 0:
         raise PropertyError(f"tuning budget must be a positive number of seconds, got {budget!r}")
+    if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int) or trials < 1):
+        raise PropertyError(f"trials must be a positive whole number of tiles, got {trials!r}")
     with native_log_to_logging():  # TVM's C++ warnings go to logging, not the terminal
-        return _tune(graphs, budget, target, database, retune, repeat, progress)
+        return _tune(graphs, budget, target, database, retune, repeat, trials, progress)
 
 
 def _tune(graphs: Sequence[Graph], budget: float, target: Any, database: TuningDatabase | None, retune: bool,
-          repeat: int, progress: Progress | None) -> list[TuningRecord]:
+          repeat: int, trials: int | None, progress: Progress | None) -> list[TuningRecord]:
     use_all_cpus()
     tgt = as_target(target)
     if tgt.kind.name != "llvm":
@@ -219,7 +224,7 @@ def _tune(graphs: Sequence[Graph], budget: float, target: Any, database: TuningD
     for done, task in enumerate(order, 1):
         record = None
         if time.perf_counter() < deadline:
-            record = _tune_task(task, benches[task.key], weights[task.key] / task.count, deadline)
+            record = _tune_task(task, benches[task.key], weights[task.key] / task.count, deadline, trials)
             database.add(record)
             database.save()
             made.append(record)
@@ -228,9 +233,10 @@ def _tune(graphs: Sequence[Graph], budget: float, target: Any, database: TuningD
     return made
 
 
-def _tune_task(task: TuneTask, bench: TileBench, default_seconds: float, deadline: float) -> TuningRecord:
+def _tune_task(task: TuneTask, bench: TileBench, default_seconds: float, deadline: float,
+               trials: int | None) -> TuningRecord:
     best, best_seconds, tried = task.tiles[0], default_seconds, 1
-    for tile in task.tiles[1:]:
+    for tile in task.tiles[1:trials]:
         if time.perf_counter() >= deadline:
             break
         tried += 1

@@ -131,3 +131,15 @@ def test_a_spent_budget_leaves_the_default_tile(tmp_path):
 def test_bad_budget_is_refused(budget):
     with pytest.raises(PropertyError, match=r"tuning budget must be a positive number of seconds, got "):
         tune_graphs([linear_graph()], budget, database=TuningDatabase(None))
+
+
+@pytest.mark.parametrize("trials", [0, -1, 2.5, True])
+def test_bad_trials_are_refused(trials):
+    with pytest.raises(PropertyError, match=r"trials must be a positive whole number of tiles, got "):
+        tune_graphs([linear_graph()], 10, database=TuningDatabase(None), trials=trials)
+
+
+def test_trials_bound_the_tiles_measured(tmp_path):
+    database = TuningDatabase(tmp_path / "tuning.json")
+    (record,) = tune_graphs([linear_graph()], 600, database=database, trials=2)
+    assert record.candidates == 2
