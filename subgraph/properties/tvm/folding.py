@@ -1,12 +1,14 @@
-"""Layout changes of constants evaluated with numpy before TVM's ``FoldConstant`` sees them.
+"""Calls of constants evaluated with numpy before TVM's ``FoldConstant`` sees them.
 
 TVM's ``FoldConstant`` evaluates a call of constants by legalizing it, building the TIR
-function with LLVM and running it: one LLVM build per distinct function. A convolution's
-weights reach it as ``permute_dims(constant)`` (ConvertLayout's OIHW to HWIO), one
-function per weight shape; those builds were 60% of a whole compile (ResNet-18: 5 of 8.5 s
-of ``tvm.compile``). A transpose or a reshape of a constant is a numpy one-liner with
-exactly the same result, so :func:`fold_layout_constants` does those with numpy and leaves
-whatever else is constant to ``FoldConstant``. The weight packing of
+function with LLVM and running it: an LLVM build per call or distinct function. A
+convolution's weights reach it as ``permute_dims(constant)`` (ConvertLayout's OIHW to
+HWIO), one function per weight shape, and the importer writes each Clip's bounds as
+``where(isnan(bound), -inf, bound)``: those builds were most of a whole compile
+(ResNet-18: 6 of 8.5 s of ``tvm.compile``; MobileNetV2's 70 Clip bounds: 10.5 of 14.6 s).
+Transposes, reshapes, NaN tests, selects and float arithmetic of constants are numpy
+one-liners with exactly the same result, so :func:`fold_with_numpy` evaluates those and
+leaves whatever else is constant to ``FoldConstant``. The weight packing of
 :mod:`~subgraph.properties.tvm.packing` is done the same way (:func:`packed_constant`).
 """
 
@@ -20,49 +22,75 @@ from tvm import relax
 
 from subgraph.properties.tvm.tensors import static_shape
 
-__all__ = ["fold_layout_constants", "packed_constant"]
+__all__ = ["fold_with_numpy", "packed_constant"]
 
 
 #: ops whose result is the constant's data laid out in the call's static output shape
 _RESHAPES = ("relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatten")
 
 
+#: element-wise ops and their numpy twins, exact for any dtype
+_ELEMENTWISE = {"relax.isnan": np.isnan, "relax.isinf": np.isinf, "relax.isfinite": np.isfinite,
+                "relax.logical_not": np.logical_not, "relax.where": np.where}
+
+
+#: arithmetic whose numpy twin is exact on floats (one IEEE operation per element)
+_FLOAT_ARITHMETIC = {"relax.add": np.add, "relax.subtract": np.subtract, "relax.multiply": np.multiply,
+                     "relax.divide": np.divide, "relax.negative": np.negative}
+
+
 def _constant_array(expr: Any) -> np.ndarray | None:
     return expr.value.numpy() if isinstance(expr, tvm.ir.GenericConst) else None
 
 
-def _folded(call: Any, data: np.ndarray | None) -> np.ndarray | None:
-    """``call`` evaluated with numpy when it moves the elements of a constant (``data``, its
-    first argument's value) around; else None."""
+def _evaluated(call: Any, args: list[np.ndarray]) -> np.ndarray | None:
+    """``call`` of the constants ``args`` evaluated with numpy, or None for an op left to TVM."""
     name = getattr(call.op, "name", None)
-    if name != "relax.permute_dims" and name not in _RESHAPES:
-        return None
     shape = static_shape(call.ty)
-    if data is None or shape is None or str(call.ty.dtype) != str(data.dtype):
+    if shape is None:
         return None
     if name == "relax.permute_dims":
-        axes = None if call.attrs.axes is None else [int(a) for a in call.attrs.axes]
-        result = np.transpose(data, axes)
-    else:
-        result = data.reshape(shape) if data.size == int(np.prod(shape, dtype=np.int64)) else None
-    if result is None or list(result.shape) != shape:
+        return np.transpose(args[0], None if call.attrs.axes is None else [int(a) for a in call.attrs.axes])
+    if name in _RESHAPES:
+        return args[0].reshape(shape) if args[0].size == int(np.prod(shape, dtype=np.int64)) else None
+    if name in _ELEMENTWISE:
+        return _ELEMENTWISE[name](*args)
+    if name in _FLOAT_ARITHMETIC and all(a.dtype.kind == "f" and a.dtype == args[0].dtype for a in args):
+        with np.errstate(all="ignore"):  # inf and NaN as IEEE makes them, like the compiled code
+            return _FLOAT_ARITHMETIC[name](*args)
+    return None
+
+
+def _folded(call: Any, args: list[np.ndarray]) -> np.ndarray | None:
+    """:func:`_evaluated`, when it gives exactly the call's static shape and dtype."""
+    result = _evaluated(call, args)
+    result = None if result is None else np.array(result, order="C")  # keeps rank 0 (ascontiguousarray does not)
+    if result is None or list(result.shape) != static_shape(call.ty) or str(result.dtype) != str(call.ty.dtype):
         return None
-    return np.ascontiguousarray(result)
+    return result
 
 
 @relax.expr_functor.mutator
 class _Fold(relax.PyExprMutator):
+    def _value(self, expr: Any) -> np.ndarray | None:
+        if isinstance(expr, relax.Var):  # bound to a constant (folded just before, say)
+            expr = self.lookup_binding(expr)
+        return _constant_array(expr) if expr is not None else None
+
     def visit_call_(self, call: Any) -> Any:
         call = super().visit_call_(call)
-        first = call.args[0] if call.args else None
-        if isinstance(first, relax.Var):  # bound to a constant (folded just before, say)
-            first = self.lookup_binding(first)
-        folded = _folded(call, _constant_array(first) if first is not None else None)
+        if not call.args or getattr(call.op, "name", "").startswith("relax.call_"):
+            return call
+        name = getattr(call.op, "name", "")
+        # a reshape's second argument is its (static) shape, read from the call's type
+        args = [self._value(arg) for arg in (call.args[:1] if name in _RESHAPES else call.args)]
+        folded = None if any(a is None for a in args) else _folded(call, args)
         return call if folded is None else relax.const(folded, str(folded.dtype))
 
 
-def fold_layout_constants(mod: Any) -> Any:
-    """``mod`` with every transpose or reshape of a constant replaced by its result.
+def fold_with_numpy(mod: Any) -> Any:
+    """``mod`` with every call of constants that numpy evaluates exactly (transposes,
+    reshapes, NaN tests, selects, float arithmetic) replaced by its result.
 
     Examples
     --------
@@ -74,7 +102,7 @@ def fold_layout_constants(mod: Any) -> Any:
     ...     w = relax.const(np.arange(6, dtype="float32").reshape(3, 2))
     ...     out = bb.emit(relax.op.add(x, relax.op.permute_dims(w)))
     ...     _ = bb.emit_func_output(out)
-    >>> folded = fold_layout_constants(bb.get())
+    >>> folded = fold_with_numpy(bb.get())
     >>> "permute_dims" in folded.script()
     False
     """

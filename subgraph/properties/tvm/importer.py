@@ -22,7 +22,7 @@ from subgraph.analysis.taps import trim_conv_taps
 from subgraph.errors import PropertyError, SubgraphError
 from subgraph.ir import Graph
 from subgraph.onnx.writer import to_onnx
-from subgraph.properties.tvm.folding import fold_layout_constants
+from subgraph.properties.tvm.folding import fold_with_numpy
 from subgraph.properties.tvm.loops import unroll_loops
 from subgraph.properties.tvm.messages import error_summary
 from subgraph.properties.tvm.recurrent import unroll_recurrent
@@ -39,7 +39,7 @@ def _import_relax(graph: Graph, model: Any, shapes: dict[str, list[int]], dtypes
         with warnings.catch_warnings(), contextlib.redirect_stdout(printed):
             warnings.simplefilter("ignore")
             mod = from_onnx(model, shape_dict=shapes, dtype_dict=dtypes)
-            return relax.transform.FoldConstant()(fold_layout_constants(mod))
+            return relax.transform.FoldConstant()(fold_with_numpy(mod))
     except Exception as exc:
         failed = re.search(r"Error converting operator (\w+)", printed.getvalue())
         missing = re.search(r"not supported for frontend ONNX: ([\w, ]+)", str(exc))

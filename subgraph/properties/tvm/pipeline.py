@@ -38,7 +38,7 @@ from tvm import relax, s_tir, te, tirx, topi
 from tvm.relax.backend.cpu_generic import pipeline as cpu
 
 from subgraph.properties.tvm.convtranspose import conv2d_transpose_legalize
-from subgraph.properties.tvm.folding import fold_layout_constants
+from subgraph.properties.tvm.folding import fold_with_numpy
 from subgraph.properties.tvm.isolation import ApplyScheduleRules, FunctionStatus
 from subgraph.properties.tvm.nan import NAN_LEGALIZE
 from subgraph.properties.tvm.packing import packed_conv2d_legalize, packed_matmul_legalize
@@ -226,7 +226,7 @@ def _ConvertLayoutIfPossible() -> Any:  # noqa: N802 - a pass, named like TVM's
             return mod
         for attempt in (lambda m: m, _opaque_concat_reshape):
             try:
-                return relax.transform.FoldConstant()(fold_layout_constants(convert(attempt(mod))))
+                return relax.transform.FoldConstant()(fold_with_numpy(convert(attempt(mod))))
             except Exception:  # noqa: BLE001 - TVM's layout rules trip over concat and 5-D reshapes
                 continue
         return mod  # keep NCHW; the rules still schedule it

@@ -11,7 +11,7 @@ import tvm
 from tvm import relax
 from tvm_graphs import conv_relu_graph
 
-from subgraph.properties.tvm.folding import fold_layout_constants, packed_constant
+from subgraph.properties.tvm.folding import fold_with_numpy, packed_constant
 from subgraph.properties.tvm.importer import onnx_for_tvm, relax_module
 from subgraph.properties.tvm.pipeline import prepare_passes
 from subgraph.properties.tvm.target import host_target
@@ -53,7 +53,7 @@ def test_transposes_and_reshapes_of_constants_become_constants():
             t = bb.emit(relax.op.add(t, relax.op.squeeze(relax.op.expand_dims(relax.const(data[0, 0, :2]), 0), [0])))
             out = bb.emit_output(relax.op.permute_dims(t))  # not a constant: stays
         bb.emit_func_output(out)
-    folded = relax.transform.DeadCodeElimination()(fold_layout_constants(bb.get()))
+    folded = relax.transform.DeadCodeElimination()(fold_with_numpy(bb.get()))
     ops = sorted(c.op.name for c in _calls(folded))
     assert ops == ["relax.add", "relax.add", "relax.add", "relax.permute_dims"]
     constants = _constants(folded)
@@ -91,3 +91,28 @@ def test_a_convolution_reaches_scheduling_with_its_weights_packed_and_nothing_le
     assert constant == []
     weights = [c for c in _constants(mod) if c.ndim == 5]  # (O / block, KH, KW, I, block)
     assert len(weights) == 1 and weights[0].shape[1:4] == (3, 3, 3)
+
+
+def test_nan_tests_selects_and_float_arithmetic_of_constants_become_constants():
+    # the importer writes each Clip bound as where(isnan(bound), -inf, bound)
+    bound = np.array([np.nan, 6.0], np.float32)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2,), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            c = relax.const(bound)
+            low = bb.emit(relax.op.where(bb.emit(relax.op.isnan(c)), relax.const(-np.inf, "float32"), c))
+            scaled = bb.emit(relax.op.divide(relax.op.add(low, relax.const(np.float32(1))), relax.const(np.float32(3))))
+            ints = bb.emit(relax.op.add(relax.const(np.array([1, 2], np.int64)), relax.const(np.int64(5))))
+            zero = bb.emit(relax.op.where(relax.op.isnan(relax.const(np.float32(0))), relax.const(np.float32(1)),
+                                          relax.const(np.float32(2))))  # rank 0 stays rank 0
+            out = bb.emit_output(relax.op.add(relax.op.maximum(x, scaled), relax.op.astype(ints, "float32")) + zero)
+        bb.emit_func_output(out)
+    folded = relax.transform.DeadCodeElimination()(fold_with_numpy(bb.get()))
+    ops = sorted(c.op.name for c in _calls(folded))
+    # integer arithmetic is left to FoldConstant (numpy's rules for it are not TVM's)
+    assert ops == ["relax.add", "relax.add", "relax.add", "relax.astype", "relax.maximum"]
+    values = [c for c in _constants(folded) if c.dtype == np.float32]
+    assert [v.shape for v in values] == [(2,), ()]
+    np.testing.assert_array_equal(values[0], np.array([-np.inf, 7 / 3], np.float32))
+    assert values[1] == 2
