@@ -112,17 +112,25 @@ def _slice_bounds(start: int, end: int, step: int, size: int) -> slice:
 @register_kernel("Slice", supports=any_dtype)
 def _slice(node: Node, x: np.ndarray, starts: np.ndarray | None = None, ends: np.ndarray | None = None,
            axes: np.ndarray | None = None, steps: np.ndarray | None = None) -> np.ndarray:
+    return x[slice_index(node, x.shape, starts, ends, axes, steps)]
+
+
+def slice_index(node: Node, shape: tuple[int, ...], starts: np.ndarray | None = None,
+                ends: np.ndarray | None = None, axes: np.ndarray | None = None,
+                steps: np.ndarray | None = None) -> tuple[slice, ...]:
+    """The numpy index the Slice ``node`` takes from an input of ``shape`` (its other inputs
+    given; attributes before opset 10)."""
     if opset(node) < 10:
         begin, finish, dims, strides = (node.attrs.get("starts"), node.attrs.get("ends"),
                                         node.attrs.get("axes"), None)
     else:
         begin, finish, dims, strides = int_list(starts), int_list(ends), int_list(axes), int_list(steps)
-    dims = list(range(len(begin))) if dims is None else normalize_axes(dims, x.ndim)
+    dims = list(range(len(begin))) if dims is None else normalize_axes(dims, len(shape))
     strides = strides or [1] * len(begin)
-    index = [slice(None)] * x.ndim
+    index = [slice(None)] * len(shape)
     for axis, b, e, s in zip(dims, begin, finish, strides):
-        index[axis] = _slice_bounds(b, e, s, x.shape[axis])
-    return x[tuple(index)]
+        index[axis] = _slice_bounds(b, e, s, shape[axis])
+    return tuple(index)
 
 
 @register_kernel("Expand", supports=any_dtype)

@@ -82,3 +82,39 @@ def test_unknown_shapes_are_not_planned():
     infer_shapes(g)
     assert planned_kernel(node) is KERNELS["Reshape"]
     assert Executor(g).run({"x": np.ones((3, 4), np.float32)})["n"].shape == (12,)
+
+
+@pytest.mark.parametrize(("starts", "ends", "axes", "steps"), [
+    ([0], [2**63 - 1], [0], [1]),  # everything: TorchScript's x[:] before a Gather
+    ([1, -3], [-1, 100], [2, 0], None),
+    ([-1], [-2**63], [1], [-2]),  # backwards to the start
+    ([4], [1], [-1], [1]),  # empty
+])
+def test_planned_slice_matches_the_generic_kernel_and_falls_back_on_other_shapes(starts, ends, axes, steps):
+    g = Graph("g", opset={"": 17})
+    x = g.add_input("x", (4, 5, 6), "float32")
+    params = [np.array(p, np.int64) for p in (starts, ends, axes) + ((steps,) if steps else ())]
+    node = g.add_node("Slice", [x, *[g.add_constant(f"p{i}", p) for i, p in enumerate(params)]], name="n")
+    g.set_outputs(node.outputs)
+    infer_shapes(g)
+    kernel = planned_kernel(node)
+    assert kernel is not KERNELS["Slice"]
+    for shape in [(4, 5, 6), (7, 5, 9)]:  # the planned shape, then another one
+        data = RNG.standard_normal(shape).astype(np.float32)
+        want = KERNELS["Slice"](node, data, *params)
+        got = kernel(node, data, *params)
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    assert want.shape != g.outputs[0].shape  # the second shape really took the generic path
+
+
+def test_a_slice_step_of_zero_is_left_to_the_generic_kernel_s_error():
+    g = Graph("g", opset={"": 17})
+    x = g.add_input("x", (4,), "float32")
+    params = [g.add_constant(f"p{i}", np.array(v, np.int64)) for i, v in enumerate([[0], [4], [0], [0]])]
+    node = g.add_node("Slice", [x, *params], name="n")
+    g.set_outputs(node.outputs)
+    node.outputs[0].shape, node.outputs[0].dtype = (4,), np.dtype("float32")  # as if inferred
+    assert planned_kernel(node) is KERNELS["Slice"]
+    with pytest.raises(ExecutionError, match="slice step cannot be 0"):
+        Executor(g).run({"x": np.zeros(4, np.float32)})
