@@ -24,7 +24,15 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["if_model", "loop_model", "nested_loop_if_model", "scan_model", "torch_script_model", "feeds_for"]
+__all__ = [
+    "feeds_for",
+    "if_model",
+    "loop_model",
+    "nested_loop_if_model",
+    "rnn_loop_model",
+    "scan_model",
+    "torch_script_model",
+]
 
 F, B, I64 = TensorProto.FLOAT, TensorProto.BOOL, TensorProto.INT64
 
@@ -87,6 +95,41 @@ def loop_model(scan_output: bool = True, trips: int | None = 4, cond: bool = Tru
              helper.make_node("Sigmoid", ["acc_final"], ["y"], name="sig")]
     outputs = [_t("y", F, [2, 3])] + ([_t("stacked", F, ["trips", 2, 3])] if scan_output else [])
     return _model(nodes, "loop_outer", inputs, outputs, initializers)
+
+
+def rnn_loop_model(trips: int = 5, exit_early: bool = False, body_op: str = "Tanh",
+                   trips_input: bool = False) -> onnx.ModelProto:
+    """TorchScript's ``for t in range(x.size(1)): h = tanh(x[:, t] @ w + h)``: a Loop with a
+    constant trip count and a constant true condition the body passes on, carrying ``h``,
+    stacking every ``h`` as a scan output, reading ``x``, ``w`` and the condition from outside."""
+    body = helper.make_graph([
+        helper.make_node("Gather", ["x", "t"], ["x_t"], axis=1, name="step"),
+        helper.make_node("MatMul", ["x_t", "w"], ["xw"], name="project"),
+        helper.make_node("Add", ["xw", "h_in"], ["pre"], name="add"),
+        helper.make_node(body_op, ["pre"], ["h_out"], name="act"),
+        (helper.make_node("Less", ["t", "three"], ["cond_out"], name="stop") if exit_early else
+         helper.make_node("Identity", ["go"], ["cond_out"], name="keep_going")),
+        helper.make_node("Relu", ["h_out"], ["seen"], name="seen"),
+    ], "body", [helper.make_tensor_value_info("t", I64, []), helper.make_tensor_value_info("cond_in", B, []),
+                helper.make_tensor_value_info("h_in", F, [2, 8])],
+        [helper.make_tensor_value_info("cond_out", B, []), helper.make_tensor_value_info("h_out", F, [2, 8]),
+         helper.make_tensor_value_info("seen", F, [2, 8])],
+        [numpy_helper.from_array(np.array(3, np.int64), "three")])
+    rng = np.random.default_rng(9)
+    initializers = [numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32) * 0.4, "w"),
+                    numpy_helper.from_array(np.array(True), "go"),
+                    numpy_helper.from_array(np.zeros((2, 8), np.float32), "h0")]
+    inputs = [helper.make_tensor_value_info("x", F, [2, trips, 8])]
+    if trips_input:
+        inputs.append(helper.make_tensor_value_info("M", I64, []))
+    else:
+        initializers.append(numpy_helper.from_array(np.array(trips, np.int64), "M"))
+    graph = helper.make_graph([
+        helper.make_node("Loop", ["M", "go", "h0"], ["h", "hs"], body=body, name="loop"),
+        helper.make_node("Sigmoid", ["h"], ["y"], name="head"),
+    ], "rnn", inputs, [helper.make_tensor_value_info("y", F, [2, 8]),
+                       helper.make_tensor_value_info("hs", F, [None, 2, 8])], initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def nested_loop_if_model() -> onnx.ModelProto:

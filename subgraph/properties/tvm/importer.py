@@ -19,11 +19,11 @@ from tvm.relax.frontend.onnx import from_onnx
 
 from subgraph.analysis.fold import fold_batchnorm
 from subgraph.analysis.taps import trim_conv_taps
+from subgraph.analysis.unroll import unroll_loops
 from subgraph.errors import PropertyError, SubgraphError
 from subgraph.ir import Graph
 from subgraph.onnx.writer import to_onnx
 from subgraph.properties.tvm.folding import fold_with_numpy
-from subgraph.properties.tvm.loops import unroll_loops
 from subgraph.properties.tvm.messages import error_summary
 from subgraph.properties.tvm.recurrent import unroll_recurrent
 from subgraph.properties.tvm.rewrites import sum_as_adds
@@ -84,7 +84,7 @@ def prepared_graph(graph: Graph) -> Graph:
     BatchNormalization folded into convolutions, kernel taps that read only padding cut,
     Sum as Adds.
 
-    :func:`~subgraph.properties.tvm.loops.unroll_loops` and
+    :func:`~subgraph.analysis.unroll.unroll_loops` and
     :func:`~subgraph.properties.tvm.recurrent.unroll_recurrent` write what the importer
     lacks as primitive ops. TVM's fuser does not fuse ``conv2d`` with ``batch_norm``, so
     each BN would be one more pass over memory; :func:`~subgraph.analysis.fold.fold_batchnorm`

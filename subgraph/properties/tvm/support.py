@@ -27,7 +27,7 @@ import numpy as np
 from subgraph.errors import ExecutionError
 from subgraph.ir import Node
 from subgraph.ops.index import INDEX_OPS, check_indices, index_limits
-from subgraph.properties.tvm.loops import MAX_TRIPS
+from subgraph.analysis.unroll import MAX_TRIPS
 from subgraph.properties.tvm.loops import decline_reason as loop_decline_reason
 from subgraph.properties.tvm.recurrent import MAX_STEPS, RECURRENT_OPS, decline_reason
 
