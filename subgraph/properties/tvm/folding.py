@@ -79,9 +79,9 @@ class _Fold(relax.PyExprMutator):
 
     def visit_call_(self, call: Any) -> Any:
         call = super().visit_call_(call)
-        if not call.args or getattr(call.op, "name", "").startswith("relax.call_"):
-            return call
         name = getattr(call.op, "name", "")
+        if not call.args or name.startswith("relax.call_"):
+            return call
         # a reshape's second argument is its (static) shape, read from the call's type
         args = [self._value(arg) for arg in (call.args[:1] if name in _RESHAPES else call.args)]
         folded = None if any(a is None for a in args) else _folded(call, args)
