@@ -38,6 +38,7 @@ from tvm import relax, s_tir, te, tirx, topi
 from tvm.relax.backend.cpu_generic import pipeline as cpu
 
 from subgraph.properties.tvm.convtranspose import conv2d_transpose_legalize
+from subgraph.properties.tvm.fastmath import FAST_MATH_LEGALIZE
 from subgraph.properties.tvm.folding import fold_with_numpy
 from subgraph.properties.tvm.isolation import ApplyScheduleRules, FunctionStatus
 from subgraph.properties.tvm.nan import NAN_LEGALIZE
@@ -63,7 +64,7 @@ def prepare_passes(target: Any, schedule: str = "cpu", rewrite: bool = True) -> 
 
     # TVM's legalize-and-fuse passes, with our erf and softmax in its LegalizeOps
     lanes = vector_lanes(target)
-    rules = {"relax.erf": _fast_erf, "relax.nn.softmax": _fast_softmax, **NAN_LEGALIZE,
+    rules = {"relax.erf": _fast_erf, "relax.nn.softmax": _fast_softmax, **NAN_LEGALIZE, **FAST_MATH_LEGALIZE,
              "relax.nn.conv2d": packed_conv2d_legalize(lanes), "relax.matmul": packed_matmul_legalize(lanes),
              "relax.nn.conv2d_transpose": conv2d_transpose_legalize()}
     legalize = [relax.transform.LegalizeOps(customize_legalize_map=rules)
