@@ -37,6 +37,7 @@ import tvm
 from tvm import relax, s_tir, te, tirx, topi
 from tvm.relax.backend.cpu_generic import pipeline as cpu
 
+from subgraph.properties.tvm.concat import concat_legalize
 from subgraph.properties.tvm.convtranspose import conv2d_transpose_legalize
 from subgraph.properties.tvm.fastmath import FAST_MATH_LEGALIZE
 from subgraph.properties.tvm.folding import fold_with_numpy
@@ -66,7 +67,7 @@ def prepare_passes(target: Any, schedule: str = "cpu", rewrite: bool = True) -> 
     lanes = vector_lanes(target)
     rules = {"relax.erf": _fast_erf, "relax.nn.softmax": _fast_softmax, **NAN_LEGALIZE, **FAST_MATH_LEGALIZE,
              "relax.nn.conv2d": packed_conv2d_legalize(lanes), "relax.matmul": packed_matmul_legalize(lanes),
-             "relax.nn.conv2d_transpose": conv2d_transpose_legalize()}
+             "relax.nn.conv2d_transpose": conv2d_transpose_legalize(), "relax.concat": concat_legalize(lanes)}
     legalize = [relax.transform.LegalizeOps(customize_legalize_map=rules)
                 if p.info.name == "LegalizeOps" else p for p in cpu.legalize_passes(target)]
     return [_ClampsAsRelaxOps(), _ConvertLayoutIfPossible(), *cpu.library_dispatch_passes(target), *legalize]
