@@ -60,21 +60,60 @@ _BLOCK = 64
 
 
 def _suppresses(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...], threshold: float) -> np.ndarray:
-    """``(len(a), len(b))``: whether box ``a[i]`` suppresses box ``b[j]`` (extents and
-    area each), IoU above ``threshold`` (ONNX's strict tests: both areas, the overlap
-    and the union positive)."""
-    x0, x1, y0, y1, area_a = (e[:, None] for e in a)
-    iw = np.minimum(x1, b[1])
-    iw -= np.maximum(x0, b[0])
-    ih = np.minimum(y1, b[3])
-    ih -= np.maximum(y0, b[2])
-    overlap = (iw > 0) & (ih > 0) & (area_a > 0) & (b[4] > 0)
-    inter = np.multiply(iw, ih, out=iw)
-    union = area_a + b[4]
-    union -= inter
-    overlap &= (inter > 0) & (union > 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    """Whether box ``a`` suppresses box ``b`` (extents and area each, arrays that broadcast
+    together: ``(len(a), 1)`` against ``(len(b),)`` for every pair), IoU above ``threshold``
+    (ONNX's strict tests: both areas, the overlap and the union positive)."""
+    x0, x1, y0, y1, area_a = a
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # inf and NaN boxes: no overlap
+        iw = np.minimum(x1, b[1])
+        iw -= np.maximum(x0, b[0])
+        ih = np.minimum(y1, b[3])
+        ih -= np.maximum(y0, b[2])
+        overlap = (iw > 0) & (ih > 0) & (area_a > 0) & (b[4] > 0)
+        inter = np.multiply(iw, ih, out=iw)
+        union = area_a + b[4]
+        union -= inter
+        overlap &= (inter > 0) & (union > 0)
         return overlap & (np.divide(inter, union, out=inter) > threshold)
+
+
+def _column(ext: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    return tuple(e[:, None] for e in ext)
+
+
+class _XIndex:
+    """Candidates sorted by left edge: which of them can overlap a box along x.
+
+    A box ``j`` overlaps box ``c`` only if ``x0[j] < x1[c]`` and ``x1[j] > x0[c]``; with
+    every box at most ``widest`` wide, ``x0[j]`` then lies in ``[x0[c] - widest, x1[c]]``,
+    a run of the sorted order (bounds in float64, inclusive: a superset, which the exact
+    test then settles). Detectors' batched NMS offsets each class's boxes apart, so a kept
+    box meets a dozen candidates rather than all of them.
+    """
+
+    def __init__(self, ext: tuple[np.ndarray, ...]) -> None:
+        x0, x1 = ext[0].astype(np.float64), ext[1].astype(np.float64)
+        self.order = np.argsort(x0, kind="stable")  # NaN last: no run reaches it
+        self.left = x0[self.order]
+        with np.errstate(invalid="ignore"):
+            widths = x1 - x0
+        finite = widths[~np.isnan(widths)]
+        self.widest = float(finite.max()) if finite.size else 0.0
+        self.x0, self.x1 = x0, x1
+
+    def pairs(self, chosen: np.ndarray, first: int, alive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(c, j)``: each chosen position against every live candidate at ``first`` or
+        later whose x-extent can overlap it."""
+        with np.errstate(invalid="ignore"):
+            lo = np.searchsorted(self.left, self.x0[chosen] - self.widest, "left")
+        hi = np.searchsorted(self.left, self.x1[chosen], "right")
+        lengths = np.maximum(hi - lo, 0)
+        owner = np.repeat(chosen, lengths)
+        starts = np.repeat(lo - (np.cumsum(lengths) - lengths), lengths)
+        candidates = self.order[np.arange(int(lengths.sum())) + starts]
+        keep = candidates >= first
+        keep &= alive[candidates]
+        return owner[keep], candidates[keep]
 
 
 def _greedy(ext: tuple[np.ndarray, ...], threshold: float, limit: int) -> list[int]:
@@ -84,10 +123,12 @@ def _greedy(ext: tuple[np.ndarray, ...], threshold: float, limit: int) -> list[i
     Blocks of :data:`_BLOCK` candidates: the block's pairwise matrix decides, in order,
     which of its live candidates are kept (a candidate's row of the matrix is a bit mask
     of what it suppresses); then the kept ones strike the later live candidates they
-    suppress. The same decisions as one candidate at a time, in a few numpy calls per block.
+    suppress, tested only against those whose x-extent can overlap theirs (:class:`_XIndex`).
+    The same decisions as one candidate at a time, in a few numpy calls per block.
     """
     n = len(ext[0])
     alive = np.ones(n, bool)
+    index = _XIndex(ext)
     kept: list[int] = []
     for start in range(0, n, _BLOCK):
         stop = min(start + _BLOCK, n)
@@ -95,7 +136,7 @@ def _greedy(ext: tuple[np.ndarray, ...], threshold: float, limit: int) -> list[i
         if not live:
             continue
         block = tuple(e[start:stop] for e in ext)
-        rows = np.packbits(_suppresses(block, block, threshold), axis=1, bitorder="little")
+        rows = np.packbits(_suppresses(_column(block), block, threshold), axis=1, bitorder="little")
         new = []
         for j in range(stop - start):
             if live >> j & 1:
@@ -104,11 +145,10 @@ def _greedy(ext: tuple[np.ndarray, ...], threshold: float, limit: int) -> list[i
                     return kept + new
                 live &= ~int.from_bytes(rows[j].tobytes(), "little")
         kept += new
-        later = stop + np.flatnonzero(alive[stop:])
-        if later.size:
-            chosen = np.array(new)
-            struck = _suppresses(tuple(e[chosen] for e in ext), tuple(e[later] for e in ext), threshold)
-            alive[later[struck.any(axis=0)]] = False
+        if stop < n:
+            owner, later = index.pairs(np.array(new), stop, alive)
+            struck = _suppresses(tuple(e[owner] for e in ext), tuple(e[later] for e in ext), threshold)
+            alive[later[struck]] = False
     return kept
 
 

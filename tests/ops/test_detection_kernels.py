@@ -55,3 +55,20 @@ def test_nms_stops_at_the_limit_inside_a_block():
     scores = np.linspace(1, 0, 200, dtype=np.float32).reshape(1, 1, 200)
     compare_with_reference("NonMaxSuppression", [boxes, scores, np.array([70], np.int64),
                                                  np.array([0.5], np.float32)], {})
+
+
+def test_nms_of_boxes_offset_per_class_matches_reference():
+    """Detectors' batched NMS: each class's boxes offset far apart along x, so a kept box is
+    tested only against the few candidates its x-extent can reach; two boxes as wide as
+    several classes widen every reach (a reach too short would keep what they suppress)."""
+    classes = np.repeat(np.arange(25), 16).astype(np.float32)
+    boxes = RNG.uniform(0, 12, (400, 4)).astype(np.float32)
+    boxes[:, [0, 2]] += classes[:, None] * 50  # x1, x2 of class k start at 50 k
+    boxes[:, [1, 3]] += classes[:, None] * 50
+    boxes[5] = [0, 0, 300, 300]  # wide boxes, one low in score order and one high
+    boxes[399] = [290, 290, 20, 20]  # corners in the other diagonal order
+    scores = RNG.random((1, 1, 400)).astype(np.float32)
+    scores[0, 0, 399] = 1.0
+    for iou in (0.0, 0.3, 0.7):
+        compare_with_reference("NonMaxSuppression", [boxes[None], scores, np.array([1000], np.int64),
+                                                     np.array([iou], np.float32)], {})
