@@ -4,7 +4,7 @@ TVM legalizes ``concat`` to one ``if_then_else`` chain per output element. The s
 rules do not vectorise such a block (TVM 0.27's vector code for it read the wrong lanes
 where a vector spans two sources), so a concatenation along the channels of an NHWC map
 ran one element at a time through a chain of compares: DenseNet's concatenations (up to
-32 sources) took a third of the model's time.
+25 sources) took a third of the model's time.
 
 :func:`concat_legalize` gives ``relax.concat`` a function of its own, scheduled here,
 whenever the output's innermost axis splits into vectors of ``lanes`` (or a half or
