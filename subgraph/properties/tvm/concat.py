@@ -51,15 +51,14 @@ def concat_vectors(shapes: list[list[int]], axis: int, lanes: int) -> int:
     return next(iter(vector_widths(lanes, size)), 0)
 
 
-def _scheduled_concat(shapes: list[list[int]], axis: int, dtype: str, width: int) -> Any:
-    """The PrimFunc ``(parts..., out)`` with ``out`` of shape ``(..., last / width, width)``."""
-    rank = len(shapes[0])
-    last = axis == rank - 1
+def _scheduled_concat(shapes: list[list[int]], axis: int, dtype: str, width: int) -> tuple[Any, list[int]]:
+    """The PrimFunc ``(parts..., out)`` and the shape of ``out``: ``(..., last / width, width)``."""
+    last = axis == len(shapes[0]) - 1
     parts = [te.placeholder([tirx.IntImm("int64", d) for d in s], dtype, name=f"x{i}") for i, s in enumerate(shapes)]
     out_shape = list(shapes[0])
     out_shape[axis] = sum(s[axis] for s in shapes)
     offsets = np.cumsum([0] + [s[axis] for s in shapes]).tolist()
-    split = [tirx.IntImm("int64", d) for d in out_shape[:-1] + [out_shape[-1] // width, width]]
+    split = out_shape[:-1] + [out_shape[-1] // width, width]
 
     def element(*index: Any) -> Any:
         *outer, block, lane = index
@@ -79,16 +78,16 @@ def _scheduled_concat(shapes: list[list[int]], axis: int, dtype: str, width: int
             value = tirx.if_then_else(position < offsets[k + 1] // scale, read(k), value)
         return value
 
-    out = te.compute(split, element, name="concat")
+    out = te.compute([tirx.IntImm("int64", d) for d in split], element, name="concat")
     sch = s_tir.Schedule(te.create_prim_func([*parts, out]))
     block = sch.get_sblock("concat")
     *outer, lane = sch.get_loops(block)
     head = sch.fuse(*outer) if len(outer) > 1 else outer[0]
-    if int(np.prod(out_shape)) >= _MIN_PARALLEL:
+    if int(np.prod(split)) >= _MIN_PARALLEL:
         sch.parallel(head)
     sch.vectorize(lane)
     # opaque to FuseOps (a consumer fused in would make it a function no rule schedules)
-    return sch.mod["main"].with_attr("tirx.is_scheduled", True).with_attr("op_pattern", 8), out_shape
+    return sch.mod["main"].with_attr("tirx.is_scheduled", True).with_attr("op_pattern", 8), split
 
 
 def concat_legalize(lanes: int) -> Callable[[Any, Any], Any]:
@@ -107,10 +106,9 @@ def concat_legalize(lanes: int) -> Callable[[Any, Any], Any]:
         width = concat_vectors(shapes, axis, lanes)
         if not width:
             return default(bb, call)
-        func, out_shape = _scheduled_concat(shapes, axis, dtypes.pop(), width)
+        func, split = _scheduled_concat(shapes, axis, dtypes.pop(), width)
         gvar = bb.add_func(func, "concat")
-        split = out_shape[:-1] + [out_shape[-1] // width, width]
         blocks = bb.emit(relax.call_tir(gvar, fields, relax.TensorType(split, str(call.ty.dtype))))
-        return relax.op.reshape(blocks, out_shape)
+        return relax.op.reshape(blocks, static_shape(call.ty))
 
     return legalize

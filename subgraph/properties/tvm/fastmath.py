@@ -18,8 +18,8 @@ with plain arithmetic that LLVM vectorises):
 - ``tanh(x) = sign(x) (1 - 2 / (1 + exp(2|x|)))``, and a Taylor series below ``|x| = 1/4``
   where the subtraction would cancel (:func:`tanh_expr`).
 
-NaN in gives NaN out (the clamps are NaN-propagating, and a final select keeps it
-whatever the integer conversion makes of it); ``+-inf`` give ``exp``'s ``inf`` / ``0``,
+NaN in gives NaN out (the clamps are NaN-propagating, and ``exp``'s final select keeps it
+whatever the integer conversion makes of it; ``sigmoid`` and ``tanh`` get it from ``exp``); ``+-inf`` give ``exp``'s ``inf`` / ``0``,
 ``sigmoid``'s ``1`` / ``0`` and ``tanh``'s ``+-1``. ``tests/properties/tvm/test_fastmath.py``
 compares them with numpy over the whole float32 range.
 """
@@ -80,7 +80,7 @@ def _exp(v: Any) -> Any:
 def sigmoid_expr(value: Any) -> Any:
     """``1 / (1 + exp(-value))`` for a float32 ``PrimExpr`` (NaN stays NaN)."""
     one = tirx.const(1.0, "float32")
-    return _bound(value, lambda v: tirx.Select(tirx.isnan(v), v, one / (one + _exp(-v))))
+    return _bound(value, lambda v: one / (one + _exp(-v)))  # exp keeps NaN, and so does the division
 
 
 def tanh_expr(value: Any) -> Any:
@@ -96,9 +96,8 @@ def tanh_expr(value: Any) -> Any:
         series = tirx.const(_TANH_SERIES[0], f32)
         for c in _TANH_SERIES[1:]:
             series = series * square + tirx.const(c, f32)
-        far = one - two / (one + _exp(two * size))
-        near = tirx.Select(size < tirx.const(0.25, f32), v * series, tirx.Select(v < 0, -far, far))
-        return tirx.Select(tirx.isnan(v), v, near)
+        far = one - two / (one + _exp(two * size))  # NaN for NaN (exp keeps it), and NaN fails both tests
+        return tirx.Select(size < tirx.const(0.25, f32), v * series, tirx.Select(v < 0, -far, far))
 
     return _bound(value, body)
 
