@@ -63,9 +63,9 @@ def prepare_passes(target: Any, schedule: str = "cpu", rewrite: bool = True) -> 
     if schedule != "cpu" or not rewrite:  # clamps as Relax ops too: their legalization propagates NaN
         return [_ClampsAsRelaxOps(), *cpu.library_dispatch_passes(target), *_legalize_passes(target)]
 
-    # TVM's legalize-and-fuse passes, with our erf and softmax in its LegalizeOps
+    # TVM's legalize-and-fuse passes, with our softmax, vectorisable math (fastmath) and layouts in its LegalizeOps
     lanes = vector_lanes(target)
-    rules = {"relax.erf": _fast_erf, "relax.nn.softmax": _fast_softmax, **NAN_LEGALIZE, **FAST_MATH_LEGALIZE,
+    rules = {"relax.nn.softmax": _fast_softmax, **NAN_LEGALIZE, **FAST_MATH_LEGALIZE,
              "relax.nn.conv2d": packed_conv2d_legalize(lanes), "relax.matmul": packed_matmul_legalize(lanes),
              "relax.nn.conv2d_transpose": conv2d_transpose_legalize(), "relax.concat": concat_legalize(lanes)}
     legalize = [relax.transform.LegalizeOps(customize_legalize_map=rules)
@@ -188,15 +188,6 @@ def _schedule_softmax(dims: list[int], lanes: int) -> Any:
     # opaque to FuseOps: fused with its consumers (hf_bert's IsNaN/Where mask) the function
     # would no longer be ours, and no rule schedules the fusion (naive loops)
     return sch.mod["main"].with_attr("tirx.is_scheduled", True).with_attr("op_pattern", 8)
-
-
-def _fast_erf(bb: Any, call: Any) -> Any:
-    """``erf`` on float32 as TVM's rational approximation (``topi.fast_erf``, max error ~1e-7):
-    it vectorises, where the libm call of the default legalization runs one element at a time
-    (GELU's erf took half of a BERT encoder's time)."""
-    if str(getattr(call.args[0].ty, "dtype", "")) == "float32":
-        return bb.call_te(topi.fast_erf, call.args[0])
-    return tvm.ir.Op.get("relax.erf").get_attr("FLegalize")(bb, call)
 
 
 def _calls_conv2d(mod: Any) -> bool:
