@@ -14,6 +14,8 @@ array([[[4., 5.],
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from subgraph.ir import Node
@@ -49,9 +51,10 @@ def index_limits(node: Node, data_shape: tuple[int, ...], indices_shape: tuple[i
     return [(axis, int(data_shape[axis]))]
 
 
-def check_indices(node: Node, indices: np.ndarray, limits: list[tuple[int, int]]) -> None:
+def check_indices(node: Node, indices: np.ndarray, limits: list[tuple[int, int]]) -> bool:
     """Raise an :class:`~subgraph.errors.ExecutionError` naming ``node``, its op, the first bad index,
-    the axis and its size unless every index lies in ``[-size, size - 1]`` (one min/max per column).
+    the axis and its size unless every index lies in ``[-size, size - 1]`` (one min/max per column);
+    whether any index is negative.
 
     Examples
     --------
@@ -64,21 +67,22 @@ def check_indices(node: Node, indices: np.ndarray, limits: list[tuple[int, int]]
     subgraph.errors.ExecutionError: node 'take' (Gather): index 4 is out of range for axis 0 of size 3 (indices must lie in [-3, 2])
     """
     if indices.size == 0:
-        return
-    if node.op in ("GatherND", "ScatterND"):
+        return False
+    if node.op in ("GatherND", "ScatterND") and indices.shape[-1] != 1:
         columns = indices.reshape(-1, indices.shape[-1])
         low, high = columns.min(axis=0), columns.max(axis=0)
-    else:  # whole-array min/max: several times faster than along an axis for small arrays
+    else:  # one column: whole-array min/max, several times faster than along an axis
         low, high = (indices.min(),), (indices.max(),)
     for j, (axis, size) in enumerate(limits):
         bad = high[j] if high[j] >= size else low[j] if low[j] < -size else None
         if bad is not None:
             raise node_error(node, f"index {int(bad)} is out of range for axis {axis} of size {size} "
                                    f"(indices must lie in [{-size}, {size - 1}])")
+    return bool(min(low) < 0)
 
 
-def _check(node: Node, data: np.ndarray, indices: np.ndarray) -> None:
-    check_indices(node, indices, index_limits(node, data.shape, indices.shape))
+def _check(node: Node, data: np.ndarray, indices: np.ndarray) -> bool:
+    return check_indices(node, indices, index_limits(node, data.shape, indices.shape))
 
 
 @register_kernel("Gather", supports=any_dtype)
@@ -99,16 +103,30 @@ def _gather_elements(node: Node, data: np.ndarray, indices: np.ndarray) -> np.nd
 
 @register_kernel("GatherND", supports=any_dtype)
 def _gather_nd(node: Node, data: np.ndarray, indices: np.ndarray) -> np.ndarray:
-    _check(node, data, indices)
+    """Each index tuple becomes one row number of ``data`` seen as ``(rows, *rest)``, then
+    one ``np.take``: numpy's fancy indexing with the tuple's columns took 8-20 times as long
+    (SSDlite's eight boolean-mask gathers of 3234 boxes: 110-240 us each against 7)."""
+    negative = _check(node, data, indices)
     batch_dims = int(node.attrs.get("batch_dims", 0))
     depth = indices.shape[-1]
-    batch_shape = indices.shape[:batch_dims]
-    batches = int(np.prod(batch_shape, dtype=np.int64))
-    rows = indices.reshape(batches, -1, depth).astype(np.intp, copy=False)
-    flat = data.reshape((batches,) + data.shape[batch_dims:])
-    index = (np.arange(batches)[:, None],) + tuple(rows[..., j] for j in range(depth))
-    picked = flat[index]  # (batches, rows, *data.shape[batch_dims + depth:])
-    return picked.reshape(indices.shape[:-1] + data.shape[batch_dims + depth:])
+    batches = math.prod(indices.shape[:batch_dims])
+    indexed = data.shape[batch_dims:batch_dims + depth]
+    per_batch = math.prod(indexed)
+    count = math.prod(indices.shape[batch_dims:-1])  # tuples per batch
+    rows = indices.reshape(batches, count, depth).astype(np.intp, copy=False)
+    if negative:
+        rows = np.where(rows < 0, rows + np.array(indexed, np.intp), rows)
+    if depth == 1:
+        linear = rows[..., 0]  # may be the caller's array: never written
+    elif depth:  # row-major strides of the indexed axes
+        linear = rows @ np.cumprod((1,) + indexed[:0:-1], dtype=np.intp)[::-1]
+    else:  # empty tuples: each picks its batch's whole block
+        linear = np.zeros((batches, count), np.intp)
+    if batches > 1:
+        linear = linear + np.arange(batches, dtype=np.intp)[:, None] * per_batch
+    rest = data.shape[batch_dims + depth:]
+    picked = np.take(data.reshape((batches * per_batch,) + rest), linear.reshape(-1), axis=0)
+    return picked.reshape(indices.shape[:-1] + rest)
 
 
 _SCATTER_REDUCTIONS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
