@@ -40,6 +40,9 @@ _ROW_BLOCKS = (8, 7, 6, 4, 3, 2)  # rows of the register tile, the first that di
 _ACCUMULATORS = {16: 14, 8: 8}  # most accumulators a default tile holds, by vector lanes (32 or 16 registers)
 
 
+_FEW_ROWS_VECTORS = (4, 5, 6, 3, 7, 2)  # vectors of a default tile on few rows, the first that divides wins
+
+
 _WHOLE_ROWS = {16: 20, 8: 12}  # a prime rows axis up to this long is one tile of rows, by vector lanes
 
 
@@ -363,7 +366,7 @@ def schedule_contraction(func: Any, lanes: int, tile: Tile = Tile()) -> Any:
         vectors = next((v for v in (4, 5, 3, 6, 2) if extents[n_spatial - 1] % (lanes * v) == 0), 1)
     elif tile == Tile():  # few rows (7x7, 4x4, 2x2 maps): more vectors, enough accumulators to hide FMA latency
         most = _ACCUMULATORS.get(registers, 8)
-        vectors = next((v for v in (4, 3, 2) if rows * v <= most and extents[n_spatial - 1] % (lanes * v) == 0), 1)
+        vectors = next((v for v in _FEW_ROWS_VECTORS if rows * v <= most and extents[n_spatial - 1] % (lanes * v) == 0), 1)
     width = lanes * vectors
     if extents[n_spatial - 1] % width:
         raise ValueError(f"vector tile {width} does not divide the innermost axis {extents[n_spatial - 1]}")
