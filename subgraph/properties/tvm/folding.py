@@ -116,7 +116,8 @@ def packed_constant(weight: Any, block: int, order: tuple[int, ...]) -> Any:
     """The constant ``weight`` with its last axis split into blocks of ``block``, the
     block index moved first and the other axes in ``order`` after it: HWIO
     convolution weights as ``(O / block, H, W, I, block)`` with ``order=(0, 1, 2)``, a
-    ``(K, N)`` matrix as ``(N / block, K, block)`` with ``order=(0,)``.
+    ``(K, N)`` matrix as ``(N / block, K, block)`` with ``order=(0,)``. A last axis that
+    ``block`` does not divide is padded with zeros up to the next multiple.
 
     Examples
     --------
@@ -125,9 +126,14 @@ def packed_constant(weight: Any, block: int, order: tuple[int, ...]) -> Any:
     >>> w = relax.const(np.arange(8, dtype="float32").reshape(2, 4))
     >>> packed_constant(w, 2, (0,)).value.numpy().tolist()
     [[[0.0, 1.0], [4.0, 5.0]], [[2.0, 3.0], [6.0, 7.0]]]
+    >>> packed_constant(w, 3, (0,)).value.numpy().tolist()
+    [[[0.0, 1.0, 2.0], [4.0, 5.0, 6.0]], [[3.0, 0.0, 0.0], [7.0, 0.0, 0.0]]]
     """
     data = _constant_array(weight)
     *rest, columns = data.shape
+    if columns % block:
+        data = np.pad(data, [(0, 0)] * len(rest) + [(0, -columns % block)])
+        columns = data.shape[-1]
     split = data.reshape(*rest, columns // block, block)
     packed = np.ascontiguousarray(np.transpose(split, (len(rest), *order, len(rest) + 1)))
     return relax.const(packed, str(packed.dtype))

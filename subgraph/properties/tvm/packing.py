@@ -80,12 +80,30 @@ def _packable_weight(call: Any, rank: int) -> list[int] | None:
     return shape
 
 
+def _padded_block(lanes: int, channels: int) -> int | None:
+    """The vector width (``lanes``, or a half or quarter of it) whose next multiple of
+    ``channels`` is at most a quarter larger, the widest first; ``None`` if there is none.
+
+    An SSD head's 30 channels become 32, RegNet's 110 become 112, 21 segmentation classes
+    24: a few zero filters and a slice of the result, where the register tile of 30
+    channels was scalar (672 -> 30 on 20x20: 1.2 ms against 0.37 for 32 channels).
+
+    Examples
+    --------
+    >>> _padded_block(16, 30), _padded_block(16, 110), _padded_block(16, 21), _padded_block(16, 3)
+    (16, 16, 8, None)
+    """
+    widths = (lanes, lanes // 2, lanes // 4)
+    return next((w for w in widths if w >= min(4, lanes) and -channels % w <= channels // 4), None)
+
+
 def packed_conv2d_legalize(lanes: int) -> Callable[[Any, Any], Any]:
     """A legalization of ``relax.nn.conv2d`` for ``LegalizeOps``' ``customize_legalize_map``.
 
     An NHWC / HWIO float32 convolution of one group whose weights are a constant and whose
     output channels split into blocks of the vector width (``lanes``, or a half or quarter
-    of it) reads packed weights; any other convolution gets TVM's own legalization.
+    of it), or do so after a few zero filters (:func:`_padded_block`), reads packed
+    weights; any other convolution gets TVM's own legalization.
     """
     default = tvm.ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")
 
@@ -95,13 +113,17 @@ def packed_conv2d_legalize(lanes: int) -> Callable[[Any, Any], Any]:
         shape = _packable_weight(call, 4)
         plain = (shape is None or int(attrs.groups) != 1
                  or (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NHWC", "HWIO", "NHWC"))
-        widths = [] if plain else vector_widths(lanes, shape[3])
-        if not widths:
+        block = None if plain else next(iter(vector_widths(lanes, shape[3])), None) or _padded_block(lanes, shape[3])
+        if block is None:
             return default(bb, call)
-        packed = packed_constant(weight, widths[0], (0, 1, 2))
-        return bb.call_te(conv2d_nhwc_packed, data, packed, [int(s) for s in attrs.strides],
-                          [int(p) for p in attrs.padding], [int(d) for d in attrs.dilation],
-                          primfunc_name_hint="conv2d")
+        packed = packed_constant(weight, block, (0, 1, 2))
+        out = bb.call_te(conv2d_nhwc_packed, data, packed, [int(s) for s in attrs.strides],
+                         [int(p) for p in attrs.padding], [int(d) for d in attrs.dilation],
+                         primfunc_name_hint="conv2d")
+        if shape[3] % block:  # the zero filters' channels dropped (fused into the epilogue)
+            out = bb.call_te(topi.strided_slice, bb.emit(out), [0, 0, 0, 0], [*static_shape(call.ty)[:3], shape[3]],
+                             primfunc_name_hint="strided_slice")
+        return out
 
     return legalize
 

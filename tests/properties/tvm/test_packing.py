@@ -60,6 +60,28 @@ def test_constant_convolution_weights_are_packed_in_blocks_of_output_channels(pa
     assert not any("pack" in name for name in lowered_scripts(graph, "cpu"))  # folded into the constant
 
 
+@pytest.mark.parametrize(("channels", "packed"), [(30, r"2, 3, 3, 24, 16|4, 3, 3, 24, 8"),
+                                                 (21, r"3, 3, 3, 24, 8")])
+def test_output_channels_no_vector_divides_are_packed_with_zero_filters(channels, packed):
+    """30 channels (an SSD head) become 32, 21 become 24: zero filters fill the last block,
+    the slice back to ``channels`` is fused into the convolution's function, and the tile
+    is vectorised; before, the tile over 30 channels was scalar."""
+    graph, arrays = _conv_graph((channels, 24, 3, 3))
+    assert_matches_onnxruntime(graph, compile_graph(graph)(*arrays), *arrays)
+    (name, conv), = [(name, s) for name, s in lowered_scripts(graph, "cpu").items() if "conv2d" in name]
+    shapes = _param_shapes(conv)
+    assert re.fullmatch(packed, shapes[1]), shapes
+    assert "strided_slice" in name and shapes[-1] == f"1, 9, 9, {channels}"
+    assert "T.vectorized" in conv
+
+
+def test_output_channels_a_vector_mostly_misses_stay_hwio():
+    graph, arrays = _conv_graph((3, 24, 3, 3))  # 3 -> 4 would be a third more work
+    assert_matches_onnxruntime(graph, compile_graph(graph)(*arrays), *arrays)
+    (conv,) = [s for name, s in lowered_scripts(graph, "cpu").items() if "conv2d" in name]
+    assert _param_shapes(conv)[1] == "3, 3, 24, 3"
+
+
 def test_grouped_and_non_constant_convolution_weights_stay_hwio():
     grouped, arrays = _conv_graph((32, 8, 3, 3), group=4)
     assert_matches_onnxruntime(grouped, compile_graph(grouped)(*arrays), *arrays)
