@@ -25,6 +25,8 @@ array([[[[ 8., 12.,  7.],
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
@@ -102,7 +104,7 @@ def trimmed_conv(node: Node) -> tuple[dict, np.ndarray] | None:
 def _im2col_conv(x: np.ndarray, w: np.ndarray, groups: int, g: Geometry) -> np.ndarray:
     n, m = x.shape[0], w.shape[0]
     cg = w.shape[1]
-    taps = int(np.prod(g.kernel, dtype=np.int64))
+    taps = math.prod(g.kernel)
     weights = w.reshape(groups, m // groups, cg * taps)
     pointwise = taps == 1 and all(s == 1 for s in g.strides) and not any(g.begin) and not any(g.end)
     if pointwise:
@@ -118,7 +120,7 @@ def _pick_depthwise(x: np.ndarray, w: np.ndarray, g: Geometry, bias: np.ndarray 
     """A depthwise conv (bias added) by the formulation that is fastest for its shape, or
     ``None`` for :func:`_depthwise` (crossovers measured on MobileNet, EfficientNet and
     ConvNeXt layers)."""
-    pixels, m = int(np.prod(g.out)), w.shape[0]
+    pixels, m = math.prod(g.out), w.shape[0]
     if pixels * 16 <= m:  # a 2x2 image of 960 channels: only channels-last has long rows
         return _depthwise_channels_last(x, w, g, bias)
     if len(g.kernel) == 2 and x.shape[3] + g.begin[1] + g.end[1] <= 12 * g.kernel[1]:
@@ -252,7 +254,7 @@ def conv_transpose(node: Node, x: np.ndarray, w: np.ndarray, bias: np.ndarray | 
     begin, end = _transpose_pads(node, size, kernel, strides, dilations, extra)
     per_group, m_group = channels // groups, w.shape[1]
     # columns: (N, groups, m_group * taps, pixels)
-    weights = w.reshape(groups, per_group, m_group * int(np.prod(kernel, dtype=np.int64))).transpose(0, 2, 1)
+    weights = w.reshape(groups, per_group, m_group * math.prod(kernel)).transpose(0, 2, 1)
     cols = matmul(weights, x.reshape(n, groups, per_group, -1))
     cols = cols.reshape((n, groups * m_group) + tuple(kernel) + tuple(size))
     full = [s * (i - 1) + (k - 1) * d + 1 + e for s, i, k, d, e in zip(strides, size, kernel, dilations, extra)]

@@ -18,6 +18,7 @@ array([[[1. , 2.5, 4. ]]], dtype=float32)
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -35,7 +36,7 @@ _TAP_LOOP_LIMIT = 64  # larger kernels reduce over a window view instead
 def _fold(view: np.ndarray, geometry: Geometry, ufunc: np.ufunc) -> np.ndarray:
     """Combine all windows of ``view`` (``N, C, *kernel, *out``) with ``ufunc``."""
     spatial = len(geometry.kernel)
-    taps = int(np.prod(geometry.kernel, dtype=np.int64))
+    taps = math.prod(geometry.kernel)
     if taps > _TAP_LOOP_LIMIT:
         return ufunc.reduce(view, axis=tuple(range(2, 2 + spatial)))
     out = None
