@@ -49,7 +49,7 @@ _WHOLE_ROWS = {16: 20, 8: 12}  # a prime rows axis up to this long is one tile o
 _MIN_PARALLEL = 4096  # fewer output elements than this run on one thread...
 
 
-_MIN_PARALLEL_WORK = 1 << 20  # ...unless they take this many multiply-adds (a large matrix-vector product)
+_MIN_PARALLEL_WORK = 1 << 18  # ...unless they take this many multiply-adds (weights read by both threads' caches)
 
 
 def vector_lanes(target: Any, bits: int = 32) -> int:
@@ -390,9 +390,13 @@ def schedule_contraction(func: Any, lanes: int, tile: Tile = Tile()) -> Any:
         sch.unroll(loop)
     if lanes > 1:
         sch.vectorize(tile_loops[-1])
+    # the epilogue may write more than the contraction (a squeeze-excite scale times its
+    # whole feature map): its elements count too
+    epilogue = [int(np.prod([_extent(sch, loop) or 1 for loop in sch.get_loops(found.rest[0].block_rv)]))
+               if found.rest else 0]
     head = sch.fuse(*head_loops) if outer else vec_o
-    total = int(np.prod(extents[:n_spatial]))
-    work = total * int(np.prod(extents[n_spatial:]))
+    total = max(int(np.prod(extents[:n_spatial])), *epilogue)
+    work = int(np.prod(extents))
     if total >= _MIN_PARALLEL or (work >= _MIN_PARALLEL_WORK and (_extent(sch, head) or 0) > 1):
         sch.parallel(head)
     init = sch.decompose_reduction(block, reduce[0])
