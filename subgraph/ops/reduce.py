@@ -154,11 +154,46 @@ def _topk(node: Node, x: np.ndarray, k: np.ndarray | None = None) -> tuple[np.nd
     n = x.shape[ax]
     if not 0 <= count <= n:
         raise ValueError(f"k={count} is outside [0, {n}] for axis {ax} of shape {list(x.shape)}")
-    if node.attrs.get("largest", 1):
-        # descending, equal values in increasing index order: a stable ascending sort of the
-        # reversed axis, read backwards, then indices mapped back
-        order = (n - 1) - np.flip(np.argsort(np.flip(x, ax), axis=ax, kind="stable"), ax)
-    else:
-        order = np.argsort(x, axis=ax, kind="stable")
-    indices = np.take(order, np.arange(count), axis=ax)
+    largest = bool(node.attrs.get("largest", 1))
+    rows = x.size // n if n else 0
+    if 0 < count * 8 <= n and rows <= _PARTIAL_ROWS and not (x.dtype.kind == "f" and np.isnan(x).any()):
+        last = ax == x.ndim - 1
+        moved = x if last else np.moveaxis(x, ax, -1)
+        flat = moved.reshape(rows, n)
+        indices, values = np.empty((rows, count), np.int64), np.empty((rows, count), x.dtype)
+        for r in range(rows):
+            indices[r] = picked = _top_of_row(flat[r], count, largest)
+            values[r] = flat[r][picked]
+        shape = moved.shape[:-1] + (count,)
+        values, indices = values.reshape(shape), indices.reshape(shape)
+        return (values, indices) if last else (np.moveaxis(values, -1, ax), np.moveaxis(indices, -1, ax))
+    indices = np.take(_sorted_order(x, ax, largest), np.arange(count), axis=ax)
     return np.take_along_axis(x, indices, axis=ax), indices.astype(np.int64)
+
+
+#: TopK partitions rows one at a time (a Python loop) up to this many; more, a full sort
+_PARTIAL_ROWS = 16
+
+
+def _sorted_order(x: np.ndarray, ax: int, largest: bool) -> np.ndarray:
+    """The order of ``x`` along ``ax``: descending (``largest``) or ascending, equal values
+    in increasing index order."""
+    if largest:  # a stable ascending sort of the reversed axis, read backwards, indices mapped back
+        n = x.shape[ax]
+        return (n - 1) - np.flip(np.argsort(np.flip(x, ax), axis=ax, kind="stable"), ax)
+    return np.argsort(x, axis=ax, kind="stable")
+
+
+def _top_of_row(row: np.ndarray, count: int, largest: bool) -> np.ndarray:
+    """The indices of the ``count`` first of 1-D ``row`` in :func:`_sorted_order` (no NaN),
+    without sorting all of it: a partition finds the ``count``-th value; every element at
+    least as good (ties at that value included, so the lowest indices win them) is sorted.
+    SSDlite's TopK of 300 among 3234 scores: the kernel 320 -> 130 us."""
+    n = row.shape[0]
+    if largest:
+        bound = np.partition(row, n - count)[n - count]
+        candidates = np.flatnonzero(row >= bound)
+    else:
+        bound = np.partition(row, count - 1)[count - 1]
+        candidates = np.flatnonzero(row <= bound)
+    return candidates[_sorted_order(row[candidates], 0, largest)[:count]]
