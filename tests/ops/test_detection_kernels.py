@@ -72,3 +72,24 @@ def test_nms_of_boxes_offset_per_class_matches_reference():
     for iou in (0.0, 0.3, 0.7):
         compare_with_reference("NonMaxSuppression", [boxes[None], scores, np.array([1000], np.int64),
                                                      np.array([iou], np.float32)], {})
+
+
+@pytest.mark.parametrize("iou", [0.45, 0.0, -0.2])
+def test_nms_of_dense_class_groups_beside_small_ones_matches_reference(iou):
+    """Groups of 32 to 1024 boxes that overlap along x are settled by their whole
+    suppression matrix (three of 60-150, more rows than one chunk of 64), the groups of 3
+    beside them block by block; boxes without area or with NaN corners suppress nothing and
+    are kept when reached; the same boxes under a limit smaller than the candidates go
+    block by block in score order."""
+    groups = []
+    for k, count in enumerate([60, 150, 90] + [3] * 12):
+        xy = RNG.uniform(0, 30, (count, 2))
+        wh = RNG.uniform(1, 12, (count, 2))
+        groups.append(np.concatenate([xy, xy + wh], axis=1) + k * 100)
+    boxes = np.concatenate(groups).astype(np.float32)[:, [1, 0, 3, 2]]  # y1, x1, y2, x2
+    boxes[::9, 2] = boxes[::9, 0]  # no height
+    boxes[::13, 1] = np.nan
+    scores = np.round(RNG.random((1, 1, len(boxes))), 2).astype(np.float32)
+    for limit in (10_000, 40):
+        compare_with_reference("NonMaxSuppression", [boxes[None], scores, np.array([limit], np.int64),
+                                                     np.array([iou], np.float32)], {})
