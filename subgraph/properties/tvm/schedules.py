@@ -237,17 +237,18 @@ def _analyse(sch: Any, lanes: int) -> _Contraction | None:
     free = [i for i in candidates if names[i] not in used]
     rows_axes = free + [i for i in candidates if i not in free]
     # the operand the vector lanes read (weights) against the other (activations), in elements
-    # their loops span: weights four times larger, over rows enough for several tiles, are
-    # walked panel by panel, each panel serving every row (a 49 x 768 by 768 x 2304 product
-    # read 7 MiB of weights seven times: 2.2 -> 1.1 ms); measured slower where the weights
-    # were not that much larger (1x1 1024 -> 256 on 14x14) or the rows few (2x2 maps)
+    # their loops span: weights four times larger are walked panel by panel, each panel
+    # serving every row, and the threads split the panels (a 49 x 768 by 768 x 2304 product
+    # read 7 MiB of weights seven times: 2.2 -> 1.1 ms; on 4x4 and 2x2 maps each thread read
+    # every weight once per row block: ResNet-50 at 64x64, 9 MiB per 3x3 512 layer, ran
+    # 0.80x the time whole); measured slower where the weights were not that much larger
+    # (1x1 1024 -> 256 on 14x14)
     def span(regions: list) -> int:
         return sum(int(np.prod([extents[names.index(v)] for v in _iter_vars_of([r]) if v in names]))
                    for r in regions)
 
     lane_operands = [r for r in operands if r in lane_reads]
-    weights_first = (span(lane_operands) >= 4 * span([r for r in operands if r not in lane_reads])
-                     and int(np.prod(extents[:n_spatial - 1])) >= 32)
+    weights_first = span(lane_operands) >= 4 * span([r for r in operands if r not in lane_reads])
     return _Contraction(main, rest, n_spatial, extents, rows_axes, lanes, weights_first)
 
 
