@@ -52,19 +52,22 @@ def test_topk_of_few_among_many_matches_onnxruntime(shape, dtype, k, axis, large
     np.testing.assert_array_equal(indices, want[1])
 
 
-def test_topk_with_nan_or_many_rows_sorts_the_whole_axis(monkeypatch):
-    """NaN (ordered as the largest, as a full sort orders it) and more rows than the partition
-    loop takes go through the full sort; the results are the same either way."""
+def test_topk_with_nan_or_many_rows_keeps_the_full_sort_s_order():
+    """NaN ranks as the largest, as a full stable sort ranks it (a partition would leave it
+    out), and more rows than the partition loop takes still match onnxruntime."""
     rng = np.random.default_rng(5)
-    with_nan = rng.random(400).astype(np.float32)
-    with_nan[[3, 17]] = np.nan
+    with_nan = np.round(rng.random(400), 2).astype(np.float32)
+    with_nan[[17, 3]] = np.nan
+    values, indices = _ours(with_nan, 20, -1, 1)
+    finite = np.flatnonzero(~np.isnan(with_nan))
+    ranked = finite[np.lexsort((finite, -with_nan[finite]))]  # value down, index up
+    np.testing.assert_array_equal(indices, np.concatenate([[3, 17], ranked[:18]]))
+    assert np.isnan(values[:2]).all()
+    np.testing.assert_array_equal(values[2:], with_nan[ranked[:18]])
+
     many_rows = np.round(rng.random((40, 200)), 2).astype(np.float32)
-    for x in (with_nan, many_rows):
-        fast = _ours(x, 20, -1, 1)
-        monkeypatch.setattr(reduce_ops, "_PARTIAL_ROWS", -1)  # every shape sorts fully
-        full = _ours(x, 20, -1, 1)
-        monkeypatch.undo()
-        np.testing.assert_array_equal(fast[0], full[0])
-        np.testing.assert_array_equal(fast[1], full[1])
-    assert np.isnan(_ours(with_nan, 20, -1, 1)[0][:2]).all()
-    np.testing.assert_array_equal(_ours(many_rows, 20, -1, 1)[1], _onnxruntime_topk(many_rows, 20, -1, 1)[1])
+    assert len(many_rows) > reduce_ops._PARTIAL_ROWS
+    values, indices = _ours(many_rows, 20, -1, 1)
+    want = _onnxruntime_topk(many_rows, 20, -1, 1)
+    np.testing.assert_array_equal(values, want[0])
+    np.testing.assert_array_equal(indices, want[1])
