@@ -145,11 +145,12 @@ def _greedy(ext: tuple[np.ndarray, ...], threshold: float, limit: int) -> np.nda
     :func:`_dense_greedy`; the others together through :func:`_greedy_blocks`.
     """
     groups = _x_groups(ext[0], ext[1]) if limit >= len(ext[0]) else None
-    dense = [g for g in groups or () if _DENSE_MIN <= len(g) <= _DENSE_MAX]
-    if not dense:
+    if groups is None:
         return np.asarray(_greedy_blocks(ext, threshold, limit), np.intp)
+    dense, rest = [], []
+    for g in groups:
+        (dense if _DENSE_MIN <= len(g) <= _DENSE_MAX else rest).append(g)
     kept = [g[_dense_greedy(tuple(e[g] for e in ext), threshold, limit)] for g in dense]
-    rest = [g for g in groups if not _DENSE_MIN <= len(g) <= _DENSE_MAX]
     if rest:
         others = np.sort(np.concatenate(rest))
         kept.append(others[_greedy_blocks(tuple(e[others] for e in ext), threshold, limit)])

@@ -157,16 +157,14 @@ def _topk(node: Node, x: np.ndarray, k: np.ndarray | None = None) -> tuple[np.nd
     largest = bool(node.attrs.get("largest", 1))
     rows = x.size // n if n else 0
     if 0 < count * 8 <= n and rows <= _PARTIAL_ROWS and not (x.dtype.kind == "f" and np.isnan(x).any()):
-        last = ax == x.ndim - 1
-        moved = x if last else np.moveaxis(x, ax, -1)
+        moved = np.moveaxis(x, ax, -1)
         flat = moved.reshape(rows, n)
         indices, values = np.empty((rows, count), np.int64), np.empty((rows, count), x.dtype)
         for r in range(rows):
             indices[r] = picked = _top_of_row(flat[r], count, largest)
             values[r] = flat[r][picked]
         shape = moved.shape[:-1] + (count,)
-        values, indices = values.reshape(shape), indices.reshape(shape)
-        return (values, indices) if last else (np.moveaxis(values, -1, ax), np.moveaxis(indices, -1, ax))
+        return np.moveaxis(values.reshape(shape), -1, ax), np.moveaxis(indices.reshape(shape), -1, ax)
     indices = np.take(_sorted_order(x, ax, largest), np.arange(count), axis=ax)
     return np.take_along_axis(x, indices, axis=ax), indices.astype(np.int64)
 

@@ -93,8 +93,8 @@ def _padded_block(lanes: int, channels: int) -> int | None:
     >>> _padded_block(16, 30), _padded_block(16, 110), _padded_block(16, 21), _padded_block(16, 3)
     (16, 16, 8, None)
     """
-    widths = (lanes, lanes // 2, lanes // 4)
-    return next((w for w in widths if w >= min(4, lanes) and -channels % w <= channels // 4), None)
+    widths = vector_widths(lanes, lanes)  # every width the register allows (each divides it)
+    return next((w for w in widths if -channels % w <= channels // 4), None)
 
 
 def packed_conv2d_legalize(lanes: int) -> Callable[[Any, Any], Any]:
@@ -113,7 +113,7 @@ def packed_conv2d_legalize(lanes: int) -> Callable[[Any, Any], Any]:
         shape = _packable_weight(call, 4)
         plain = (shape is None or int(attrs.groups) != 1
                  or (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NHWC", "HWIO", "NHWC"))
-        block = None if plain else next(iter(vector_widths(lanes, shape[3])), None) or _padded_block(lanes, shape[3])
+        block = None if plain else (vector_widths(lanes, shape[3]) or [_padded_block(lanes, shape[3])])[0]
         if block is None:
             return default(bb, call)
         packed = packed_constant(weight, block, (0, 1, 2))

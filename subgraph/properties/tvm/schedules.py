@@ -393,10 +393,10 @@ def schedule_contraction(func: Any, lanes: int, tile: Tile = Tile()) -> Any:
         sch.vectorize(tile_loops[-1])
     # the epilogue may write more than the contraction (a squeeze-excite scale times its
     # whole feature map): its elements count too
-    epilogue = [int(np.prod([_extent(sch, loop) or 1 for loop in sch.get_loops(found.rest[0].block_rv)]))
-               if found.rest else 0]
+    epilogue = (int(np.prod([_extent(sch, loop) or 1 for loop in sch.get_loops(found.rest[0].block_rv)]))
+                if found.rest else 0)
     head = sch.fuse(*head_loops) if outer else vec_o
-    total = max(int(np.prod(extents[:n_spatial])), *epilogue)
+    total = max(int(np.prod(extents[:n_spatial])), epilogue)
     work = int(np.prod(extents))
     if total >= _MIN_PARALLEL or (work >= _MIN_PARALLEL_WORK and (_extent(sch, head) or 0) > 1):
         sch.parallel(head)
