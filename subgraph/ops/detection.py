@@ -172,27 +172,34 @@ def _x_groups(x0: np.ndarray, x1: np.ndarray) -> list[np.ndarray] | None:
 
 
 def _dense_greedy(ext: tuple[np.ndarray, ...], threshold: float, limit: int) -> np.ndarray:
-    """:func:`_greedy` of one group by its suppression matrix: rows of
-    :data:`_DENSE_ROWS` candidates against every later one, computed once the rows before
-    them are settled (a chunk whose rows were all struck is skipped), each row a bit mask
-    of what its box suppresses; the walk keeps a live box and clears its mask. SSDlite's
-    4 groups of 300: 5.5 -> 3.1 ms against the blocks."""
+    """:func:`_greedy` of one group by rows of its suppression matrix: the next
+    :data:`_DENSE_ROWS` live candidates against every live one from the first of them on,
+    each row a bit mask (over those live ones) of what its box suppresses; the walk keeps
+    each row still live and clears its mask. Boxes struck by earlier rows are neither rows
+    nor columns of later ones: SSDlite's 4 groups of 300 keep 64 boxes each, and this
+    computes half the pairs that chunks of positions did (2.9 -> 2.2 ms)."""
     m = len(ext[0])
-    column = _column(ext)
-    alive = (1 << m) - 1
+    alive = np.ones(m, bool)
     kept: list[int] = []
-    for start in range(0, m, _DENSE_ROWS):
-        stop = min(start + _DENSE_ROWS, m)
-        if not alive >> start & ((1 << (stop - start)) - 1):
-            continue
-        rows = np.packbits(_suppresses(tuple(c[start:stop] for c in column), tuple(e[start:] for e in ext),
-                                       threshold), axis=1, bitorder="little")
-        for j in range(stop - start):
-            if alive >> (start + j) & 1:
-                kept.append(start + j)
+    first = 0
+    while first < m:
+        live = np.flatnonzero(alive[first:]) + first
+        if not live.size:
+            break
+        count = min(_DENSE_ROWS, live.size)
+        cols = tuple(e[live] for e in ext)
+        rows = np.packbits(_suppresses(tuple(c[:count, None] for c in cols), cols, threshold),
+                           axis=1, bitorder="little")
+        mask = (1 << live.size) - 1  # bit k: live[k] not struck yet
+        for j in range(count):
+            if mask >> j & 1:
+                kept.append(int(live[j]))
                 if len(kept) == limit:
                     return np.asarray(kept, np.intp)
-                alive &= ~(int.from_bytes(rows[j].tobytes(), "little") << start)
+                mask &= ~int.from_bytes(rows[j].tobytes(), "little")
+        bits = np.frombuffer(mask.to_bytes((live.size + 7) // 8, "little"), np.uint8)
+        alive[live] = np.unpackbits(bits, count=live.size, bitorder="little").astype(bool)
+        first = int(live[count - 1]) + 1
     return np.asarray(kept, np.intp)
 
 
