@@ -27,6 +27,7 @@ from typing import Any
 import tvm
 from tvm import te, topi
 
+from subgraph.properties.tvm import winograd
 from subgraph.properties.tvm.folding import packed_constant
 from subgraph.properties.tvm.schedules import vector_widths
 from subgraph.properties.tvm.tensors import static_shape
@@ -116,6 +117,8 @@ def packed_conv2d_legalize(lanes: int) -> Callable[[Any, Any], Any]:
         block = None if plain else (vector_widths(lanes, shape[3]) or [_padded_block(lanes, shape[3])])[0]
         if block is None:
             return default(bb, call)
+        if winograd.eligible(static_shape(data.ty), shape, attrs, block):
+            return winograd.winograd_conv2d(bb, call, block)
         packed = packed_constant(weight, block, (0, 1, 2))
         out = bb.call_te(conv2d_nhwc_packed, data, packed, [int(s) for s in attrs.strides],
                          [int(p) for p in attrs.padding], [int(d) for d in attrs.dilation],
