@@ -161,8 +161,11 @@ class Executor:
         # is static; anything else (or any mismatch) goes through check_feeds and its messages
         self._feed_plan = [(v.name, v.shape, v.dtype) for v in graph.inputs] if all(
             v.is_static and v.dtype is not None for v in graph.inputs) else None
-        # nodes whose output sizes only the data decides: their allocation is checked first
-        self._dynamic = [not all(o.is_static for o in node.outputs) for node in graph.nodes]
+        # nodes whose output sizes only the data decides: their allocation is checked first,
+        # with the widest element size of their outputs (0: the node is static)
+        self._dynamic = [0 if all(o.is_static for o in node.outputs) else
+                         max((o.dtype.itemsize for o in node.outputs if o.dtype is not None), default=8)
+                         for node in graph.nodes]
         self._free_after: list[list[str]] = [[] for _ in graph.nodes]
         for name, i in last_use.items():
             if name not in keep:
@@ -172,9 +175,11 @@ class Executor:
                 if out.name not in last_use and out.name not in keep:
                     self._free_after[i].append(out.name)
         # per node, what run() reads: input names (None for an absent optional input), and
-        # the outputs with the static shape and dtype each is checked against
+        # the outputs with the static shape and dtype each is checked against (a symbolic
+        # shape: its rank and the dimensions it fixes, checked without a call)
         self._reads = [[None if v is None else v.name for v in node.inputs] for node in graph.nodes]
-        self._writes = [[(v, v.shape if v.is_static else None) for v in node.outputs] for node in graph.nodes]
+        self._writes = [[(v, v.shape if v.is_static else None, _fixed_dims(v)) for v in node.outputs]
+                        for node in graph.nodes]
 
     @property
     def stats(self) -> RunStats:
@@ -207,7 +212,7 @@ class Executor:
             args = [None if name is None else env[name] for name in self._reads[i]]
             try:
                 if self._dynamic[i]:
-                    _check_allocation(node, args)
+                    _check_allocation(node, args, self._dynamic[i])
                 result = run_node(node, kernels[i] or self.kernel(i), args, stats)
             except SubgraphError as exc:
                 if isinstance(exc, ExecutionError):
@@ -222,11 +227,12 @@ class Executor:
             if len(outs) < len(writes):
                 raise ExecutionError(f"node {node.name!r} ({node.op}) returned {len(outs)} output(s), "
                                      f"expected {len(writes)}\n  {node.format()}")
-            for (value, shape), array in zip(writes, outs):
+            for (value, shape, fixed), array in zip(writes, outs):
                 if type(array) is not np.ndarray:
                     array = np.asarray(array)
                 # a static shape and dtype that match are the common case: one comparison each
-                if check_shapes and (array.shape != shape or array.dtype != value.dtype):
+                if check_shapes and (array.shape != shape or array.dtype != value.dtype) and (
+                        shape is not None or not _fits(array, value, fixed)):
                     self._check_output(node, value, array)
                 env[value.name] = array
                 live += array.nbytes
@@ -263,9 +269,27 @@ class Executor:
                                  f"{array.dtype.name}, expected {value.dtype.name}\n  {node.format()}")
 
 
-def _check_allocation(node: Node, args: list[np.ndarray | None]) -> None:
+def _fixed_dims(value) -> tuple[int, tuple[tuple[int, int], ...]] | None:
+    """The rank of ``value``'s declared shape and its ``(axis, size)`` for every static
+    dimension; ``None`` when the rank is unknown."""
+    if value.shape is None:
+        return None
+    return len(value.shape), tuple((i, d) for i, d in enumerate(value.shape) if isinstance(d, int))
+
+
+def _fits(array: np.ndarray, value, fixed: tuple[int, tuple[tuple[int, int], ...]] | None) -> bool:
+    """Whether ``array`` has ``value``'s dtype and the rank and static sizes of ``fixed``
+    (what :meth:`Executor._check_output` accepts for a symbolic shape)."""
+    if value.dtype is not None and array.dtype != value.dtype:
+        return False
+    if fixed is None:
+        return True
+    shape = array.shape
+    return len(shape) == fixed[0] and all(shape[i] == d for i, d in fixed[1])
+
+
+def _check_allocation(node: Node, args: list[np.ndarray | None], itemsize: int) -> None:
     """Refuse, before it runs, a node whose data asks for an output over the size limit."""
-    itemsize = max((o.dtype.itemsize for o in node.outputs if o.dtype is not None), default=8)
     elements = estimated_elements(node, args)
     if elements * itemsize > MAX_TENSOR_BYTES:
         raise ShapeError(f"its inputs ask for an output of {elements} elements ({elements * itemsize / 2**30:.0f} "

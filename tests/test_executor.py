@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 
 import subgraph
+from subgraph.analysis.shape_inference import infer_shapes
 from subgraph.errors import ExecutionError
 from subgraph.executor import Executor, ProfilingExecutor, RunStats, op_kernel, run
+from subgraph.ir import Graph
 from subgraph.partition import partition_graph
 from subgraph.properties import FusedKernels
 from subgraph.serialize import graph_to_dict
@@ -103,6 +105,20 @@ def test_kernel_outputs_are_checked_against_the_inferred_types():
         Executor(graph, kernel_for=wide).run({"x": X})
     # unchecked, the wrong dtype flows on: Add promotes to float64
     assert Executor(graph, check_shapes=False, kernel_for=wide).run({"x": X})["7"].dtype == np.float64
+
+
+def test_outputs_of_symbolic_shape_are_checked_on_their_rank_static_sizes_and_dtype():
+    g = Graph("sym")
+    x = g.add_input("x", ("n", 4), "float32")
+    g.set_outputs([g.add_node("Relu", [x], name="relu").outputs[0]])
+    infer_shapes(g)
+    feeds = {"x": np.ones((3, 4), np.float32)}
+    assert Executor(g).run(feeds)[g.outputs[0].name].shape == (3, 4)  # any n
+    for bad, what in [(lambda n, a: a[:, :3], r"shape \[3, 3\], expected \[n, ?4\]"),
+                      (lambda n, a: a[None], r"shape \[1, 3, 4\], expected \[n, ?4\]"),
+                      (lambda n, a: a.astype(np.float64), r"dtype float64, expected float32")]:
+        with pytest.raises(ExecutionError, match=rf"^node 'relu' \(Relu\) produced %\S+ with {what}\n"):
+            Executor(g, kernel_for=replace("relu", bad)).run(feeds)
 
 
 def test_kernel_failures_name_the_node_and_its_inputs():

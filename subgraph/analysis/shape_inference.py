@@ -183,6 +183,10 @@ def _check_sizes(graph: Graph, types: dict[str, _Type]) -> None:
             check_tensor_size(describe_value(value), shape, dtype)
 
 
+#: ops whose output size :func:`estimated_elements` reads from their input data
+_SIZED_BY_DATA = frozenset({"ConstantOfShape", "Expand", "Tile", "Range", "Resize", "Upsample"})
+
+
 def estimated_elements(node: Node, args: list[np.ndarray | None]) -> int:
     """How many elements ``node``'s largest output may have, computed from its input
     arrays without running it: the ops whose output size is set by data (a shape, a
@@ -193,6 +197,8 @@ def estimated_elements(node: Node, args: list[np.ndarray | None]) -> int:
             total *= max(int(dim), 1)
         return total
 
+    if node.op not in _SIZED_BY_DATA:  # the common case, once per dynamic node and call
+        return sum(a.size if type(a) is np.ndarray else int(np.asarray(a).size) for a in args if a is not None)
     present = [a for a in args if a is not None]
     try:
         if node.op == "ConstantOfShape":
