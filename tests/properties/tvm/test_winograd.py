@@ -68,7 +68,7 @@ def test_3x3_convolutions_go_through_winograd_and_match_onnxruntime():
     products = [s for name, s in scripts.items() if name.startswith("winograd_products")]
     inputs = [s for name, s in scripts.items() if name.startswith("winograd_input")]
     assert len(products) == 2 and len(inputs) == 2  # both 3x3 convolutions; the 1x1 stays direct
-    assert all("T.parallel" in s and "T.vectorized(16)" in s for s in inputs)
+    assert all("T.parallel" in s and "T.vectorized(" in s for s in inputs)  # 16 lanes here, 8 with AVX2
     assert all("T.vectorized" in s for s in products)  # scheduled by the contraction rule
     _run(graph)
 
