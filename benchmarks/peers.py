@@ -52,7 +52,7 @@ PATHS = ("tvm", "tuned", "numpy", "ort", "ov")
 MIN_RUNS = 5  # timed calls every path makes, whatever --path-seconds says
 
 
-def _load(name: str):
+def load_sample(name: str):
     """The corpus sample (legacy exporter where it has one), its graph and onnxruntime's session."""
     import zoo.corpus
 
@@ -65,7 +65,7 @@ def _load(name: str):
     return zoo.corpus.load(name, exporters[-1]), exporters[-1]
 
 
-def _ort_session(model, threads: int):
+def ort_session(model, threads: int):
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -73,7 +73,7 @@ def _ort_session(model, threads: int):
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
-def _ov_compiled(model, threads: int, tmp: str):
+def ov_compiled(model, threads: int, tmp: str):
     import openvino
 
     path = Path(tmp) / "model.onnx"
@@ -124,9 +124,9 @@ def stage_run(name: str, threads: int, runs: int, warmup: int, tuned: bool, budg
     import subgraph
     from corpus import _compare
 
-    sample, exporter = _load(name)
+    sample, exporter = load_sample(name)
     result: dict = {"model": name, "exporter": exporter, "ms": {}, "mismatch": {}}
-    session = _ort_session(sample.model, threads)
+    session = ort_session(sample.model, threads)
     names = [o.name for o in session.get_outputs()]
     reference = session.run(None, sample.feeds)
     calls = {"ort": lambda: session.run(None, sample.feeds)}
@@ -147,7 +147,7 @@ def stage_run(name: str, threads: int, runs: int, warmup: int, tuned: bool, budg
         numpy_path = subgraph.compile_model(graph, "HETERO:NUMPY")
         calls["numpy"] = lambda: numpy_path.run(sample.feeds)
         with tempfile.TemporaryDirectory() as tmp:
-            ov, result["ov_compile_s"] = _ov_compiled(sample.model, threads, tmp)
+            ov, result["ov_compile_s"] = ov_compiled(sample.model, threads, tmp)
         request = ov.create_infer_request()
         outputs = list(ov.outputs)
         calls["ov"] = lambda: request.infer(sample.feeds)
@@ -191,7 +191,7 @@ def stage_cached(name: str) -> dict:
 
     import subgraph
 
-    sample, _ = _load(name)
+    sample, _ = load_sample(name)
     graph = subgraph.from_onnx(sample.model, sample.input_shapes)
     start = time.perf_counter()
     subgraph.compile_model(graph, "HETERO:TVM,NUMPY")
@@ -203,7 +203,7 @@ def stage_tune(name: str, budget: float) -> dict:
     import subgraph
     from subgraph.properties.tvm.tuner import tune_graphs
 
-    sample, _ = _load(name)
+    sample, _ = load_sample(name)
     graph = subgraph.from_onnx(sample.model, sample.input_shapes)
     model = subgraph.compile_model(graph, "HETERO:TVM,NUMPY")
     graphs = [model.graph.node(s.fused_node).subgraph for s in model.subgraphs if s.device == "TVM"]

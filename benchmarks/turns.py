@@ -8,8 +8,7 @@ speed drifts by a third within minutes (this one's does), a ratio of two such me
 move by as much. Here the three paths of one corpus model take turns: ``--rounds`` rounds,
 each a pause (the runtimes' thread pools go idle), one untimed call and 5 timed calls per
 path. Prints each path's median in ms and the ratios to OpenVINO and onnxruntime.
-OpenVINO runs at float32 with its threads unpinned and onnxruntime with ``--threads``
-intra-op threads, as in ``peers.py``.
+The corpus sample, the onnxruntime session and the OpenVINO model are ``peers.py``'s.
 """
 
 from __future__ import annotations
@@ -24,28 +23,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the checkout root, for zoo/ (not installed)
+sys.path.insert(0, str(ROOT / "benchmarks"))  # peers.py: the corpus sample, onnxruntime and OpenVINO set up alike
 
 
 def _turns(name: str, threads: int, rounds: int) -> dict[str, float]:
-    import onnx
-    import onnxruntime as ort
-    import openvino as ov
+    from peers import load_sample, ort_session, ov_compiled
 
     import subgraph
-    import zoo.corpus
 
-    sample = zoo.corpus.load(name, "legacy")
+    sample, _ = load_sample(name)
     feeds = sample.feeds
     model = subgraph.compile_model(subgraph.from_onnx(sample.model, sample.input_shapes), "HETERO:TVM,NUMPY")
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    session = ort.InferenceSession(sample.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = ort_session(sample.model, threads)
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "model.onnx")
-        onnx.save(sample.model, path)
-        compiled = ov.Core().compile_model(path, "CPU", {"INFERENCE_NUM_THREADS": threads,
-                                                         "INFERENCE_PRECISION_HINT": "f32",
-                                                         "ENABLE_CPU_PINNING": False})
+        compiled, _ = ov_compiled(sample.model, threads, tmp)
     request = compiled.create_infer_request()
     paths = {"tvm": lambda: model.run(feeds), "ov": lambda: request.infer(feeds),
              "ort": lambda: session.run(None, feeds)}

@@ -18,8 +18,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # peers.py: onnxruntime and OpenVINO set up alike
 
 CASES = {  # name: (in channels, out channels, input size)
     "r16": (256, 256, 16), "r8": (256, 256, 8), "c128": (128, 128, 16), "c128b": (128, 128, 28),
@@ -48,9 +52,7 @@ def _model(cin: int, cout: int, n: int):
 def _measure(name: str, threads: int, rounds: int) -> tuple[dict[str, float], list[str]]:
     """Median ms of each path on case ``name``, and the paths whose output differs from onnxruntime's."""
     import numpy as np
-    import onnx
-    import onnxruntime as ort
-    import openvino as ov
+    from peers import ort_session, ov_compiled
 
     import subgraph
     from subgraph.properties.tvm import winograd
@@ -58,16 +60,10 @@ def _measure(name: str, threads: int, rounds: int) -> tuple[dict[str, float], li
     cin, cout, n = CASES[name]
     model, output = _model(cin, cout, n)
     x = {"x": np.random.default_rng(1).standard_normal((1, cin, n, n)).astype(np.float32)}
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = ort_session(model, threads)
     reference = session.run(None, x)[0]
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "convs.onnx")
-        onnx.save(model, path)
-        compiled = ov.Core().compile_model(path, "CPU", {"INFERENCE_NUM_THREADS": threads,
-                                                         "INFERENCE_PRECISION_HINT": "f32",
-                                                         "ENABLE_CPU_PINNING": False})
+        compiled, _ = ov_compiled(model, threads, tmp)
     request = compiled.create_infer_request()
     keep = winograd.MIN_TILES
     try:

@@ -52,7 +52,7 @@ _FORMAT = "subgraph-tvm-18"  # 2: scheduled CPU builds, host mcpu; 3: BN folded,
 #   15: output channels no vector divides packed with zero filters, 5-7 vectors wide tiles on few rows;
 #   16: products of 2^18 multiply-adds and up, and large epilogues, on every thread;
 #   17: weights four times the activations walked panel by panel on maps of any size;
-#   18: 3x3 convolutions of stride 1 on 64 channels and up as Winograd F(2x2, 3x3)
+#   18: 3x3 convolutions of stride 1 on 96 channels and up as Winograd F(2x2, 3x3)
 
 
 def cache_key(model_bytes: bytes, target: str, schedule: str = "cpu") -> str:
