@@ -1,18 +1,26 @@
 """Matrix multiplies scheduled for small models and shared machines.
 
 OpenBLAS splits every product above about 2**18 multiply-adds into one equal share per
-thread. For the products of small models (a 96x16 by 16x1024 pointwise convolution, a
-64x64 attention matmul) waking and joining the workers costs more than the arithmetic;
-and when other processes load the cores, a preempted worker stalls the whole product for
-a scheduler tick while its partner waits: MobileNetV2's numpy path took 40 ms on two
+thread. On an idle machine that is the fastest way to run it (its workers wake in
+microseconds: a 64x64 by 64x128 product takes 11 us on two threads, 19 on one); but when
+other processes load the cores, a preempted worker stalls the whole product for a
+scheduler tick while its partner waits: MobileNetV2's numpy path took 40 ms on two
 threads against 5 ms on one, ResNet-18's 400 ms against 10. :func:`matmul` therefore
 
-* runs products below :data:`SERIAL_MACS` multiply-adds on one BLAS thread;
-* splits larger ones into chunks of output rows or columns (:data:`CHUNK_MACS` each)
-  that the caller and ``threads - 1`` helper threads take from a shared queue, each chunk
-  one single-threaded BLAS call (numpy releases the GIL). A helper that is descheduled
-  delays only the chunk it holds; the others finish the rest (onnxruntime's thread pool
-  partitions work the same way).
+* multiplies a stack by one matrix (``(1, 4, 4, 384) @ (384, 1536)``, a linear layer on
+  an NHWC map) as one product of all the stack's rows: numpy would make one BLAS call per
+  matrix of the stack, streaming the weights each time, and falls back to its own loop,
+  twenty times slower than BLAS, when the stack is a transposed view;
+* runs products on the BLAS's own threads while the machine has a core for each (the
+  count of runnable threads in ``/proc/loadavg``, read in a microsecond): they wake in
+  microseconds and split the work evenly;
+* when other threads hold the cores, runs products below :data:`SERIAL_MACS`
+  multiply-adds on one BLAS thread, and splits larger ones into chunks of output rows or
+  columns (:data:`CHUNK_MACS` each) that the caller and ``threads - 1`` helper threads
+  take from a shared queue, each chunk one single-threaded BLAS call (numpy releases the
+  GIL). A helper that is descheduled delays only the chunk it holds; the others finish
+  the rest (onnxruntime's thread pool partitions work the same way). Handing chunks to
+  Python threads costs 50-80 us a product, which is why an idle machine does not pay it.
 
 ``threads`` is the thread count the process gave its BLAS (``OPENBLAS_NUM_THREADS``),
 read through ``threadpoolctl``, the library scikit-learn uses to steer BLAS pools. The
@@ -28,6 +36,7 @@ array([[3., 3.],
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -50,6 +59,37 @@ _BLAS_SERIAL_MACS = 1 << 18
 
 _state: dict[str, Any] = {}
 _lock = threading.Lock()
+
+#: ``/proc/loadavg``: its fourth field is "runnable/total" scheduling entities, this thread included
+_LOADAVG = "/proc/loadavg"
+
+
+def _cores_free() -> bool:
+    """True when no more threads are runnable than there are cores, so each BLAS thread has one.
+
+    The count includes this thread and the BLAS's own workers, which stay runnable, yielding,
+    for a while after each product (OpenBLAS's ``THREAD_TIMEOUT``): at most ``cores`` of
+    them means nothing else competes. False where the count cannot be read (not Linux):
+    the chunked split is the safe side.
+    """
+    fd = _state.get("loadavg")
+    if fd is None:
+        with _lock:
+            fd = _state.get("loadavg")
+            if fd is None:
+                try:
+                    fd = os.open(_LOADAVG, os.O_RDONLY)
+                except OSError:
+                    fd = -1
+                _state["loadavg"] = fd
+                _state["cores"] = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if fd < 0:
+        return False
+    try:
+        runnable = int(os.pread(fd, 64, 0).split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return False
+    return runnable <= _state["cores"]
 
 
 def _blas_pools() -> list[Any]:
@@ -138,7 +178,7 @@ def _split(a: np.ndarray, b: np.ndarray, out: np.ndarray, macs: int, threads: in
 
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``np.matmul(a, b)``: small products on one BLAS thread, large ones split in chunks.
+    """``np.matmul(a, b)``; on a loaded machine, small products on one BLAS thread, large ones in chunks.
 
     Parameters
     ----------
@@ -152,10 +192,15 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """
     if a.ndim < 2 or b.ndim < 2 or a.dtype.kind != "f" or a.shape[-1] != b.shape[-2]:
         return np.matmul(a, b)  # vectors, integers and numpy's own shape errors
+    if b.ndim == 2 and a.ndim > 2 and (a.size > a.shape[-2] * a.shape[-1] or not a.flags.c_contiguous):
+        # one product of every row of the stack (a copy when a is a view)
+        return matmul(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + b.shape[-1:])
     # numpy calls BLAS once per matrix of a stack: the size of one product decides
     macs = a.shape[-2] * a.shape[-1] * b.shape[-1]
     if macs <= _BLAS_SERIAL_MACS:
         return np.matmul(a, b)
+    if _cores_free():
+        return np.matmul(a, b)  # the BLAS's own threads, each on a core of its own
     with _one_blas_thread() as threads:
         if macs < SERIAL_MACS or threads == 1:
             return np.matmul(a, b)

@@ -1,6 +1,9 @@
-"""subgraph.ops.blas: small products on one BLAS thread, large ones in single-threaded chunks."""
+"""subgraph.ops.blas: the BLAS's own threads on an idle machine; on a loaded one, small products on
+one BLAS thread and large ones in single-threaded chunks."""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
@@ -15,6 +18,7 @@ class _Pool:
         self.threads = threads
         self.calls: list[int] = []
         self.during: list[int] = []
+        self.shapes: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
 
     def get_num_threads(self) -> int:
         return self.threads
@@ -24,18 +28,74 @@ class _Pool:
         self.threads = n
 
 
-@pytest.fixture
-def pool(monkeypatch):
+def _spied_pool(monkeypatch, cores_free: bool) -> _Pool:
     fake = _Pool(2)
     monkeypatch.setitem(blas._state, "pools", [fake])
+    monkeypatch.setattr(blas, "_cores_free", lambda: cores_free)
     real = np.matmul
 
     def spy(a, b, **kwargs):  # every BLAS call, the caller's and the helpers': with how many threads
         fake.during.append(fake.threads)
+        fake.shapes.append((a.shape, b.shape))
         return real(a, b, **kwargs)
 
     monkeypatch.setattr(blas.np, "matmul", spy)
     return fake
+
+
+@pytest.fixture
+def pool(monkeypatch):
+    """The BLAS pool of a loaded machine: other threads hold the cores."""
+    return _spied_pool(monkeypatch, cores_free=False)
+
+
+@pytest.fixture
+def idle_pool(monkeypatch):
+    """The BLAS pool of an idle machine."""
+    return _spied_pool(monkeypatch, cores_free=True)
+
+
+@pytest.mark.parametrize("shape", [(64, 128, 64), (256, 128, 128)])
+def test_idle_machine_runs_products_on_the_blas_threads(idle_pool, shape):
+    m, k, n = shape
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
+    got = blas.matmul(a, b)
+    assert idle_pool.during == [2] and idle_pool.calls == []  # one call, the pool untouched
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("cores_free", [True, False])
+def test_stack_times_one_matrix_is_one_product_of_all_rows(monkeypatch, cores_free):
+    fake = _spied_pool(monkeypatch, cores_free)
+    rng = np.random.default_rng(6)
+    nchw = rng.standard_normal((2, 96, 40, 50), np.float32)
+    a = nchw.transpose(0, 2, 3, 1)  # an NHWC view: numpy's own loop would take it matrix by matrix
+    b = rng.standard_normal((96, 384), np.float32)
+    before = nchw.copy()
+    got = blas.matmul(a, b)
+    assert got.shape == (2, 40, 50, 384) and got.dtype == np.float32
+    assert all(len(sa) == 2 for sa, _ in fake.shapes)  # 2-D products only: the stack was folded
+    assert sum(sa[0] for sa, _ in fake.shapes) == 4000 or sum(sb[1] for _, sb in fake.shapes) == 384
+    np.testing.assert_allclose(got, np.einsum("nhwc,cd->nhwd", a.astype(np.float64), b), rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(nchw, before)  # the caller's array is not touched
+
+
+def test_cores_free_reads_the_runnable_count(monkeypatch, tmp_path):
+    loadavg = tmp_path / "loadavg"
+    monkeypatch.setattr(blas, "_LOADAVG", str(loadavg))
+    for line, free in [("0.81 1.36 1.79 1/77 16379\n", True), ("2.00 1.9 1.5 2/80 100\n", True),
+                       ("3.1 2.9 2.0 3/81 101\n", False)]:
+        loadavg.write_text(line)
+        monkeypatch.delitem(blas._state, "loadavg", raising=False)
+        assert blas._cores_free() is (free or blas._state["cores"] >= 3), line
+        blas._state["cores"] = 2
+        assert blas._cores_free() is free, line
+        os.close(blas._state["loadavg"])
+    monkeypatch.setattr(blas, "_LOADAVG", str(tmp_path / "absent"))
+    monkeypatch.delitem(blas._state, "loadavg")
+    assert blas._cores_free() is False  # no count (not Linux): the safe side
+    monkeypatch.delitem(blas._state, "loadavg")
 
 
 def test_small_product_runs_on_one_thread_then_restores(pool):
