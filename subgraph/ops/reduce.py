@@ -186,12 +186,16 @@ def _top_of_row(row: np.ndarray, count: int, largest: bool) -> np.ndarray:
     """The indices of the ``count`` first of 1-D ``row`` in :func:`_sorted_order` (no NaN),
     without sorting all of it: a partition finds the ``count``-th value; every element at
     least as good (ties at that value included, so the lowest indices win them) is sorted.
-    SSDlite's TopK of 300 among 3234 scores: the kernel 320 -> 130 us."""
-    n = row.shape[0]
-    if largest:
-        bound = np.partition(row, n - count)[n - count]
-        candidates = np.flatnonzero(row >= bound)
-    else:
-        bound = np.partition(row, count - 1)[count - 1]
-        candidates = np.flatnonzero(row <= bound)
+    Floats are ranked by their negation when the largest come first (exact, and ``-0.0``
+    ties ``0.0``), so one ascending stable sort of the candidates orders them. SSDlite's
+    TopK of 300 among 3234 scores: 320 us by a full sort, 130 by the partition, 50 by
+    partitioning the negated scores (80 -> 48 us on distinct scores; all equal, 166 -> 57)."""
+    if row.dtype.kind == "f" or not largest:
+        key = -row if largest else row
+        bound = key[np.argpartition(key, count - 1)[count - 1]]
+        candidates = np.flatnonzero(key <= bound)
+        return candidates[np.argsort(key[candidates], kind="stable")[:count]]
+    n = row.shape[0]  # integers, largest first: negation could overflow
+    bound = np.partition(row, n - count)[n - count]
+    candidates = np.flatnonzero(row >= bound)
     return candidates[_sorted_order(row[candidates], 0, largest)[:count]]

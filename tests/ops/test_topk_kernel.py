@@ -71,3 +71,20 @@ def test_topk_with_nan_or_many_rows_keeps_the_full_sort_s_order():
     want = _onnxruntime_topk(many_rows, 20, -1, 1)
     np.testing.assert_array_equal(values, want[0])
     np.testing.assert_array_equal(indices, want[1])
+
+
+@pytest.mark.parametrize("largest", [1, 0])
+@pytest.mark.parametrize("case", ["all_equal", "signed_zeros"])
+def test_topk_of_tied_floats_matches_onnxruntime(case, largest):
+    """Ties everywhere (SSDlite's scores from random weights are all 0.2), and -0.0 against
+    0.0, which rank equal, so the lower index wins: the negated floats the partition sorts
+    must keep both."""
+    if case == "all_equal":
+        x = np.full(3234, 0.2, np.float32)
+    else:
+        rng = np.random.default_rng(7)
+        x = rng.choice(np.array([-0.0, 0.0, 1.0, -1.0], np.float32), 1000)
+    values, indices = _ours(x, 100, -1, largest)
+    want = _onnxruntime_topk(x, 100, -1, largest)
+    np.testing.assert_array_equal(indices, want[1])
+    np.testing.assert_array_equal(np.signbit(values), np.signbit(want[0]))
