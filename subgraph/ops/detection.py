@@ -69,16 +69,19 @@ def _suppresses(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...], threshold:
 
     Both boxes have a positive area (:func:`_nms` sets the others aside), so the union is
     positive and ONNX's strict tests reduce to a positive overlap, which an IoU above a
-    threshold of 0 or more implies: overlaps clamped at 0, then one division, 11 numpy
+    threshold of 0 or more implies: the width clamped at 0, then one division, 10 numpy
     calls (the tests of every condition took 21)."""
     x0, x1, y0, y1, area_a = a
+    # one clamp is enough: with the width at 0 or more, a negative height makes the
+    # intersection 0 or negative, never above the threshold, and never positive; the
+    # clamp takes a row of zeros, which numpy 2 runs twice as fast as a scalar 0
+    zero = np.zeros(b[0].shape[-1:], b[0].dtype)
     with np.errstate(invalid="ignore", over="ignore"):  # inf boxes: NaN unions, no overlap
         iw = np.minimum(x1, b[1])
         iw -= np.maximum(x0, b[0])
-        np.maximum(iw, 0, out=iw)
+        np.maximum(iw, zero, out=iw)
         ih = np.minimum(y1, b[3])
         ih -= np.maximum(y0, b[2])
-        np.maximum(ih, 0, out=ih)
         inter = np.multiply(iw, ih, out=iw)
         union = area_a + b[4]
         union -= inter
@@ -188,17 +191,22 @@ def _dense_greedy(ext: tuple[np.ndarray, ...], threshold: float, limit: int) -> 
             break
         count = min(_DENSE_ROWS, live.size)
         cols = tuple(e[live] for e in ext)
-        rows = np.packbits(_suppresses(tuple(c[:count, None] for c in cols), cols, threshold),
-                           axis=1, bitorder="little")
-        mask = (1 << live.size) - 1  # bit k: live[k] not struck yet
+        matrix = _suppresses(tuple(c[:count, None] for c in cols), cols, threshold)
+        square = np.zeros((count, 8), np.uint8)  # rows against rows: one 64-bit mask per row
+        square[:, : (count + 7) // 8] = np.packbits(matrix[:, :count], axis=1, bitorder="little")
+        masks = square.view("<u8").ravel().tolist()
+        pending = (1 << count) - 1  # bit j: row j not struck yet
+        chosen = []
         for j in range(count):
-            if mask >> j & 1:
-                kept.append(int(live[j]))
-                if len(kept) == limit:
-                    return np.asarray(kept, np.intp)
-                mask &= ~int.from_bytes(rows[j].tobytes(), "little")
-        bits = np.frombuffer(mask.to_bytes((live.size + 7) // 8, "little"), np.uint8)
-        alive[live] = np.unpackbits(bits, count=live.size, bitorder="little").astype(bool)
+            if pending >> j & 1:
+                chosen.append(j)
+                if len(kept) + len(chosen) == limit:
+                    return np.asarray(kept + live[chosen].tolist(), np.intp)
+                pending &= ~masks[j]
+        kept += live[chosen].tolist()
+        alive[live[:count]] = False  # every row is decided: kept (listed) or struck
+        if count < live.size:
+            alive[live[count:][matrix[chosen, count:].any(axis=0)]] = False
         first = int(live[count - 1]) + 1
     return np.asarray(kept, np.intp)
 
