@@ -26,13 +26,15 @@ array([[0.  , 0.25, 0.75, 1.  ],
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from subgraph.ir import Node
 from subgraph.ops.common import float_inputs, normalize_axes, opset
 from subgraph.ops.registry import KERNELS, native_dtypes, register_kernel  # noqa: F401  (KERNELS: doctest)
 
-__all__: list[str] = []
+__all__ = ["AxisRule", "axis_taps"]
 
 _TRANSFORMS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
                "tf_half_pixel_for_nn")
@@ -52,10 +54,27 @@ def _supported(node: Node) -> bool:
             and _text(node, "keep_aspect_ratio_policy", "stretch") == "stretch")
 
 
-def _source(node: Node, out: int, size: int, scale: float) -> np.ndarray:
+@dataclass(frozen=True)
+class AxisRule:
+    """How a Resize maps output positions to input taps along an axis: its attributes."""
+
+    mode: str = "nearest"
+    transform: str = "half_pixel"
+    nearest_mode: str = "round_prefer_floor"
+    cubic_a: float = -0.75
+    exclude_outside: bool = False
+
+    @classmethod
+    def of(cls, node: Node) -> AxisRule:
+        return cls(_text(node, "mode", "nearest"), _text(node, "coordinate_transformation_mode", "half_pixel"),
+                   _text(node, "nearest_mode", "round_prefer_floor"), float(node.attrs.get("cubic_coeff_a", -0.75)),
+                   bool(node.attrs.get("exclude_outside", 0)))
+
+
+def _source(rule: AxisRule, out: int, size: int, scale: float) -> np.ndarray:
     """Source coordinate of each output position along one axis (float64)."""
     o = np.arange(out, dtype=np.float64)
-    mode = _text(node, "coordinate_transformation_mode", "half_pixel")
+    mode = rule.transform
     width = scale * size  # the real-valued output length (not rounded), as ONNX defines it
     if mode == "align_corners":
         return np.zeros(out) if width == 1 else o * (size - 1) / (width - 1)
@@ -71,37 +90,46 @@ def _source(node: Node, out: int, size: int, scale: float) -> np.ndarray:
     return (o + 0.5) / scale - 0.5  # half_pixel
 
 
-def _taps(node: Node, x: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Neighbour indices (edge-clamped) and weights, each ``(out, taps)``."""
+def axis_taps(rule: AxisRule, size: int, out: int, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """Along an axis of ``size`` resized to ``out`` by ``scale``: each output position's
+    input indices (edge-clamped) and weights, each ``(out, taps)`` (1 tap nearest, 2
+    linear, 4 cubic). The numpy kernel and the TVM property's resize both read these, so
+    the two devices pick the same pixels (nearest ties included).
+
+    Examples
+    --------
+    >>> index, weights = axis_taps(AxisRule("linear"), 2, 4, 2.0)
+    >>> index.tolist(), weights.tolist()
+    ([[0, 0], [0, 1], [0, 1], [1, 1]], [[0.25, 0.75], [0.75, 0.25], [0.25, 0.75], [0.75, 0.25]])
+    """
+    x = _source(rule, out, size, scale)
     integral = np.floor(x) == x
     base = np.where(integral, x - 1, np.floor(x)).astype(np.int64)  # the left pixel is preferred
     ratio = x - base  # in (0, 1]
-    mode = _text(node, "mode", "nearest")
-    if mode == "nearest":
-        rule = _text(node, "nearest_mode", "round_prefer_floor")
+    if rule.mode == "nearest":
         upper = {"round_prefer_floor": ratio > 0.5, "round_prefer_ceil": ratio >= 0.5,
-                 "floor": np.zeros_like(ratio, bool), "ceil": np.ones_like(ratio, bool)}[rule] | integral
+                 "floor": np.zeros_like(ratio, bool), "ceil": np.ones_like(ratio, bool)}[rule.nearest_mode] | integral
         index = np.clip(base + upper, 0, size - 1)
         return index[:, None], np.ones((len(x), 1))
-    if mode == "linear":
+    if rule.mode == "linear":
         offsets, weights = np.array([0, 1]), np.stack([1 - ratio, ratio], axis=1)
     else:
-        a, r, s = float(node.attrs.get("cubic_coeff_a", -0.75)), ratio, 1 - ratio
+        a, r, s = rule.cubic_a, ratio, 1 - ratio
         offsets = np.array([-1, 0, 1, 2])
         weights = np.stack([((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a,
                             ((a + 2) * r - (a + 3)) * r * r + 1,
                             ((a + 2) * s - (a + 3)) * s * s + 1,
                             ((a * (s + 1) - 5 * a) * (s + 1) + 8 * a) * (s + 1) - 4 * a], axis=1)
     index = base[:, None] + offsets
-    if node.attrs.get("exclude_outside", 0):
+    if rule.exclude_outside:
         weights = np.where((index < 0) | (index >= size), 0.0, weights)
         weights = weights / weights.sum(axis=1, keepdims=True)
     return np.clip(index, 0, size - 1), weights
 
 
-def _resize_axis(node: Node, data: np.ndarray, axis: int, out: int, scale: float) -> np.ndarray:
+def _resize_axis(rule: AxisRule, data: np.ndarray, axis: int, out: int, scale: float) -> np.ndarray:
     size = data.shape[axis]
-    index, weights = _taps(node, _source(node, out, size, scale), size)
+    index, weights = axis_taps(rule, size, out, scale)
     if weights.shape[1] == 1:
         return np.take(data, index[:, 0], axis=axis)
     shape = [1] * data.ndim
@@ -130,8 +158,9 @@ def _resize(node: Node, x: np.ndarray, roi: np.ndarray | None = None, scales: np
         raise ValueError(f"has {len(outs)} scales or sizes for {len(axes)} axes")
     if any(f <= 0 for f in factors):
         raise ValueError(f"scales must be positive, got {factors}")
-    work = x if x.dtype.kind == "f" or _text(node, "mode", "nearest") == "nearest" else x.astype(np.float64)
+    rule = AxisRule.of(node)
+    work = x if x.dtype.kind == "f" or rule.mode == "nearest" else x.astype(np.float64)
     for axis, out, factor in zip(axes, outs, factors):
         if out != work.shape[axis] or factor != 1:
-            work = _resize_axis(node, work, axis, out, factor)
+            work = _resize_axis(rule, work, axis, out, factor)
     return work.astype(x.dtype, copy=False)

@@ -12,7 +12,7 @@ tiles ahead of time and stores the winners), so a build stays a matter of second
   that the output channel is contiguous in both the output and the weights (where TVM's
   ConvertLayout fails, the graph stays NCHW); constant weights of convolutions and matrix
   products are packed in panels of the vector width (:mod:`~subgraph.properties.tvm.packing`);
-  then every fused function gets the rules of
+  2-D resizes run as two 1-D passes (:mod:`~subgraph.properties.tvm.resize`); then every fused function gets the rules of
   :func:`~subgraph.properties.tvm.schedules.schedule_rules`, each function on its own
   (:class:`~subgraph.properties.tvm.isolation.ApplyScheduleRules`: a rule that fails on one
   function costs that function alone); ``erf`` and ``softmax`` go through TVM's fast
@@ -44,6 +44,7 @@ from subgraph.properties.tvm.folding import fold_with_numpy
 from subgraph.properties.tvm.isolation import ApplyScheduleRules, FunctionStatus
 from subgraph.properties.tvm.nan import NAN_LEGALIZE
 from subgraph.properties.tvm.packing import packed_conv2d_legalize, packed_matmul_legalize
+from subgraph.properties.tvm.resize import resize2d_legalize
 from subgraph.properties.tvm.schedules import Tile, schedule_rules, vector_lanes, vector_widths
 from subgraph.properties.tvm.tensors import static_shape
 
@@ -67,7 +68,8 @@ def prepare_passes(target: Any, schedule: str = "cpu", rewrite: bool = True) -> 
     lanes = vector_lanes(target)
     rules = {"relax.nn.softmax": _fast_softmax, **NAN_LEGALIZE, **FAST_MATH_LEGALIZE,
              "relax.nn.conv2d": packed_conv2d_legalize(lanes), "relax.matmul": packed_matmul_legalize(lanes),
-             "relax.nn.conv2d_transpose": conv2d_transpose_legalize(), "relax.concat": concat_legalize(lanes)}
+             "relax.nn.conv2d_transpose": conv2d_transpose_legalize(), "relax.concat": concat_legalize(lanes),
+             "relax.image.resize2d": resize2d_legalize(lanes)}
     legalize = [relax.transform.LegalizeOps(customize_legalize_map=rules)
                 if p.info.name == "LegalizeOps" else p for p in cpu.legalize_passes(target)]
     return [_ClampsAsRelaxOps(), _ConvertLayoutIfPossible(), *cpu.library_dispatch_passes(target), *legalize]
