@@ -109,13 +109,16 @@ def _divisors_of(regions: Any, name: str) -> set[int]:
 
 
 def _vectorize_spatial(sch: Any, block: Any, lanes: int) -> None:
-    """Fuse the block's loops; parallel outer part, vectorised inner part.
+    """Fuse the block's loops; parallel outer part, vectorised inner part (a block whose
+    innermost axis is a few elements: :func:`_narrow_innermost`).
 
     A block that selects between sources (``if_then_else``: Concat, Pad with producers
     inlined) is not vectorised: TVM 0.27's vector code for it reads the wrong lanes when a
     vector spans the boundary between the sources (silently wrong numbers)."""
     loops = sch.get_loops(block)
     if not loops:
+        return
+    if _narrow_innermost(sch, block, loops, lanes):
         return
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
     total = _extent(sch, fused)
@@ -128,6 +131,34 @@ def _vectorize_spatial(sch: Any, block: Any, lanes: int) -> None:
         outer = fused
     if total >= _MIN_PARALLEL:
         sch.parallel(outer)
+
+
+#: an innermost axis this short or shorter is unrolled under a vectorised second axis
+_NARROW_AXIS = 4
+
+
+def _narrow_innermost(sch: Any, block: Any, loops: list, lanes: int) -> bool:
+    """Schedule a block whose innermost axis is a few elements (an NCHW -> NHWC transpose
+    of 3 colour channels, box coordinates) with the second axis in vectors and the
+    innermost unrolled outside them; ``False`` (nothing done) for other blocks.
+
+    Fused with the rest and cut into vectors, each lane of such a block has its own
+    division by 3 and its own gather (SSDlite's 3x320x320 input transpose took 0.31 ms);
+    along the second axis the loads are contiguous (0.055 ms)."""
+    if len(loops) < 2 or "if_then_else" in str(sch.get(block)):
+        return False
+    extents = [_extent(sch, loop) for loop in loops]
+    if any(e is None for e in extents) or np.prod(extents) < _MIN_PARALLEL:
+        return False
+    inner, second = extents[-1], extents[-2]
+    if not (inner <= _NARROW_AXIS and inner < lanes and second % lanes == 0):
+        return False
+    rest, lane = sch.split(loops[-2], factors=[None, lanes])
+    sch.reorder(rest, loops[-1], lane)
+    sch.parallel(sch.fuse(*loops[:-2], rest))
+    sch.unroll(loops[-1])
+    sch.vectorize(lane)
+    return True
 
 
 @dataclass(frozen=True)

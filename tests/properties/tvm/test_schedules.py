@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -161,3 +163,21 @@ def test_weights_much_larger_than_the_rows_are_walked_panel_by_panel():
     assert not product(49, 64, 64).weights_first     # weights no larger than the rows
     # 4 rows (a 2x2 map): the threads split the panels rather than each reading all of them
     assert product(4, 768, 2304).weights_first
+
+
+@pytest.mark.parametrize("shape, perm", [((1, 3, 64, 48), (0, 2, 3, 1)),    # NCHW -> NHWC of an RGB image
+                                         ((2, 4, 32, 16), (0, 3, 2, 1))])   # box coordinates last
+def test_a_transpose_to_a_short_innermost_axis_vectorises_the_axis_before(shape, perm):
+    """The innermost axis (3 or 4 long) is unrolled around vectors along the second axis:
+    contiguous loads, no division by 3 or 4 per lane."""
+    g = Graph("transpose")
+    x = g.add_input("x", shape, "float32")
+    g.set_outputs([g.add_node("Transpose", [x], name="t", attrs={"perm": list(perm)}).outputs[0]])
+    infer_shapes(g)
+    (script,) = [s for name, s in lowered_scripts(g, "cpu").items() if "transpose" in name]
+    inner = shape[perm[-1]]
+    loops = re.findall(r"in T\.(parallel|unroll|vectorized)\((?:T\.int64\()?(\d+)", script)
+    assert [kind for kind, _ in loops] == ["parallel", "unroll", "vectorized"], script
+    assert int(loops[1][1]) == inner and int(loops[2][1]) in (4, 8, 16)
+    x_value = rand(np.random.default_rng(3), shape)
+    np.testing.assert_array_equal(compile_graph(g, use_cache=False)(x_value)[0], x_value.transpose(perm))
