@@ -168,6 +168,12 @@ def trimmed_pads(geometry: Geometry, taps: Sequence[tuple[int, int]]) -> list[in
     return begin + end
 
 
+#: inputs smaller than this are padded by filling the whole output, then copying the
+#: interior (2 numpy calls, 6-14 us on MobileNet's maps); larger ones fill the border slabs
+#: only (up to 5 calls, but the interior is written once: 840 against 1280 us at 64x160x160)
+_SMALL_PAD_BYTES = 1 << 16
+
+
 def pad_spatial(x: np.ndarray, begin: Sequence[int], end: Sequence[int], value: Any = 0) -> np.ndarray:
     """``x`` (``N x C x ...``) with its spatial axes padded by ``value``; ``x`` if no padding.
 
@@ -179,8 +185,12 @@ def pad_spatial(x: np.ndarray, begin: Sequence[int], end: Sequence[int], value: 
     if not any(begin) and not any(end):
         return x
     shape = x.shape[:2] + tuple(n + b + e for n, b, e in zip(x.shape[2:], begin, end))
-    padded = np.empty(shape, dtype=x.dtype)
     interior = (slice(None), slice(None)) + tuple(slice(b, b + n) for b, n in zip(begin, x.shape[2:]))
+    if x.nbytes < _SMALL_PAD_BYTES:  # two numpy calls: the calls cost more than the bytes
+        padded = np.zeros(shape, x.dtype) if value == 0 else np.full(shape, value, x.dtype)
+        padded[interior] = x
+        return padded
+    padded = np.empty(shape, dtype=x.dtype)
     # fill only the border slabs, then copy the interior once
     for axis, (b, e) in enumerate(zip(begin, end), start=2):
         if b:
