@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from subgraph.analysis.shape_inference import estimated_elements
+from subgraph.analysis.shape_inference import SIZED_BY_DATA, estimated_elements
 from subgraph.analysis.specialize import bind_dims
 from subgraph.errors import ExecutionError, InputError, ShapeError, SubgraphError
 from subgraph.ir import Graph, Node, format_shape
@@ -161,9 +161,15 @@ class Executor:
         # is static; anything else (or any mismatch) goes through check_feeds and its messages
         self._feed_plan = [(v.name, v.shape, v.dtype) for v in graph.inputs] if all(
             v.is_static and v.dtype is not None for v in graph.inputs) else None
-        # nodes whose output sizes only the data decides: their allocation is checked first,
-        # with the widest element size of their outputs (0: the node is static)
-        self._dynamic = [0 if all(o.is_static for o in node.outputs) else
+        # with symbolic dimensions: per input its dtype, rank, fixed and named dimensions
+        self._symbolic_plan = None if self._feed_plan is not None or any(
+            v.shape is None or v.dtype is None for v in graph.inputs) else [
+            (v.name, v.dtype, len(v.shape), tuple((i, d) for i, d in enumerate(v.shape) if isinstance(d, int)),
+             tuple((i, d) for i, d in enumerate(v.shape) if isinstance(d, str))) for v in graph.inputs]
+        # nodes whose output sizes their input data sets (a shape, a count): their allocation
+        # is checked first, with the widest element size of their outputs (0: no check; the
+        # outputs of other ops are bounded by arrays that exist, or by numpy's MemoryError)
+        self._dynamic = [0 if node.op not in SIZED_BY_DATA or all(o.is_static for o in node.outputs) else
                          max((o.dtype.itemsize for o in node.outputs if o.dtype is not None), default=8)
                          for node in graph.nodes]
         self._free_after: list[list[str]] = [[] for _ in graph.nodes]
@@ -245,13 +251,29 @@ class Executor:
 
     def _checked_feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """:func:`check_feeds`, without its general work when the feeds are numpy arrays of
-        exactly the static shapes and dtypes declared (the common call)."""
+        exactly the shapes and dtypes declared (the common call): static ones compared whole,
+        symbolic ones by rank, fixed dimensions and one size per dimension name. Anything
+        else (and every mismatch, for its message) goes through :func:`check_feeds`."""
         plan = self._feed_plan
         if plan is not None and type(feeds) is dict and len(feeds) == len(plan):
             arrays = {}
             for name, shape, dtype in plan:
                 array = feeds.get(name)
                 if type(array) is not np.ndarray or array.dtype != dtype or array.shape != shape:
+                    break
+                arrays[name] = array
+            else:
+                return arrays
+        symbolic = self._symbolic_plan
+        if symbolic is not None and type(feeds) is dict and len(feeds) == len(symbolic):
+            arrays, bound = {}, {}
+            for name, dtype, rank, fixed, named in symbolic:
+                array = feeds.get(name)
+                if type(array) is not np.ndarray or array.dtype != dtype or array.ndim != rank:
+                    break
+                shape = array.shape
+                if any(shape[i] != d for i, d in fixed) or any(bound.setdefault(d, shape[i]) != shape[i]
+                                                               for i, d in named):
                     break
                 arrays[name] = array
             else:

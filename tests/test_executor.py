@@ -234,3 +234,32 @@ def test_feeds_planned_once_are_still_checked_on_every_call(feeds, message):
     # other mappings and array types take the general path and give the same numbers
     for other in (MappingProxyType({"x": x}), {"x": np.ma.MaskedArray(x)}):
         np.testing.assert_allclose(executor.run(other)["7"], seed_expected(x), rtol=1e-6)
+
+
+def _symbolic_graph() -> Graph:
+    g = Graph("symbolic")
+    a, b = g.add_input("a", ("n", 2), "float32"), g.add_input("b", ("n",), "float32")
+    total = g.add_node("ReduceSum", [a, g.add_constant("axes", np.array([1]))], name="rows",
+                       attrs={"keepdims": 0}).outputs[0]
+    g.set_outputs([g.add_node("Add", [total, b], name="add").outputs[0]])
+    infer_shapes(g)
+    return g
+
+
+@pytest.mark.parametrize("feeds, message", [
+    ({"a": np.ones((3, 2), np.float32), "b": np.ones(4, np.float32)},
+     "input 'b' dimension 0 is 'n' = 4, but input 'a' bound 'n' to 3"),
+    ({"a": np.ones((3, 5), np.float32), "b": np.ones(3, np.float32)}, "input 'a' expects shape [n, 2], got [3, 5]"),
+    ({"a": np.ones(3, np.float32), "b": np.ones(3, np.float32)}, "input 'a' expects shape [n, 2], got [3]"),
+    ({"a": np.ones((3, 2), np.int32), "b": np.ones(3, np.float32)}, "input 'a' expects dtype float32, got int32"),
+])
+def test_symbolic_feeds_are_checked_inline_with_the_general_messages(feeds, message):
+    """Inputs with named dimensions: rank, fixed sizes, dtypes and one size per name are
+    checked without check_feeds; a mismatch still gets check_feeds' message."""
+    executor = Executor(_symbolic_graph())
+    for n in (1, 3, 6):  # any size the name takes
+        a, b = np.arange(2 * n, dtype=np.float32).reshape(n, 2), np.full(n, 0.5, np.float32)
+        np.testing.assert_array_equal(executor.run({"a": a, "b": b})["add"], a.sum(axis=1) + 0.5)
+    with pytest.raises(subgraph.errors.InputError) as info:
+        executor.run(feeds)
+    assert str(info.value) == message

@@ -40,7 +40,7 @@ from subgraph.errors import ShapeError
 from subgraph.ir import Graph, Node, Value, is_static_shape
 from subgraph.ir.limits import check_tensor_size
 
-__all__ = ["infer_shapes", "describe_value", "evaluate_node", "shape_value", "estimated_elements",
+__all__ = ["infer_shapes", "describe_value", "evaluate_node", "shape_value", "estimated_elements", "SIZED_BY_DATA",
            "MAX_FOLD_ELEMENTS"]
 
 #: Constant folding evaluates only nodes whose outputs stay below this many elements.
@@ -184,7 +184,7 @@ def _check_sizes(graph: Graph, types: dict[str, _Type]) -> None:
 
 
 #: ops whose output size :func:`estimated_elements` reads from their input data
-_SIZED_BY_DATA = frozenset({"ConstantOfShape", "Expand", "Tile", "Range", "Resize", "Upsample"})
+SIZED_BY_DATA = frozenset({"ConstantOfShape", "Expand", "Tile", "Range", "Resize", "Upsample"})
 
 
 def estimated_elements(node: Node, args: list[np.ndarray | None]) -> int:
@@ -197,7 +197,7 @@ def estimated_elements(node: Node, args: list[np.ndarray | None]) -> int:
             total *= max(int(dim), 1)
         return total
 
-    if node.op not in _SIZED_BY_DATA:  # the common case, once per dynamic node and call
+    if node.op not in SIZED_BY_DATA:  # the common case, once per dynamic node and call
         return sum(a.size if type(a) is np.ndarray else int(np.asarray(a).size) for a in args if a is not None)
     present = [a for a in args if a is not None]
     try:
