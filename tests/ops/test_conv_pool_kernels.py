@@ -204,3 +204,27 @@ def test_maxpool_integer_pads_with_lowest_value():  # onnx.reference pads intege
     (as_float,) = compare_with_reference("MaxPool", [x.astype(np.float32)], attrs, opset=12)
     assert y.dtype == np.int8
     np.testing.assert_array_equal(y, as_float.astype(np.int8))
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_pooling_along_the_flat_array_never_mixes_rows_images_or_channels(op):
+    """Pooling reads the padded array flat, one axis at a time: a window's taps must never
+    reach into the next row, channel or image. Two images whose rows end in large values,
+    an asymmetric kernel with strides, a dilation and uneven pads, against a window loop."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 3, 5, 7)).astype(np.float32)
+    x[..., -1] = 100.0  # read by a window crossing into the next row, it would win every max
+    x[1] += 50.0        # and the second image outweighs the first
+    attrs = {"kernel_shape": [3, 2], "strides": [2, 1], "dilations": [1, 2], "pads": [1, 0, 0, 1]}
+    g = Graph("g")
+    node = g.add_node(op, [g.add_input("x", x.shape, "float32")], attrs=attrs)
+    got = get_kernel(node)(node, x)
+    fill = -np.inf if op == "MaxPool" else np.nan
+    padded = np.full((2, 3, 6, 8), fill, np.float32)
+    padded[:, :, 1:, :7] = x
+    want = np.empty((2, 3, 2, 6), np.float32)
+    for i in range(2):
+        for j in range(6):
+            window = padded[:, :, 2 * i: 2 * i + 3, j: j + 3: 2]
+            want[:, :, i, j] = window.max(axis=(2, 3)) if op == "MaxPool" else np.nanmean(window, axis=(2, 3))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
