@@ -40,8 +40,9 @@ def _fold(padded: np.ndarray, geometry: Geometry, ufunc: np.ufunc) -> np.ndarray
     along an axis are that axis's element stride apart in the flat layout, so each tap is
     one ``ufunc`` over a contiguous run (rows, channels and images together); positions
     whose window would cross a row or an image are computed too and never read. The
-    windows' corners are then picked with the strides. MaxPool 3x3 on 192x8x8 took 198 us
-    tap by tap over 8-element rows (a numpy loop per row), 40 this way.
+    windows' corners are then picked with the strides. MaxPool 3x3 on 192x8x8, tap by tap
+    over 8-element rows (a numpy loop per row) and this way in turns: 354-380 against
+    107-133 us; on 480x8x8 and 64x32x32, 2.5-2.9x faster.
     """
     spatial = len(geometry.kernel)
     taps = math.prod(geometry.kernel)
