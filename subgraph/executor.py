@@ -164,8 +164,8 @@ class Executor:
         # with symbolic dimensions: per input its dtype, rank, fixed and named dimensions
         self._symbolic_plan = None if self._feed_plan is not None or any(
             v.shape is None or v.dtype is None for v in graph.inputs) else [
-            (v.name, v.dtype, len(v.shape), tuple((i, d) for i, d in enumerate(v.shape) if isinstance(d, int)),
-             tuple((i, d) for i, d in enumerate(v.shape) if isinstance(d, str))) for v in graph.inputs]
+            (v.name, v.dtype, *_fixed_dims(v), tuple((i, d) for i, d in enumerate(v.shape) if isinstance(d, str)))
+            for v in graph.inputs]
         # nodes whose output sizes their input data sets (a shape, a count): their allocation
         # is checked first, with the widest element size of their outputs (0: no check; the
         # outputs of other ops are bounded by arrays that exist, or by numpy's MemoryError)

@@ -27,7 +27,7 @@ Examples
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -432,6 +432,27 @@ class Graph:
             copy = self.node_copy(node, val_map.__getitem__)
             val_map.update(zip(node.outputs, copy.outputs))
         return val_map
+
+    def rewritten(self, chosen: Collection[str],
+                  replace: Callable[[Graph, Node, list[Value | None]], Sequence[Value | None]]) -> Graph:
+        """A copy of this graph with each node named in ``chosen`` written anew.
+
+        ``replace(new, node, inputs)`` appends to ``new`` the nodes that compute ``node``
+        (``inputs``: its inputs in ``new``) and returns the values that stand for its
+        outputs, in order; readers of those outputs read them. Every other node is copied
+        as it is. This graph is not modified.
+        """
+        new, val_map = self.skeleton()
+        for node in self.nodes:
+            if node.name not in chosen:
+                new.graph_copy(self, val_map, [node])
+                continue
+            inputs = [None if v is None else val_map[v] for v in node.inputs]
+            for out, value in zip(node.outputs, replace(new, node, inputs)):
+                if out is not None:
+                    val_map[out] = value
+        new.set_outputs([val_map[v] for v in self.outputs])
+        return new
 
     def copy(self) -> Graph:
         """A deep copy of the structure; constant arrays are shared (they are read-only)."""

@@ -81,8 +81,9 @@ def _cores_free() -> bool:
                     fd = os.open(_LOADAVG, os.O_RDONLY)
                 except OSError:
                     fd = -1
+                _state["cores"] = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                                   else os.cpu_count() or 1)
                 _state["loadavg"] = fd
-                _state["cores"] = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     if fd < 0:
         return False
     try:

@@ -1,9 +1,10 @@
 """Pooling kernels: MaxPool, AveragePool, LpPool and the global variants.
 
 Windows are combined one axis at a time, tap by tap (a loop over the kernel's few
-positions, each step one vectorised operation over the whole array read flat). AveragePool divides by the
-number of real input elements under each window, or with ``count_include_pad`` by the
-elements of the declared padding too (never the extra room ``ceil_mode`` adds).
+positions, each step one vectorised operation over the whole array read flat).
+AveragePool divides by the number of real input elements under each window, or with
+``count_include_pad`` by the elements of the declared padding too (never the extra room
+``ceil_mode`` adds).
 
 Examples
 --------
@@ -63,9 +64,9 @@ def _fold(padded: np.ndarray, geometry: Geometry, ufunc: np.ufunc) -> np.ndarray
     size = acc.itemsize
     strides = (tuple(size * e for e in element[:2])
                + tuple(size * element[a] * s for a, s in enumerate(geometry.strides, start=2)))
-    # a view of the window corners (np.ndarray over acc's buffer: as_strided costs 8 us more)
-    return np.ndarray(padded.shape[:2] + tuple(geometry.out), acc.dtype, np.ascontiguousarray(acc), 0,
-                      strides).copy()
+    # a view of the window corners over acc's buffer (contiguous: a copy, or the padded array
+    # read flat); np.ndarray rather than as_strided, which costs 8 us more
+    return np.ndarray(padded.shape[:2] + tuple(geometry.out), acc.dtype, acc, 0, strides).copy()
 
 
 def _lowest(dtype: np.dtype) -> Any:

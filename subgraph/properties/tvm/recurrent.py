@@ -281,23 +281,18 @@ def unroll_recurrent(graph: Graph) -> Graph:
     """A copy of ``graph`` with every LSTM, GRU and RNN node :func:`decline_reason` accepts
     unrolled into primitive ops; each output value keeps its name, shape and dtype.
     The caller's graph is not modified."""
-    cells = {n.name for n in graph.nodes if n.op in RECURRENT_OPS and not n.domain and decline_reason(n) is None}
-    if not cells:
-        return graph.copy()
-    new, val_map = graph.skeleton()
-    for node in graph.nodes:
-        if node.name not in cells:
-            new.graph_copy(graph, val_map, [node])
-            continue
-        inputs = [None if v is None else val_map[v] for v in node.inputs]
+    def cell(new: Graph, node: Node, inputs: list[Value | None]) -> list[Value | None]:
         build = _Builder(new, graph, node)
-        results = _Cell(node, build, inputs).outputs()
-        for out, result in zip(node.outputs, results):
+        values: list[Value | None] = []
+        for out, result in zip(node.outputs, _Cell(node, build, inputs).outputs()):
             if out is None:
+                values.append(None)
                 continue
             ident = new.add_node("Identity", [result], name=build.fresh(f"{node.name}_{out.name}"),
                                  outputs=[out.name], rt_info=node.rt_info).outputs[0]
             ident.shape, ident.dtype = out.shape, out.dtype
-            val_map[out] = ident
-    new.set_outputs([val_map[v] for v in graph.outputs])
-    return new
+            values.append(ident)
+        return values
+
+    return graph.rewritten({n.name for n in graph.nodes
+                            if n.op in RECURRENT_OPS and not n.domain and decline_reason(n) is None}, cell)

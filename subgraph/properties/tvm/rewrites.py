@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from subgraph.ir import Graph, Node
+from subgraph.ir import Graph, Node, Value
 from subgraph.ops.common import opset
 
 __all__ = ["squeezed_gathers", "sum_as_adds"]
@@ -38,16 +38,7 @@ def sum_as_adds(graph: Graph) -> Graph:
     ``Add`` broadcasts as ``Sum`` does; the last ``Add`` keeps the Sum's name and output
     value, so consumers and graph outputs are unchanged. The caller's graph is not modified.
     """
-    sums = {n.name for n in graph.nodes if n.op == "Sum" and not n.domain and len(n.inputs) >= 2
-            and all(v is not None for v in n.inputs)}
-    if not sums:
-        return graph.copy()
-    new, val_map = graph.skeleton()
-    for node in graph.nodes:
-        if node.name not in sums:
-            new.graph_copy(graph, val_map, [node])
-            continue
-        inputs = [val_map[v] for v in node.inputs]
+    def adds(new: Graph, node: Node, inputs: list[Value | None]) -> list[Value]:
         out = node.outputs[0]
         current = inputs[0]
         for i, operand in enumerate(inputs[1:], 1):
@@ -55,11 +46,11 @@ def sum_as_adds(graph: Graph) -> Graph:
             name = node.name if last else new.fresh_name(f"{node.name}_add")
             current = new.add_node("Add", [current, operand], name=name, outputs=[out.name if last else name],
                                    rt_info=node.rt_info).outputs[0]
-            if last:
-                current.shape, current.dtype = out.shape, out.dtype
-                val_map[out] = current
-    new.set_outputs([val_map[v] for v in graph.outputs])
-    return new
+        current.shape, current.dtype = out.shape, out.dtype
+        return [current]
+
+    return graph.rewritten({n.name for n in graph.nodes if n.op == "Sum" and not n.domain and len(n.inputs) >= 2
+                            and all(v is not None for v in n.inputs)}, adds)
 
 
 def _only_element(node: Node) -> int | None:
@@ -96,18 +87,13 @@ def squeezed_gathers(graph: Graph) -> Graph:
     [('Squeeze', 'pick', ['y'])]
     """
     picks = {n.name: axis for n in graph.nodes if opset(n) >= 13 and (axis := _only_element(n)) is not None}
-    if not picks:
-        return graph.copy()
-    new, val_map = graph.skeleton()
-    for node in graph.nodes:
-        if node.name not in picks:
-            new.graph_copy(graph, val_map, [node])
-            continue
+
+    def squeeze(new: Graph, node: Node, inputs: list[Value | None]) -> list[Value]:
         out = node.outputs[0]
         axes = new.add_constant(new.fresh_name(f"{node.name}_axes"), np.array([picks[node.name]], np.int64))
-        squeezed = new.add_node("Squeeze", [val_map[node.inputs[0]], axes], name=node.name, outputs=[out.name],
+        squeezed = new.add_node("Squeeze", [inputs[0], axes], name=node.name, outputs=[out.name],
                                 rt_info=node.rt_info).outputs[0]
         squeezed.shape, squeezed.dtype = out.shape, out.dtype
-        val_map[out] = squeezed
-    new.set_outputs([val_map[v] for v in graph.outputs])
-    return new
+        return [squeezed]
+
+    return graph.rewritten(picks, squeeze)
