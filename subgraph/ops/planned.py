@@ -9,6 +9,9 @@ several microseconds each, for a result the inferred shapes already fix. For suc
 or the take, guarded: an input whose shape differs from the planned one goes to the
 generic kernel, so results and errors are the generic kernel's in every case.
 
+LSTM, GRU and RNN with constant weights get them transposed, halved and folded once
+(:func:`~subgraph.ops.recurrent.planned_recurrent`).
+
 A Conv with constant weights whose dilated kernel reaches past a small input (DeepLabV3's
 ASPP: 3x3 taps 12 to 36 apart over a 4x4 map) runs without the taps that read only
 padding, planned the same way.
@@ -38,6 +41,7 @@ from subgraph.ir import Node
 from subgraph.ops.common import normalize_axis
 from subgraph.ops.conv import trimmed_conv
 from subgraph.ops.index import check_indices, index_limits
+from subgraph.ops.recurrent import planned_recurrent
 from subgraph.ops.registry import KERNELS, Kernel
 from subgraph.ops.tensor import slice_index
 
@@ -70,6 +74,8 @@ def planned_kernel(node: Node) -> Kernel:
         kernel otherwise.
     """
     kernel = KERNELS[node.op]
+    if node.op in ("LSTM", "GRU", "RNN"):
+        return planned_recurrent(node) or kernel
     if not node.inputs or node.inputs[0] is None or not node.outputs or not _constant_rest(node):
         return kernel
     planned_in, planned_out = _static(node.inputs[0]), _static(node.outputs[0])

@@ -2,10 +2,26 @@
 
 Every direction (forward, reverse, bidirectional), ``sequence_lens`` (steps past a
 sequence's length leave its state alone and write zeros to ``Y``), initial states,
-LSTM peepholes, ``clip``, GRU's ``linear_before_reset`` and both layouts. The input
-projection of all time steps is one matrix multiply; only the recurrent product runs per
-step. Activations other than Sigmoid, Tanh and Relu (the ones with alpha and beta), and
-LSTM's ``input_forget``, run on onnx.reference.
+LSTM peepholes, ``clip``, GRU's ``linear_before_reset`` and both layouts. Activations
+other than Sigmoid, Tanh and Relu (the ones with alpha and beta), and LSTM's
+``input_forget``, run on onnx.reference.
+
+A step of a small cell is a dozen numpy calls on arrays of a few hundred elements, so what
+a step costs is the number of calls and how numpy walks the arrays, not the arithmetic:
+
+- the input projection of all steps and directions is one matrix multiply before the loop;
+- every array of a step is 2-D and contiguous: the state is ``h`` transposed,
+  ``[hidden, directions * batch]``, and the gates ``z = R h`` are ``[gates * hidden,
+  directions * batch]``, so each gate is a block of whole rows (a column slice of
+  ``[batch, gates * hidden]`` costs numpy twice as much per call);
+- the directions run together: one product per step serves both, through a
+  block-diagonal ``R`` (rows and columns interleaved by direction) when it is small, and
+  the reverse direction's inputs are stored last step first;
+- a sigmoid is ``0.5 * tanh(v / 2) + 0.5`` (which, unlike ``1 / (1 + exp(-v))``, cannot
+  overflow). Without ``clip``, the weights, biases and peepholes of the sigmoid gates are
+  halved once, so the step skips the ``v / 2``; an LSTM whose i, o, f gates are sigmoids and
+  whose c gate is a tanh then runs all four gates through one ``tanh``;
+- with constant weights, all of that is prepared once per node (:func:`planned_recurrent`).
 
 Examples
 --------
@@ -28,25 +44,36 @@ import numpy as np
 
 from subgraph.ir import Node
 from subgraph.ops.common import float_inputs
-from subgraph.ops.registry import KERNELS, register_kernel  # noqa: F401  (KERNELS: doctest)
+from subgraph.ops.registry import KERNELS, Kernel, register_kernel  # noqa: F401  (KERNELS: doctest)
 
-__all__: list[str] = []
+__all__ = ["planned_recurrent"]
+
+Activation = Callable[[np.ndarray], np.ndarray]
+
 
 def _sigmoid(v: np.ndarray) -> np.ndarray:
-    """In place: 0.5 * tanh(v / 2) + 0.5, which (unlike 1 / (1 + exp(-v))) cannot overflow."""
+    """In place: 0.5 * tanh(v / 2) + 0.5."""
     np.multiply(v, 0.5, out=v)
+    return _halved_sigmoid(v)
+
+
+def _halved_sigmoid(v: np.ndarray) -> np.ndarray:
+    """In place: the sigmoid of ``2 * v`` (its argument was halved with the weights)."""
+    half = np.asarray(0.5, v.dtype)
     np.tanh(v, out=v)
-    np.multiply(v, 0.5, out=v)
-    return np.add(v, 0.5, out=v)
+    np.multiply(v, half, out=v)
+    return np.add(v, half, out=v)
 
 
 #: activations computed in place on their argument (which they return)
-_ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+_ACTIVATIONS: dict[str, Activation] = {
     "sigmoid": _sigmoid,
     "tanh": lambda v: np.tanh(v, out=v),
     "relu": lambda v: np.maximum(v, 0, out=v),
 }
 _DEFAULTS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh"), "RNN": ("Tanh",)}
+#: per gate (in ONNX's weight order), the index of its activation: LSTM i, o, f, c; GRU z, r, h
+_GATE_ACTIVATION = {"LSTM": (0, 0, 0, 1), "GRU": (0, 0, 1), "RNN": (0,)}
 
 
 def _text(value: str | bytes) -> str:
@@ -60,167 +87,300 @@ def _supported(node: Node) -> bool:
             and (names is None or all(_text(n).lower() in _ACTIVATIONS for n in names)))
 
 
-def _activations(node: Node, directions: int) -> list[list[Callable[[np.ndarray], np.ndarray]]]:
-    """Per direction, the op's activation functions in ONNX order (f, g, h)."""
+def _activation_names(node: Node, directions: int) -> list[list[str]]:
+    """Per direction, the op's activation names in ONNX order (f, g, h), lower case."""
     count = len(_DEFAULTS[node.op])
-    names = [_text(n) for n in node.attrs.get("activations", _DEFAULTS[node.op] * directions)]
+    names = [_text(n).lower() for n in node.attrs.get("activations", _DEFAULTS[node.op] * directions)]
     if len(names) == count:  # one set given for a bidirectional op: both directions use it
         names = names * directions
     if len(names) != count * directions:
         raise ValueError(f"needs {count * directions} activations, got {names}")
-    return [[_ACTIVATIONS[n.lower()] for n in names[d * count:(d + 1) * count]] for d in range(directions)]
+    return [names[d * count:(d + 1) * count] for d in range(directions)]
+
+
+def _per_direction(functions: list[Activation]) -> Activation:
+    """One activation over ``[rows, directions * batch]``: the same function for all
+    directions, or each its own on its columns."""
+    if all(f is functions[0] for f in functions):
+        return functions[0]
+
+    def apply(v: np.ndarray) -> np.ndarray:
+        by_direction = v.reshape(len(v), len(functions), -1)
+        for d, f in enumerate(functions):
+            f(by_direction[:, d])
+        return v
+    return apply
+
+
+#: a block-diagonal recurrent matrix is used up to this many elements (1 MiB of float32)
+#: beyond, the directions' products run one by one (the zero blocks would double the work)
+BLOCK_ELEMENTS = 1 << 18
+
+
+class _Weights:
+    """An op's weights as its steps read them: the input weights of all directions side by
+    side, the recurrent weights (block-diagonal, or per direction), the biases folded, the
+    sigmoid gates' rows halved. Built once per node when the weights are constants."""
+
+    def __init__(self, node: Node, w: np.ndarray, r: np.ndarray, b: np.ndarray | None,
+                 p: np.ndarray | None = None) -> None:
+        self.hidden = hidden = int(node.attrs["hidden_size"])
+        direction = _text(node.attrs.get("direction", "forward"))
+        self.reverse = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}[direction]
+        self.dirs = dirs = len(self.reverse)
+        dtype = w.dtype
+        self.clip = node.attrs.get("clip")
+        names = _activation_names(node, dirs)
+        # without clip, the sigmoid gates' pre-activations are halved with the weights
+        halve = [[self.clip is None and n == "sigmoid" for n in per_dir] for per_dir in names]
+        self.fused = all(h[0] for h in halve)  # every direction's activation f is the halved sigmoid
+        self.acts = [_per_direction([_halved_sigmoid if halve[d][k] else _ACTIVATIONS[names[d][k]]
+                                     for d in range(dirs)]) for k in range(len(names[0]))]
+        self.tanh = [all(n[k] == "tanh" for n in names) for k in range(len(names[0]))]
+        gate_acts = _GATE_ACTIVATION[node.op]
+        self.width = width = len(gate_acts) * hidden
+        scale = np.ones((dirs, width), dtype)
+        for d in range(dirs):
+            for gate, k in enumerate(gate_acts):
+                if halve[d][k]:
+                    scale[d, gate * hidden:(gate + 1) * hidden] = 0.5
+        bias = np.zeros((dirs, 2 * width), dtype) if b is None or b.size == 0 else b
+        # GRU with linear_before_reset computes r * (h Rh + Rbh): that bias stays in the step
+        self.before_reset = node.op == "GRU" and bool(node.attrs.get("linear_before_reset", 0))
+        kept = slice(2 * hidden, 3 * hidden) if self.before_reset else slice(0)
+        input_bias = bias[:, :width] + bias[:, width:]
+        input_bias[:, kept] = bias[:, :width][:, kept]
+        self.input_bias = (input_bias * scale).reshape(-1)  # [dirs * width], as the projection's columns
+        self.recurrent_bias = bias[:, width:] * scale  # [dirs, width]
+        # [input, dirs * width]: one product projects every step of every direction
+        self.input = np.ascontiguousarray((w * scale[:, :, None]).transpose(2, 0, 1).reshape(w.shape[2], -1))
+        recurrent = r * scale[:, :, None]  # [dirs, width, hidden]
+        self.block = dirs == 1 or (dirs * width) * (dirs * hidden) <= BLOCK_ELEMENTS
+        if self.block:  # rows (gate row, direction) x columns (hidden, direction)
+            blocks = np.zeros((width, dirs, hidden, dirs), dtype)
+            for d in range(dirs):
+                blocks[:, d, :, d] = recurrent[d]
+            self.recurrent = blocks.reshape(width * dirs, hidden * dirs)
+        else:
+            self.recurrent = recurrent
+        self.peep = None  # LSTM's i, o, f: [dirs, 3, hidden], halved with their gates
+        if p is not None and p.size:
+            self.peep = (p.reshape(dirs, 3 * hidden) * scale[:, :3 * hidden]).reshape(dirs, 3, hidden)
+
+    def gate(self, values: np.ndarray, k: int) -> np.ndarray:
+        """Activation ``k`` of ``values`` (clipped first when the op says so), in place."""
+        if self.clip is not None:
+            np.clip(values, -self.clip, self.clip, out=values)
+        return self.acts[k](values)
 
 
 class _Setup:
-    """What every recurrent op reads the same way: layout, directions, lengths, states."""
+    """One call's sequence: layout, lengths, initial states, and the projected input of
+    every step, ``[gates * hidden, directions * batch]`` in step order (a reverse
+    direction's first step is the sequence's last)."""
 
-    def __init__(self, node: Node, x: np.ndarray, gates: int, lens: np.ndarray | None,
+    def __init__(self, node: Node, x: np.ndarray, weights: _Weights, lens: np.ndarray | None,
                  initial: list[np.ndarray | None]) -> None:
+        self.weights = weights
         self.layout = int(node.attrs.get("layout", 0))
-        self.x = np.swapaxes(x, 0, 1) if self.layout else x  # [seq, batch, input]
-        self.steps, self.batch = self.x.shape[:2]
-        self.hidden = int(node.attrs["hidden_size"])
-        direction = _text(node.attrs.get("direction", "forward"))
-        self.reverse = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}[direction]
+        x = np.swapaxes(x, 0, 1) if self.layout else x  # [seq, batch, input]
+        self.dtype = x.dtype
+        self.steps, self.batch = x.shape[:2]
+        dirs, width = weights.dirs, weights.width
+        self.columns = dirs * self.batch
         self.lens = (None if lens is None or lens.size == 0 or np.all(lens >= self.steps)
                      else lens.astype(np.int64).reshape(-1))
-        self.clip = node.attrs.get("clip")
-        self.gates = gates
         self.states = [self._state(s) for s in initial]
+        projected = x.reshape(self.steps * self.batch, -1) @ weights.input
+        projected += weights.input_bias  # (while contiguous: a strided add costs numpy far more)
+        projected = projected.reshape(self.steps, self.batch, dirs, width)
+        self.inputs = np.empty((self.steps, width, dirs, self.batch), self.dtype)
+        for d, reverse in enumerate(weights.reverse):
+            self.inputs[:, :, d] = projected[::-1 if reverse else 1, :, d].transpose(0, 2, 1)
+        self.inputs = self.inputs.reshape(self.steps, width, self.columns)
 
     def _state(self, value: np.ndarray | None) -> np.ndarray:
-        """An initial state as [directions, batch, hidden] (zeros when absent)."""
+        """An initial state as [hidden, directions * batch] (zeros when absent)."""
+        hidden = self.weights.hidden
         if value is None or value.size == 0:
-            return np.zeros((len(self.reverse), self.batch, self.hidden), self.x.dtype)
-        return np.swapaxes(value, 0, 1) if self.layout else value
+            return np.zeros((hidden, self.columns), self.dtype)
+        value = np.swapaxes(value, 0, 1) if self.layout else value  # [dirs, batch, hidden]
+        return np.ascontiguousarray(value.transpose(2, 0, 1)).reshape(hidden, self.columns)
 
-    def gate(self, values: np.ndarray, act: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-        """``act`` of ``values`` (clipped first when the op says so), in place."""
-        if self.clip is not None:
-            np.clip(values, -self.clip, self.clip, out=values)
-        return act(values)
+    def buffer(self, rows: int) -> np.ndarray:
+        return np.empty((rows, self.columns), self.dtype)
 
-    def order(self, reverse: bool) -> range:
-        return range(self.steps - 1, -1, -1) if reverse else range(self.steps)
+    def per_column(self, values: np.ndarray) -> np.ndarray:
+        """Per-direction ``values`` [dirs, n] as [n, directions * batch]."""
+        return np.ascontiguousarray(np.repeat(values.T[:, :, None], self.batch, axis=2)).reshape(-1, self.columns)
 
-    def outputs(self, node: Node, y: np.ndarray, finals: list[list[np.ndarray]]) -> tuple[np.ndarray, ...]:
-        """``Y`` [seq, dirs, batch, hidden] (layout 1: [batch, seq, dirs, hidden]) and the final states."""
-        states = [np.stack(per_dir) for per_dir in zip(*finals)]  # each [dirs, batch, hidden]
+    def product(self, rows: slice = slice(None)) -> Callable[[np.ndarray, np.ndarray], None]:
+        """``(h, out)``: ``out`` = the recurrent product of the gate rows ``rows`` with ``h``."""
+        weights, batch, dirs = self.weights, self.batch, self.weights.dirs
+        if weights.block:
+            recurrent = weights.recurrent.reshape(weights.width, -1)[rows].reshape(-1, weights.hidden * dirs)
+            recurrent = np.ascontiguousarray(recurrent)
+
+            def product(h: np.ndarray, out: np.ndarray) -> None:
+                np.dot(recurrent, h.reshape(-1, batch), out=out.reshape(-1, batch))
+            return product
+        per_direction = np.ascontiguousarray(weights.recurrent[:, rows])
+
+        def product_each(h: np.ndarray, out: np.ndarray) -> None:
+            h, out = h.reshape(len(h), dirs, batch), out.reshape(len(out), dirs, batch)
+            for d in range(dirs):
+                np.matmul(per_direction[d], h[:, d], out=out[:, d])
+        return product_each
+
+    def run(self, node: Node, step: Callable[..., list[np.ndarray]]) -> tuple[np.ndarray, ...]:
+        """``step(inputs, state, out)`` for every step, all directions at once; it writes the
+        new ``h`` into ``out`` and returns the new state. Returns ``Y`` and the final states."""
+        weights, steps, batch = self.weights, self.steps, self.batch
+        hidden, dirs = weights.hidden, weights.dirs
+        ys = np.empty((steps, hidden, self.columns), self.dtype)
+        state = self.states
+        if self.lens is None:
+            for inputs, out in zip(self.inputs, ys):
+                state = step(inputs, state, out)
+        else:
+            times = np.array([np.arange(steps)[::-1] if r else np.arange(steps) for r in weights.reverse]).T
+            active = (times[:, :, None] < self.lens).reshape(steps, 1, self.columns)
+            for inputs, out, on in zip(self.inputs, ys, active):
+                new = step(inputs, state, out)
+                state = [np.where(on, n, s) for n, s in zip(new, state)]
+                np.copyto(out, 0, where=~on)
+        y = np.empty((steps, dirs, batch, hidden), self.dtype)
+        by_direction = ys.reshape(steps, hidden, dirs, batch)
+        for d, reverse in enumerate(weights.reverse):  # back to time order, [batch, hidden]
+            y[:, d] = by_direction[::-1 if reverse else 1, :, d].transpose(0, 2, 1)
+        finals = [np.ascontiguousarray(s.reshape(hidden, dirs, batch).transpose(1, 2, 0)) for s in state]
         if self.layout:
             y = np.ascontiguousarray(np.transpose(y, (2, 0, 1, 3)))
-            states = [np.ascontiguousarray(np.swapaxes(s, 0, 1)) for s in states]
-        return (y, *states)[: len(node.outputs)]
+            finals = [np.ascontiguousarray(np.swapaxes(s, 0, 1)) for s in finals]
+        return (y, *finals)[: len(node.outputs)]
 
 
-def _run(node: Node, setup: _Setup, w: np.ndarray, r: np.ndarray, b: np.ndarray | None,
-         step: Callable[..., tuple[np.ndarray, ...]], kept: slice = slice(0)) -> tuple[np.ndarray, ...]:
-    """Every direction of the cell: one GEMM projects the input of all steps (with the
-    input and recurrent biases, except the recurrent bias columns ``kept`` that ``step``
-    adds itself), then ``step`` per time step; ``Y`` is written in place."""
-    acts = _activations(node, len(setup.reverse))
-    width, dtype = setup.gates * setup.hidden, setup.x.dtype
-    seq, batch = setup.steps, setup.batch
-    y = (np.zeros if setup.lens is not None else np.empty)((seq, len(setup.reverse), batch, setup.hidden), dtype)
-    flat = setup.x.reshape(seq * batch, -1)
-    finals = []
-    for d, reverse in enumerate(setup.reverse):
-        bias = np.zeros(2 * width, dtype) if b is None or b.size == 0 else b[d]
-        folded = bias[:width] + bias[width:]
-        folded[kept] = bias[:width][kept]
-        projected = (flat @ w[d].T).reshape(seq, batch, width)  # all steps at once
-        projected += folded
-        rd_t, rb = r[d].T, bias[width:]
-        state = [s[d] for s in setup.states]
-        for t in setup.order(reverse):
-            new = step(projected[t], state, rd_t, rb, acts[d], d)
-            if setup.lens is None:
-                state = new
-                y[t, d] = new[0]
-            else:
-                active = (t < setup.lens)[:, None]
-                state = [np.where(active, n, s) for n, s in zip(new, state)]
-                y[t, d] = np.where(active, new[0], 0)
-        finals.append(state)
-    return setup.outputs(node, y, finals)
+def _lstm_step(weights: _Weights, setup: _Setup) -> Callable[..., list[np.ndarray]]:
+    hidden, gate = weights.hidden, weights.gate
+    product = setup.product()
+    z = setup.buffer(4 * hidden)
+    i, o, f, g = (z[k * hidden:(k + 1) * hidden] for k in range(4))
+    ifo = z[:3 * hidden]
+    peep = None if weights.peep is None else [setup.per_column(weights.peep[:, k]) for k in range(3)]
+    # halved sigmoids on i, o, f and a tanh on c: one tanh for all four, then 0.5 * t + 0.5
+    one_tanh = peep is None and weights.fused and weights.tanh[1]
+    half = np.asarray(0.5, setup.dtype)
+    h_act, tanh_h = weights.acts[2], weights.tanh[2]
 
-
-@register_kernel("LSTM", supports=_supported)
-def _lstm(node: Node, x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray | None = None,
-          lens: np.ndarray | None = None, h0: np.ndarray | None = None, c0: np.ndarray | None = None,
-          p: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
-    setup = _Setup(node, x, 4, lens, [h0, c0])
-    hidden = setup.hidden
-    peep = None if p is None or p.size == 0 else p.reshape(len(setup.reverse), 3, hidden)  # i, o, f
-
-    def step(xw, state, rd_t, rb, acts, d):
+    def step(inputs, state, out):
         h, c = state
-        f_act, g_act, h_act = acts
-        z = h @ rd_t
-        z += xw
-        i, o, f, g = (z[:, k * hidden:(k + 1) * hidden] for k in range(4))
-        if peep is None:
-            setup.gate(z[:, :3 * hidden], f_act)  # i, o, f: one call
+        product(h, z)
+        np.add(z, inputs, out=z)
+        if one_tanh:
+            np.tanh(z, out=z)
+            np.multiply(ifo, half, out=ifo)
+            np.add(ifo, half, out=ifo)
         else:
-            i += peep[d, 0] * c
-            f += peep[d, 2] * c
-            setup.gate(i, f_act), setup.gate(f, f_act)
-        setup.gate(g, g_act)
+            if peep is None:
+                gate(ifo, 0)
+            else:
+                np.add(i, peep[0] * c, out=i)
+                np.add(f, peep[2] * c, out=f)
+                gate(i, 0), gate(f, 0)
+            gate(g, 1)
         c_new = f * c
-        g *= i
+        np.multiply(g, i, out=g)
         c_new += g
         if peep is not None:
-            o += peep[d, 1] * c_new
-            setup.gate(o, f_act)
-        h_new = h_act(c_new.copy())
-        h_new *= o
-        return h_new, c_new
+            np.add(o, peep[1] * c_new, out=o)
+            gate(o, 0)
+        activated = np.tanh(c_new) if tanh_h else h_act(c_new.copy())  # (no clip here, as onnxruntime)
+        return [np.multiply(activated, o, out=out), c_new]
 
-    return _run(node, setup, w, r, b, step)
+    return step
 
 
-@register_kernel("GRU", supports=_supported)
-def _gru(node: Node, x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray | None = None,
-         lens: np.ndarray | None = None, h0: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
-    setup = _Setup(node, x, 3, lens, [h0])
-    hidden = setup.hidden
-    before_reset = bool(node.attrs.get("linear_before_reset", 0))
+def _gru_step(weights: _Weights, setup: _Setup) -> Callable[..., list[np.ndarray]]:
+    hidden, gate = weights.hidden, weights.gate
+    before_reset = weights.before_reset
+    if before_reset:  # r * (h Rh + Rbh): one product for the three gates
+        z = setup.buffer(3 * hidden)
+        zr, candidate = z[:2 * hidden], z[2 * hidden:]
+        product = setup.product()
+        candidate_bias = setup.per_column(weights.recurrent_bias[:, 2 * hidden:])
+    else:  # (r * h) Rh: the h gate's product waits for r
+        zr, candidate, reset_h = setup.buffer(2 * hidden), setup.buffer(hidden), setup.buffer(hidden)
+        product = setup.product(slice(0, 2 * hidden))
+        candidate_product = setup.product(slice(2 * hidden, 3 * hidden))
+    update, reset = zr[:hidden], zr[hidden:]
 
-    def step(xw, state, rd_t, rb, acts, d):
+    def step(inputs, state, out):
         (h,) = state
-        f_act, g_act = acts
-        if before_reset:  # r * (h Rh + Rbh): one product for the three gates
-            hr = h @ rd_t
-            zr = hr[:, :2 * hidden]
-            zr += xw[:, :2 * hidden]
-            setup.gate(zr, f_act)
-            candidate = hr[:, 2 * hidden:]
-            candidate += rb[2 * hidden:]
-            candidate *= zr[:, hidden:]
-        else:  # (r * h) Rh: the h gate's product waits for r
-            zr = h @ rd_t[:, :2 * hidden]
-            zr += xw[:, :2 * hidden]
-            setup.gate(zr, f_act)
-            candidate = (zr[:, hidden:] * h) @ rd_t[:, 2 * hidden:]
-        candidate += xw[:, 2 * hidden:]
-        setup.gate(candidate, g_act)
-        h_new = h - candidate  # (1 - z) * candidate + z * h  ==  candidate + z * (h - candidate)
-        h_new *= zr[:, :hidden]
+        if before_reset:
+            product(h, z)
+            np.add(zr, inputs[:2 * hidden], out=zr)
+            gate(zr, 0)
+            np.add(candidate, candidate_bias, out=candidate)
+            np.multiply(candidate, reset, out=candidate)
+        else:
+            product(h, zr)
+            np.add(zr, inputs[:2 * hidden], out=zr)
+            gate(zr, 0)
+            candidate_product(np.multiply(reset, h, out=reset_h), candidate)
+        np.add(candidate, inputs[2 * hidden:], out=candidate)
+        gate(candidate, 1)
+        h_new = np.subtract(h, candidate, out=out)  # (1 - z) * candidate + z * h  ==  candidate + z * (h - candidate)
+        h_new *= update
         h_new += candidate
-        return (h_new,)
+        return [h_new]
 
-    kept = slice(2 * hidden, 3 * hidden) if before_reset else slice(0)
-    return _run(node, setup, w, r, b, step, kept)
+    return step
 
 
-@register_kernel("RNN", supports=_supported)
-def _rnn(node: Node, x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray | None = None,
-         lens: np.ndarray | None = None, h0: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
-    setup = _Setup(node, x, 1, lens, [h0])
+def _rnn_step(weights: _Weights, setup: _Setup) -> Callable[..., list[np.ndarray]]:
+    product, gate = setup.product(), weights.gate
 
-    def step(xw, state, rd_t, rb, acts, d):
-        (h,) = state
-        z = h @ rd_t
-        z += xw
-        return (setup.gate(z, acts[0]),)
+    def step(inputs, state, out):
+        product(state[0], out)
+        out += inputs
+        return [gate(out, 0)]
 
-    return _run(node, setup, w, r, b, step)
+    return step
+
+
+_STEPS = {"LSTM": _lstm_step, "GRU": _gru_step, "RNN": _rnn_step}
+_STATES = {"LSTM": 2, "GRU": 1, "RNN": 1}  # h (and c) inputs after X, W, R, B, sequence_lens
+
+
+@register_kernel("LSTM", "GRU", "RNN", supports=_supported)
+def _recurrent(node: Node, x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray | None = None,
+               lens: np.ndarray | None = None, *rest: np.ndarray | None,
+               weights: _Weights | None = None) -> tuple[np.ndarray, ...]:
+    """LSTM (``rest``: h0, c0, P), GRU and RNN (``rest``: h0)."""
+    count = _STATES[node.op]
+    initial = (list(rest) + [None] * count)[:count]
+    if weights is None:
+        weights = _Weights(node, w, r, b, rest[2] if node.op == "LSTM" and len(rest) > 2 else None)
+    setup = _Setup(node, x, weights, lens, initial)
+    return setup.run(node, _STEPS[node.op](weights, setup))
+
+
+def planned_recurrent(node: Node) -> Kernel | None:
+    """The kernel of a recurrent ``node`` whose weights (W, R, and B and P where given) are
+    constants, with them prepared once; ``None`` when they are not. A call with other weight
+    arrays prepares its own."""
+    positions = (1, 2, 3, 7) if node.op == "LSTM" else (1, 2, 3)
+    given = [node.inputs[i] if i < len(node.inputs) else None for i in positions]
+    if given[0] is None or given[1] is None or any(v is not None and v.data is None for v in given):
+        return None
+    planned = [None if v is None else v.data for v in given]
+    try:
+        weights = _Weights(node, *planned[:3], planned[3] if len(planned) > 3 else None)
+    except (ValueError, IndexError, KeyError, TypeError):  # the generic kernel raises it on the run
+        return None
+
+    def kernel(node: Node, x: np.ndarray, *rest: np.ndarray | None) -> tuple[np.ndarray, ...]:
+        arrays = [rest[i - 1] if i - 1 < len(rest) else None for i in positions]
+        same = all(a is b for a, b in zip(arrays, planned))
+        return _recurrent(node, x, *rest, weights=weights if same else None)
+    return kernel
