@@ -41,7 +41,7 @@ __all__ = ["BUILD_LOCK", "MEMORY", "cache_key", "check_private", "clear_memory_c
 
 
 #: Bump when the way a build is made or stored changes, so old disk entries are not reused.
-_FORMAT = "subgraph-tvm-21"  # 2: scheduled CPU builds, host mcpu; 3: BN folded, tuning; 4: no vector selects;
+_FORMAT = "subgraph-tvm-22"  # 2: scheduled CPU builds, host mcpu; 3: BN folded, tuning; 4: no vector selects;
 #   5: metadata holds the library size; 6: NaN-propagating relu, maximum, minimum, max, min;
 #   7: int64 softmax shapes (fuses with its consumers), conv2d_transpose kept NCHW;
 #   8: each function scheduled on its own (fallback schedules), metadata "notes" on what was not;
@@ -54,7 +54,8 @@ _FORMAT = "subgraph-tvm-21"  # 2: scheduled CPU builds, host mcpu; 3: BN folded,
 #   17: weights four times the activations walked panel by panel on maps of any size;
 #   18: 3x3 convolutions of stride 1 on 96 channels and up as Winograd F(2x2, 3x3);
 #   19: 2-D linear and nearest resizes as two 1-D passes; 20: element-wise blocks with an innermost
-#   axis of 2-4 elements vectorised along the axis before it; 21: Gather of an axis's one element as Squeeze
+#   axis of 2-4 elements vectorised along the axis before it; 21: Gather of an axis's one element as Squeeze;
+#   22: GroupNorm exports on the map's own axes
 
 
 def cache_key(model_bytes: bytes, target: str, schedule: str = "cpu") -> str:

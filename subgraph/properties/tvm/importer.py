@@ -26,7 +26,7 @@ from subgraph.onnx.writer import to_onnx
 from subgraph.properties.tvm.folding import fold_with_numpy
 from subgraph.properties.tvm.messages import error_summary
 from subgraph.properties.tvm.recurrent import unroll_recurrent
-from subgraph.properties.tvm.rewrites import squeezed_gathers, sum_as_adds
+from subgraph.properties.tvm.rewrites import group_norms, squeezed_gathers, sum_as_adds
 from subgraph.properties.tvm.tensors import static_shape
 
 __all__ = ["check_outputs", "onnx_for_tvm", "prepared_graph", "relax_module"]
@@ -82,7 +82,8 @@ def check_outputs(graph: Graph, func: Any) -> list[int]:
 def prepared_graph(graph: Graph) -> Graph:
     """The graph TVM compiles: Loops with a constant trip count and LSTM/GRU/RNN unrolled,
     BatchNormalization folded into convolutions, kernel taps that read only padding cut,
-    Sum as Adds, Gathers of an axis's one element as Squeeze.
+    GroupNorm exports on the map's own axes, Sum as Adds, Gathers of an axis's one element
+    as Squeeze.
 
     :func:`~subgraph.analysis.unroll.unroll_loops` and
     :func:`~subgraph.properties.tvm.recurrent.unroll_recurrent` write what the importer
@@ -92,7 +93,8 @@ def prepared_graph(graph: Graph) -> Graph:
     importer's stack, :func:`~subgraph.properties.tvm.rewrites.squeezed_gathers` its
     unfusable ``take``.
     """
-    return unroll_recurrent(squeezed_gathers(sum_as_adds(trim_conv_taps(fold_batchnorm(unroll_loops(graph))))))
+    graph = trim_conv_taps(fold_batchnorm(unroll_loops(graph)))
+    return unroll_recurrent(squeezed_gathers(sum_as_adds(group_norms(graph))))
 
 
 def onnx_for_tvm(graph: Graph) -> tuple[Graph, Any]:
