@@ -27,6 +27,7 @@ array([[[[ 8., 12.,  7.],
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -37,7 +38,7 @@ from subgraph.ops.registry import register_kernel
 from subgraph.ops.common import float_inputs, node_error
 from subgraph.ops.window import Geometry, live_taps, node_geometry, pad_spatial, trimmed_pads, windows
 
-__all__ = ["conv", "conv_transpose", "trimmed_conv"]
+__all__ = ["conv", "conv_transpose", "planned_depthwise", "trimmed_conv"]
 
 
 @register_kernel("Conv", supports=float_inputs)
@@ -117,6 +118,14 @@ def _im2col_conv(x: np.ndarray, w: np.ndarray, groups: int, g: Geometry) -> np.n
     return matmul(weights, cols).reshape((n, m) + g.out)
 
 
+def _banded(x_shape: tuple[int, ...], w: np.ndarray, g: Geometry) -> bool:
+    """Whether :func:`_pick_depthwise` takes the banded matrix for this depthwise conv."""
+    m = w.shape[0]
+    if m >= _EINSUM_CHANNELS or math.prod(g.out) * 16 <= m:
+        return False
+    return len(g.kernel) == 2 and x_shape[3] + g.begin[1] + g.end[1] <= 12 * g.kernel[1]
+
+
 def _pick_depthwise(x: np.ndarray, w: np.ndarray, g: Geometry, bias: np.ndarray | None) -> np.ndarray | None:
     """A depthwise conv (bias added) by the formulation that is fastest for its shape, or
     ``None`` for :func:`_depthwise` (crossovers measured on MobileNet, EfficientNet and
@@ -124,7 +133,7 @@ def _pick_depthwise(x: np.ndarray, w: np.ndarray, g: Geometry, bias: np.ndarray 
     pixels, m = math.prod(g.out), w.shape[0]
     if m >= _EINSUM_CHANNELS or pixels * 16 <= m:  # a 2x2 image of 960 channels: only channels-last has long rows
         return _depthwise_channels_last(x, w, g, bias)
-    if len(g.kernel) == 2 and x.shape[3] + g.begin[1] + g.end[1] <= 12 * g.kernel[1]:
+    if _banded(x.shape, w, g):
         y = _depthwise_banded(x, w, g)
         if bias is not None:
             y += bias.reshape(-1, 1, 1)
@@ -134,7 +143,41 @@ def _pick_depthwise(x: np.ndarray, w: np.ndarray, g: Geometry, bias: np.ndarray 
     return None
 
 
-def _depthwise_banded(x: np.ndarray, w: np.ndarray, g: Geometry) -> np.ndarray:
+def _band(w: np.ndarray, g: Geometry, padded_width: int, dtype: np.dtype) -> np.ndarray:
+    """:func:`_depthwise_banded`'s ``(M, kh * Wp, ow)`` matrices of ``w``."""
+    m, (kh, kw), sw, dw, ow = w.shape[0], g.kernel, g.strides[1], g.dilations[1], g.out[1]
+    band = np.zeros((m, kh, padded_width, ow), dtype=dtype)
+    across = np.arange(ow)
+    for j in range(kw):
+        band[:, :, across * sw + j * dw, across] = w[:, 0, :, j][:, :, None]
+    return band.reshape(m, kh * padded_width, ow)
+
+
+def planned_depthwise(node: Node, x_shape: tuple[int, ...]) -> Callable[..., np.ndarray] | None:
+    """For a 2-D depthwise Conv with constant weights over inputs of ``x_shape`` that
+    :func:`conv` runs as a banded matrix product, ``(x, bias) -> y`` with the band built
+    once (a fifth to a third of such a call: the zeroed matrix and its ``kw`` scatters);
+    ``None`` for every other Conv."""
+    w = node.inputs[1].data if len(node.inputs) > 1 and node.inputs[1] is not None else None
+    groups = int(node.attrs.get("group", 1))
+    if (w is None or w.ndim != 4 or len(x_shape) != 4 or w.dtype != np.float32 or groups != x_shape[1]
+            or w.shape[1] != 1 or groups < 2 or w.shape[0] != groups
+            or tuple(node.attrs.get("kernel_shape", w.shape[2:])) != w.shape[2:]):
+        return None
+    g = node_geometry(node, x_shape[2:], w.shape[2:])
+    if not _banded(x_shape, w, g):
+        return None
+    band = _band(w, g, x_shape[3] + g.begin[1] + g.end[1], w.dtype)
+
+    def run(x: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+        y = _depthwise_banded(x, w, g, band)
+        if bias is not None:
+            y += bias.reshape(-1, 1, 1)
+        return y
+    return run
+
+
+def _depthwise_banded(x: np.ndarray, w: np.ndarray, g: Geometry, band: np.ndarray | None = None) -> np.ndarray:
     """2-D depthwise conv as one batched matrix multiply per channel.
 
     Output row ``y`` of channel ``c`` is ``rows[c, y] @ band[c]``: ``rows[c, y]`` the
@@ -146,7 +189,7 @@ def _depthwise_banded(x: np.ndarray, w: np.ndarray, g: Geometry) -> np.ndarray:
     """
     n, channels = x.shape[:2]
     m = w.shape[0]
-    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = g.kernel, g.strides, g.dilations, g.out
+    kh, sh, dh, oh = g.kernel[0], g.strides[0], g.dilations[0], g.out[0]
     padded = np.ascontiguousarray(pad_spatial(x, g.begin, g.end))
     if m != channels:
         padded = np.repeat(padded, m // channels, axis=1)
@@ -154,11 +197,7 @@ def _depthwise_banded(x: np.ndarray, w: np.ndarray, g: Geometry) -> np.ndarray:
     st = padded.strides
     rows = as_strided(padded, (n, m, oh, kh, wp), (st[0], st[1], st[2] * sh, st[2] * dh, st[3]), writeable=False)
     rows = rows.reshape(n, m, oh, kh * wp)  # the one copy
-    band = np.zeros((m, kh, wp, ow), dtype=x.dtype)
-    across = np.arange(ow)
-    for j in range(kw):
-        band[:, :, across * sw + j * dw, across] = w[:, 0, :, j][:, :, None]
-    return np.matmul(rows, band.reshape(m, kh * wp, ow))
+    return np.matmul(rows, _band(w, g, wp, x.dtype) if band is None else band)
 
 
 def _depthwise(x: np.ndarray, w: np.ndarray, g: Geometry) -> np.ndarray:

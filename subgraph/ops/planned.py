@@ -12,6 +12,8 @@ generic kernel, so results and errors are the generic kernel's in every case.
 LSTM, GRU and RNN with constant weights get them transposed, halved and folded once
 (:func:`~subgraph.ops.recurrent.planned_recurrent`).
 
+A depthwise Conv that runs as a banded matrix product gets its band built once.
+
 A Conv with constant weights whose dilated kernel reaches past a small input (DeepLabV3's
 ASPP: 3x3 taps 12 to 36 apart over a 4x4 map) runs without the taps that read only
 padding, planned the same way.
@@ -39,7 +41,7 @@ import numpy as np
 from subgraph.errors import SubgraphError
 from subgraph.ir import Node
 from subgraph.ops.common import normalize_axis
-from subgraph.ops.conv import trimmed_conv
+from subgraph.ops.conv import planned_depthwise, trimmed_conv
 from subgraph.ops.index import check_indices, index_limits
 from subgraph.ops.recurrent import planned_recurrent
 from subgraph.ops.registry import KERNELS, Kernel
@@ -114,10 +116,20 @@ def planned_kernel(node: Node) -> Kernel:
 
 
 def _trimmed_conv_kernel(node: Node, kernel: Kernel, planned_in: tuple[int, ...]) -> Kernel:
-    """A Conv whose kernel taps read only padding runs without them (:func:`trimmed_conv`)."""
+    """A Conv whose kernel taps read only padding runs without them (:func:`trimmed_conv`);
+    a depthwise one with its banded matrix built once (:func:`planned_depthwise`)."""
     trimmed = trimmed_conv(node)
     if trimmed is None:
-        return kernel
+        banded = planned_depthwise(node, planned_in)
+        if banded is None:
+            return kernel
+        planned_w = node.inputs[1].data
+
+        def depthwise(node: Node, x: np.ndarray, w: np.ndarray, *rest: Any) -> np.ndarray:
+            if x.shape == planned_in and w is planned_w and x.dtype == np.float32:
+                return banded(x, rest[0] if rest else None)
+            return kernel(node, x, w, *rest)
+        return depthwise
     attrs, weights = trimmed
     cut, planned_w = Node(node.name, node.op, node.domain, attrs), node.inputs[1].data
 
