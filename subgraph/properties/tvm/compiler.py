@@ -19,6 +19,7 @@ from typing import Any
 
 import tvm
 
+from subgraph.analysis.ranges import index_source
 from subgraph.errors import PropertyError
 from subgraph.ir import Graph
 from subgraph.ops.index import INDEX_OPS, index_limits
@@ -217,12 +218,18 @@ def _forget(ident: int):
 
 
 def _index_checks(graph: Graph) -> list[tuple[int, object, list[tuple[int, int]]]]:
-    """The graph inputs that index ops use as indices, with their limits, for the compiled
-    function to check per call (TVM's kernels do not; support admits no other computed indices)."""
+    """The graph inputs that index ops use as indices, directly or rearranged
+    (:func:`~subgraph.analysis.ranges.index_source`), with their limits, for the compiled
+    function to check per call (TVM's kernels do not; support admits other computed
+    indices only when their bounds are in range)."""
     position = {v.name: i for i, v in enumerate(graph.inputs)}
     checks = []
     for node in graph.nodes:
-        if node.op in INDEX_OPS and node.inputs[1].name in position and not node.inputs[1].is_constant:
-            checks.append((position[node.inputs[1].name], node,
-                           index_limits(node, node.inputs[0].shape, node.inputs[1].shape)))
+        if node.op not in INDEX_OPS:
+            continue
+        source = index_source(node.inputs[1])
+        if source.name in position and not source.is_constant:
+            limits = index_limits(node, node.inputs[0].shape, node.inputs[1].shape)
+            if source is node.inputs[1] or len(limits) == 1:
+                checks.append((position[source.name], node, limits))
     return checks

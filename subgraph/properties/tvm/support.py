@@ -27,6 +27,7 @@ import numpy as np
 from subgraph.errors import ExecutionError
 from subgraph.ir import Node
 from subgraph.ops.index import INDEX_OPS, check_indices, index_limits
+from subgraph.analysis.ranges import index_source, integer_bounds
 from subgraph.analysis.unroll import MAX_TRIPS
 from subgraph.properties.tvm.loops import decline_reason as loop_decline_reason
 from subgraph.properties.tvm.recurrent import MAX_STEPS, RECURRENT_OPS, decline_reason
@@ -231,10 +232,33 @@ def _indices_reason(node: Node) -> str | None:
         except ExecutionError as exc:
             return f"its constant indices are out of range ({str(exc).split('): ', 1)[-1]})"
         return None
+    source = index_source(indices)
+    if source.producer is None and source.data is None and len(_limits(node, data, indices)) == 1:
+        return None  # a rearranged graph input: checked on every call, as the input itself is
     if indices.producer is not None:
+        if _bounded_in_range(node, data, indices):
+            return None
         return (f"its indices %{indices.name} are computed by node {indices.producer.name!r} "
-                f"({indices.producer.op}); TVM does not check indices, so they must be a constant or a graph input")
+                f"({indices.producer.op}) and not known to stay in range; TVM does not check indices, so "
+                "they must be a constant, a graph input, or bounded by how they are computed")
     return None
+
+
+def _bounded_in_range(node: Node, data: Any, indices: Any) -> bool:
+    """Whether indices computed in the graph lie in range on every run, by
+    :func:`~subgraph.analysis.ranges.integer_bounds` (RoBERTa's position ids)."""
+    bounds = integer_bounds(indices)
+    limits = _limits(node, data, indices) if bounds is not None else []
+    return bool(limits) and all(-size <= bounds[0] and bounds[1] <= size - 1 for _, size in limits)
+
+
+def _limits(node: Node, data: Any, indices: Any) -> list[tuple[int, int]]:
+    """:func:`~subgraph.ops.index.index_limits` where the shapes fix them, else none."""
+    if data.shape is None or not all(isinstance(d, int) for d in data.shape) or indices.shape is None:
+        return []
+    if node.op in ("GatherND", "ScatterND") and not (indices.shape and isinstance(indices.shape[-1], int)):
+        return []
+    return index_limits(node, data.shape, indices.shape)
 
 
 def _resize_reason(node: Node) -> str | None:
@@ -266,8 +290,9 @@ _OTHER_CONDITIONS: dict[str, str] = {
             "kept true by the body; no nested control flow; every unrolled node one TVM takes",
     **dict.fromkeys(RECURRENT_OPS, f"unrolled: a static sequence of at most {MAX_STEPS} steps; W, R, B, P and "
                                    "sequence_lens constants; Sigmoid/Tanh/Relu activations; no input_forget"),
-    **dict.fromkeys(sorted(INDEX_OPS - {"Scatter"}), "indices a constant in range or a graph input "
-                                                      "(checked on every call)"),
+    **dict.fromkeys(sorted(INDEX_OPS - {"Scatter"}), "indices a constant in range, a graph input, maybe "
+                                                      "reshaped (checked on every call), or computed within "
+                                                      "bounds in range"),
 }
 
 

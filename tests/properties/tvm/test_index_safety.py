@@ -93,19 +93,58 @@ def test_constant_indices_in_range_are_taken_out_of_range_declined():
         model({"data": np.zeros((2, 3), F)})
 
 
-def test_computed_indices_are_declined():
+def _argmax_gather(width: int) -> Graph:
+    """Gather along axis 1 of a (2, 3) input at the ArgMax of a (2, ``width``) one."""
     g = Graph("computed")
     data = g.add_input("data", (2, 3), "float32")
-    index = g.add_node("ArgMax", [data], name="argmax", attrs={"axis": 1, "keepdims": 0}).outputs[0]
+    scores = g.add_input("scores", (2, width), "float32")
+    index = g.add_node("ArgMax", [scores], name="argmax", attrs={"axis": 1, "keepdims": 0}).outputs[0]
     g.set_outputs([g.add_node("Gather", [data, index], name="idx", attrs={"axis": 1}).outputs[0]])
     infer_shapes(g)
+    return g
+
+
+def test_computed_indices_that_may_leave_the_range_are_declined():
+    g = _argmax_gather(5)  # positions 0-4 into an axis of 3
     assert TVMProperty().decline_reason(g.node("idx")) == (
-        "its indices %argmax are computed by node 'argmax' (ArgMax); TVM does not check indices, "
-        "so they must be a constant or a graph input")
+        "its indices %argmax are computed by node 'argmax' (ArgMax) and not known to stay in range; TVM "
+        "does not check indices, so they must be a constant, a graph input, or bounded by how they are computed")
     model = compile_model(g, "HETERO:TVM,NUMPY")
     assert [(s.device, list(s.nodes)) for s in model.subgraphs] == [("TVM", ["argmax"]), ("NUMPY", ["idx"])]
     x = np.array([[1, 5, 2], [7, 0, 1]], dtype=F)
-    np.testing.assert_array_equal(model({"data": x})["idx"], [[5, 1], [0, 7]])
+    scores = np.array([[0, 1, 0, 0, 0], [0, 0, 0, 0, 9]], dtype=F)
+    with pytest.raises(ExecutionError, match=r"node 'idx' \(Gather\): index 4 is out of range for axis 1"):
+        model({"data": x, "scores": scores})
+
+
+def test_computed_indices_bounded_in_range_are_taken():
+    """An ArgMax over an axis as long as the gathered one can only pick valid positions."""
+    g = _argmax_gather(3)
+    assert TVMProperty().decline_reason(g.node("idx")) is None
+    model = compile_model(g, "HETERO:TVM,NUMPY")
+    assert [(s.device, list(s.nodes)) for s in model.subgraphs] == [("TVM", ["argmax", "idx"])]
+    x = np.array([[1, 5, 2], [7, 0, 1]], dtype=F)
+    scores = np.array([[0, 1, 0], [3, 0, 0]], dtype=F)
+    np.testing.assert_array_equal(model({"data": x, "scores": scores})["idx"], [[5, 1], [0, 7]])
+
+
+def test_reshaped_input_indices_are_taken_and_checked_on_every_call():
+    """GPT-2's token ids reach its embedding Gather through a Reshape: TVM takes the pair and
+    the compiled function checks the graph input against the Gather's axis."""
+    g = Graph("embed")
+    table = g.add_input("table", (5, 3), "float32")
+    ids = g.add_input("ids", (1, 4), "int64")
+    flat = g.add_node("Reshape", [ids, g.add_constant("shape", np.array([-1]))], name="flat").outputs[0]
+    g.set_outputs([g.add_node("Gather", [table, flat], name="idx").outputs[0]])
+    infer_shapes(g)
+    assert TVMProperty().decline_reason(g.node("idx")) is None
+    model = compile_model(g, "HETERO:TVM,NUMPY")
+    assert [(s.device, list(s.nodes)) for s in model.subgraphs] == [("TVM", ["flat", "idx"])]
+    x = np.arange(15, dtype=F).reshape(5, 3)
+    good = np.array([[4, 0, -1, 2]])
+    np.testing.assert_array_equal(model({"table": x, "ids": good})["idx"], x[good.ravel()])
+    with pytest.raises(ExecutionError, match=r"node 'idx' \(Gather\): index 5 is out of range for axis 0 of size 5"):
+        model({"table": x, "ids": np.array([[1, 5, 0, 0]])})
 
 
 def test_index_checks_option_turns_the_checks_off_for_measuring():
