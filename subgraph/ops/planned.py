@@ -111,11 +111,11 @@ def planned_kernel(node: Node) -> Kernel:
             return x[index] if x.shape == planned_in else kernel(node, x, *rest)
         return sliced
     if node.op == "Conv":
-        return _trimmed_conv_kernel(node, kernel, planned_in)
+        return _planned_conv(node, kernel, planned_in)
     return kernel
 
 
-def _trimmed_conv_kernel(node: Node, kernel: Kernel, planned_in: tuple[int, ...]) -> Kernel:
+def _planned_conv(node: Node, kernel: Kernel, planned_in: tuple[int, ...]) -> Kernel:
     """A Conv whose kernel taps read only padding runs without them (:func:`trimmed_conv`);
     a depthwise one with its banded matrix built once (:func:`planned_depthwise`)."""
     trimmed = trimmed_conv(node)
