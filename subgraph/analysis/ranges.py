@@ -39,8 +39,7 @@ Bounds = tuple[int, int]
 #: ops whose output holds exactly the elements of their first input, rearranged
 _REARRANGES = frozenset(("Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"))
 #: ops whose output holds only elements of their first input (or of their data inputs)
-_MOVES = frozenset(("Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Expand",
-                    "Slice", "Tile", "Gather", "GatherElements", "GatherND", "Max"))
+_MOVES = _REARRANGES | frozenset(("Expand", "Slice", "Tile", "Gather", "GatherElements", "GatherND", "Max"))
 #: ops with a boolean result
 _BOOLEAN = frozenset(("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Xor",
                       "IsNaN", "IsInf"))

@@ -169,12 +169,10 @@ def group_norms(graph: Graph) -> Graph:
     (('Mul', 'gn'), True)
     """
     found = {n.name: pair for n in graph.nodes if (pair := _group_norm(n, graph)) is not None}
-    roles = {}
-    for name, (first, second) in found.items():
-        roles.update({first.name: "first", name: "norm", second.name: "second"})
+    chosen = {name for norm, (first, second) in found.items() for name in (first.name, norm, second.name)}
 
     def replace(new: Graph, node: Node, inputs: list[Value | None]) -> list[Value]:
-        if roles[node.name] != "norm":  # the first Reshape stands for x, the second for y
+        if node.name not in found:  # a Reshape: the first stands for x, the second for y
             return [inputs[0]]
         _, second = found[node.name]
         x, (scale, bias) = inputs[0], (v.data for v in node.inputs[1:])
@@ -230,4 +228,4 @@ def group_norms(graph: Graph) -> Graph:
                                         .reshape(per_channel))], x.shape, "biased", last=True)
         return [y]
 
-    return graph.rewritten(roles, replace)
+    return graph.rewritten(chosen, replace)
