@@ -183,9 +183,15 @@ class Executor:
         # per node, what run() reads: input names (None for an absent optional input), and
         # the outputs with the static shape and dtype each is checked against (a symbolic
         # shape: its rank and the dimensions it fixes, checked without a call)
-        self._reads = [[None if v is None else v.name for v in node.inputs] for node in graph.nodes]
-        self._writes = [[(v, v.shape if v.is_static else None, _fixed_dims(v)) for v in node.outputs]
-                        for node in graph.nodes]
+        self._reads = [tuple(None if v is None else v.name for v in node.inputs) for node in graph.nodes]
+        self._writes = [tuple((v, v.name, v.shape if v.is_static else None, v.dtype, _fixed_dims(v))
+                              for v in node.outputs) for node in graph.nodes]
+        # the loop's per-node plan in one tuple each: the interpreter's cost per node is
+        # what numpy-path models of small tensors spend most of their time on
+        self._steps = list(zip(range(len(graph.nodes)), graph.nodes, self._reads, self._writes,
+                               self._free_after, self._dynamic))
+        # a subclass that overrides run_node gets every call; the base class calls kernels directly
+        self._direct = type(self).run_node is Executor.run_node
 
     @property
     def stats(self) -> RunStats:
@@ -209,17 +215,19 @@ class Executor:
         Safe to call from several threads at once; each thread's last run is in :attr:`stats`.
         """
         graph = self.graph
-        env: dict[str, np.ndarray] = {v.name: v.data for v in graph.initializers.values()}
+        env: dict[str | None, np.ndarray | None] = {v.name: v.data for v in graph.initializers.values()}
         env.update(self._checked_feeds(feeds))
+        env[None] = None  # an absent optional input reads as None
         stats = RunStats()
         live = peak = 0
-        kernels, check_shapes, run_node = self._kernels, self.check_shapes, self.run_node
-        for i, node in enumerate(graph.nodes):
-            args = [None if name is None else env[name] for name in self._reads[i]]
+        kernels, check_shapes, run_node, direct = self._kernels, self.check_shapes, self.run_node, self._direct
+        for i, node, reads, writes, frees, dynamic in self._steps:
+            args = [env[name] for name in reads]
             try:
-                if self._dynamic[i]:
-                    _check_allocation(node, args, self._dynamic[i])
-                result = run_node(node, kernels[i] or self.kernel(i), args, stats)
+                if dynamic:
+                    _check_allocation(node, args, dynamic)
+                kernel = kernels[i] or self.kernel(i)
+                result = kernel(node, *args) if direct else run_node(node, kernel, args, stats)
             except SubgraphError as exc:
                 if isinstance(exc, ExecutionError):
                     raise
@@ -229,21 +237,21 @@ class Executor:
                 raise ExecutionError(f"node {node.name!r} ({node.op}) failed: {type(exc).__name__}: "
                                      f"{exc}\n  {node.format()}\n  input types: {shapes}") from exc
             outs = result if isinstance(result, (tuple, list)) else (result,)
-            writes = self._writes[i]
             if len(outs) < len(writes):
                 raise ExecutionError(f"node {node.name!r} ({node.op}) returned {len(outs)} output(s), "
                                      f"expected {len(writes)}\n  {node.format()}")
-            for (value, shape, fixed), array in zip(writes, outs):
+            for (value, name, shape, dtype, fixed), array in zip(writes, outs):
                 if type(array) is not np.ndarray:
                     array = np.asarray(array)
                 # a static shape and dtype that match are the common case: one comparison each
-                if check_shapes and (array.shape != shape or array.dtype != value.dtype) and (
+                if check_shapes and (array.shape != shape or array.dtype != dtype) and (
                         shape is not None or not _fits(array, value, fixed)):
                     self._check_output(node, value, array)
-                env[value.name] = array
+                env[name] = array
                 live += array.nbytes
-            peak = max(peak, live)
-            for name in self._free_after[i]:
+            if live > peak:
+                peak = live
+            for name in frees:
                 live -= env.pop(name).nbytes
         stats.peak_bytes = peak
         self._local.stats = stats
