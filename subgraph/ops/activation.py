@@ -141,7 +141,7 @@ def _softmax_axes(node: Node, x: np.ndarray) -> tuple[np.ndarray, tuple[int, ...
     """The input, reshaped for pre-13 semantics, and the axes to normalise over."""
     if opset(node) < 13:
         axis = normalize_axis(node.attrs.get("axis", 1), x.ndim)
-        rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+        rows = math.prod(x.shape[:axis])
         return x.reshape(rows, -1), (1,)
     return x, (normalize_axis(node.attrs.get("axis", -1), x.ndim),)
 

@@ -38,6 +38,7 @@ Examples
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -109,7 +110,7 @@ def runs_bodies(node: Node) -> bool:
 def _fit(value: Value, array: Any) -> np.ndarray:
     """``array`` reshaped to ``value``'s declared shape when only the rank differs (``[1]`` vs ``[]``)."""
     array = np.asarray(array)
-    if value.shape is not None and array.shape != value.shape and array.size == int(np.prod(value.shape)):
+    if value.is_static and array.shape != value.shape and array.size == math.prod(value.shape):
         return array.reshape(value.shape)
     return array
 

@@ -18,6 +18,8 @@ array([[-1.2247,  0.    ,  1.2247]], dtype=float32)
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from subgraph.ir import Node
@@ -61,7 +63,7 @@ def _layer_norm(node: Node, x: np.ndarray, scale: np.ndarray, bias: np.ndarray |
     epsilon = node.attrs.get("epsilon", 1e-5)
     compute = np.float32 if node.attrs.get("stash_type", 1) == 1 and x.dtype != np.float64 else x.dtype
     # rows x normalised elements: one reduction along the last axis of a 2-D view
-    count = int(np.prod(x.shape[axis:], dtype=np.int64))
+    count = math.prod(x.shape[axis:])
     stat_shape = x.shape[:axis] + (1,) * (x.ndim - axis)
     xs = x.astype(compute, copy=False).reshape(-1, count)
     mean = np.add.reduce(xs, axis=1, keepdims=True)

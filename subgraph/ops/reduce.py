@@ -18,6 +18,7 @@ array(6, dtype=int32)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -46,7 +47,7 @@ def _sum(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
 
 
 def _mean(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
-    count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    count = math.prod(x.shape[a] for a in axes)
     total = np.sum(x, axis=axes, keepdims=keepdims, dtype=np.float64 if x.dtype.kind in "iu"
                    else _accumulator(x.dtype))
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -18,6 +18,7 @@ Examples
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -50,8 +51,7 @@ def _reshape(node: Node, x: np.ndarray, shape: np.ndarray | None = None) -> np.n
 def _flatten(node: Node, x: np.ndarray) -> np.ndarray:
     axis = node.attrs.get("axis", 1)
     axis = axis + x.ndim if axis < 0 else axis
-    rows = int(np.prod(x.shape[:axis], dtype=np.int64))
-    return x.reshape(rows, int(np.prod(x.shape[axis:], dtype=np.int64)))
+    return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
 
 
 @register_kernel("Transpose", supports=any_dtype)
