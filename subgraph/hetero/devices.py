@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from subgraph.errors import DeviceError
+from subgraph.hetero.islands import shape_islands
 from subgraph.ir import Graph, Node, Value
 from subgraph.properties import SubgraphProperty, get_property, registered_devices
 from subgraph.properties.base import checked_supports
@@ -39,6 +40,7 @@ __all__ = [
     "format_nodes",
     "known_options",
     "model_graph",
+    "moved_islands",
     "parse_devices",
     "query_model",
     "takes",
@@ -281,7 +283,8 @@ def declined(node: Node, devices: list[str], props: dict[str, SubgraphProperty])
 def assign_affinity(graph: Graph, devices: list[str], props: dict[str, SubgraphProperty],
                      device: str) -> dict[str, str]:
     """Each node's device: its manual ``rt_info["affinity"]`` when any node has one (then
-    every node must), else the first device of ``devices`` that supports it."""
+    every node must), else the first device of ``devices`` that supports it, except for
+    islands of shape arithmetic, which run on the fallback device (:func:`moved_islands`)."""
     manual = [n for n in graph.nodes if "affinity" in n.rt_info]
     if manual:
         missing = [n for n in graph.nodes if "affinity" not in n.rt_info]
@@ -314,4 +317,14 @@ def assign_affinity(graph: Graph, devices: list[str], props: dict[str, SubgraphP
         more = f"; and {len(lost) - 3} more" if len(lost) > 3 else ""
         raise DeviceError(f"no device of {device!r} supports {len(lost)} node(s): {format_nodes(lost)}; "
                           f"why: {why}{more}")
+    affinity.update(dict.fromkeys(moved_islands(graph, affinity, devices, props), FALLBACK_DEVICE))
     return affinity
+
+
+def moved_islands(graph: Graph, affinity: Mapping[str, str], devices: list[str],
+                  props: dict[str, SubgraphProperty]) -> dict[str, str]:
+    """The nodes automatic affinity moves from their device to the fallback device, which
+    must be one of ``devices``: islands of shape arithmetic (:mod:`~subgraph.hetero.islands`)."""
+    if FALLBACK_DEVICE not in devices:
+        return {}
+    return shape_islands(graph, affinity, FALLBACK_DEVICE, lambda node: takes(props[FALLBACK_DEVICE], node))

@@ -17,7 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from subgraph.hetero.devices import decline_reason, device_properties_for, parse_devices, takes
+from subgraph.hetero.devices import (FALLBACK_DEVICE, decline_reason, device_properties_for, moved_islands,
+                                     parse_devices, takes)
+from subgraph.hetero.islands import island_reason
 from subgraph.hetero.model import CompiledModel
 from subgraph.ir import Graph
 
@@ -77,6 +79,9 @@ def explain_affinity(graph: Graph, device: str = "HETERO:TVM,NUMPY",
     props = device_properties_for(devices, device_properties)
     manual = any("affinity" in n.rt_info for n in graph.nodes)
     where = {} if model is None else {name: s for s in model.subgraphs for name in s.nodes}
+    priority = {} if manual else {n.name: next((d for d in devices if takes(props[d], n)), None)
+                                  for n in graph.nodes}
+    islands = moved_islands(graph, {n: d for n, d in priority.items() if d is not None}, devices, props)
     result = {}
     for node in graph.nodes:
         if manual:
@@ -86,7 +91,7 @@ def explain_affinity(graph: Graph, device: str = "HETERO:TVM,NUMPY",
             why = (f"manual affinity {value!r}" if value is not None else "no manual affinity") + \
                 ("" if reason is None else f"; but {affinity or value} declines it: {reason}")
         else:
-            affinity = next((d for d in devices if takes(props[d], node)), None)
+            affinity = priority[node.name]
             if affinity is None:
                 why = "no device supports it: " + "; ".join(f"{d}: {decline_reason(props[d], node)}"
                                                              for d in devices)
@@ -94,6 +99,9 @@ def explain_affinity(graph: Graph, device: str = "HETERO:TVM,NUMPY",
                 declined = [f"{d}: {decline_reason(props[d], node)}" for d in devices[:devices.index(affinity)]]
                 first = "first device" if not declined else "next device"
                 why = "; ".join([*declined, f"{affinity} supports it ({first} in priority order)"])
+                if node.name in islands:
+                    why += "; " + island_reason(affinity, FALLBACK_DEVICE)
+                    affinity = FALLBACK_DEVICE
         info = where.get(node.name)
         if info is not None and info.fallback:
             why += f"; {affinity} failed to compile subgraph {info.index}, it runs on {info.device}"
