@@ -25,6 +25,7 @@ from subgraph.errors import ExecutionError, InputError, ShapeError, SubgraphErro
 from subgraph.ir import Graph, Node, format_shape
 from subgraph.ir.limits import MAX_TENSOR_BYTES
 from subgraph.ops import get_kernel, numpy_runs
+from subgraph.ops.common import ignoring_fp_conditions
 from subgraph.ops.control import ControlFlowKernel, runs_bodies
 from subgraph.ops.planned import planned_kernel
 
@@ -221,38 +222,39 @@ class Executor:
         stats = RunStats()
         live = peak = 0
         kernels, check_shapes, run_node, direct = self._kernels, self.check_shapes, self.run_node, self._direct
-        for i, node, reads, writes, frees, dynamic in self._steps:
-            args = [env[name] for name in reads]
-            try:
-                if dynamic:
-                    _check_allocation(node, args, dynamic)
-                kernel = kernels[i] or self.kernel(i)
-                result = kernel(node, *args) if direct else run_node(node, kernel, args, stats)
-            except SubgraphError as exc:
-                if isinstance(exc, ExecutionError):
-                    raise
-                raise ExecutionError(f"node {node.name!r} ({node.op}) failed: {exc}\n  {node.format()}") from exc
-            except Exception as exc:  # a kernel's own failure: name the node
-                shapes = [None if a is None else f"{np.asarray(a).dtype}{list(np.shape(a))}" for a in args]
-                raise ExecutionError(f"node {node.name!r} ({node.op}) failed: {type(exc).__name__}: "
-                                     f"{exc}\n  {node.format()}\n  input types: {shapes}") from exc
-            outs = result if isinstance(result, (tuple, list)) else (result,)
-            if len(outs) < len(writes):
-                raise ExecutionError(f"node {node.name!r} ({node.op}) returned {len(outs)} output(s), "
-                                     f"expected {len(writes)}\n  {node.format()}")
-            for (value, name, shape, dtype, fixed), array in zip(writes, outs):
-                if type(array) is not np.ndarray:
-                    array = np.asarray(array)
-                # a static shape and dtype that match are the common case: one comparison each
-                if check_shapes and (array.shape != shape or array.dtype != dtype) and (
-                        shape is not None or not _fits(array, value, fixed)):
-                    self._check_output(node, value, array)
-                env[name] = array
-                live += array.nbytes
-            if live > peak:
-                peak = live
-            for name in frees:
-                live -= env.pop(name).nbytes
+        with ignoring_fp_conditions():  # inf and NaN are ONNX's answers: no warnings, no errstate per kernel
+            for i, node, reads, writes, frees, dynamic in self._steps:
+                args = [env[name] for name in reads]
+                try:
+                    if dynamic:
+                        _check_allocation(node, args, dynamic)
+                    kernel = kernels[i] or self.kernel(i)
+                    result = kernel(node, *args) if direct else run_node(node, kernel, args, stats)
+                except SubgraphError as exc:
+                    if isinstance(exc, ExecutionError):
+                        raise
+                    raise ExecutionError(f"node {node.name!r} ({node.op}) failed: {exc}\n  {node.format()}") from exc
+                except Exception as exc:  # a kernel's own failure: name the node
+                    shapes = [None if a is None else f"{np.asarray(a).dtype}{list(np.shape(a))}" for a in args]
+                    raise ExecutionError(f"node {node.name!r} ({node.op}) failed: {type(exc).__name__}: "
+                                         f"{exc}\n  {node.format()}\n  input types: {shapes}") from exc
+                outs = result if isinstance(result, (tuple, list)) else (result,)
+                if len(outs) < len(writes):
+                    raise ExecutionError(f"node {node.name!r} ({node.op}) returned {len(outs)} output(s), "
+                                         f"expected {len(writes)}\n  {node.format()}")
+                for (value, name, shape, dtype, fixed), array in zip(writes, outs):
+                    if type(array) is not np.ndarray:
+                        array = np.asarray(array)
+                    # a static shape and dtype that match are the common case: one comparison each
+                    if check_shapes and (array.shape != shape or array.dtype != dtype) and (
+                            shape is not None or not _fits(array, value, fixed)):
+                        self._check_output(node, value, array)
+                    env[name] = array
+                    live += array.nbytes
+                if live > peak:
+                    peak = live
+                for name in frees:
+                    live -= env.pop(name).nbytes
         stats.peak_bytes = peak
         self._local.stats = stats
         return {v.name: env[v.name] for v in graph.outputs}

@@ -263,3 +263,32 @@ def test_symbolic_feeds_are_checked_inline_with_the_general_messages(feeds, mess
     with pytest.raises(subgraph.errors.InputError) as info:
         executor.run(feeds)
     assert str(info.value) == message
+
+
+def test_ieee_results_without_warnings_and_the_callers_errstate_untouched():
+    """A run ignores floating-point conditions once for all its kernels (log(0), x / 0,
+    overflow give ONNX's inf and NaN, silently); kernels then skip their own errstate, and
+    the caller's numpy error state is what it was, during the run's callers and after."""
+    from subgraph.ops.common import ignoring_fp_conditions, quiet
+
+    g = Graph("ieee")
+    x = g.add_input("x", (3,), "float32")
+    log = g.add_node("Log", [x], name="log").outputs[0]
+    ratio = g.add_node("Div", [x, x], name="ratio").outputs[0]
+    big = g.add_node("Exp", [g.add_node("Mul", [x, g.add_constant("k", np.float32(1e38))], name="scale").outputs[0]],
+                     name="exp").outputs[0]
+    g.set_outputs([log, ratio, big])
+    before = np.geterr()
+    with np.errstate(all="raise"):  # the caller's choice holds outside the run...
+        out = Executor(g).run({"x": np.array([0.0, 1.0, 4.0], np.float32)})
+        with pytest.raises(FloatingPointError):
+            np.log(np.float32(0))
+    assert np.geterr() == before
+    np.testing.assert_array_equal(out["log"], np.array([-np.inf, 0.0, np.log(4.0)], np.float32))
+    assert np.isnan(out["ratio"][0]) and out["ratio"][1:].tolist() == [1.0, 1.0]
+    assert out["exp"].tolist() == [1.0, np.inf, np.inf]  # 4e38 overflowed in Mul, which has no errstate
+    assert type(quiet(divide="ignore")) is np.errstate
+    with ignoring_fp_conditions():
+        assert type(quiet(divide="ignore")) is not np.errstate  # inside: nothing to enter
+        assert np.geterr()["divide"] == "ignore"
+    assert np.geterr() == before

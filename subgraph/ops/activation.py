@@ -23,7 +23,7 @@ import numpy as np
 
 from subgraph.ir import Node
 from subgraph.ops.registry import KERNELS, register_kernel  # noqa: F401  (KERNELS: doctest)
-from subgraph.ops.common import dtype_in, float_inputs, normalize_axis, opset
+from subgraph.ops.common import dtype_in, float_inputs, normalize_axis, opset, quiet
 from subgraph.ops.elementwise import erf
 
 __all__: list[str] = []
@@ -72,7 +72,7 @@ def _shrink(node: Node, x: np.ndarray) -> np.ndarray:
 
 @register_kernel("Sigmoid")
 def _sigmoid(node: Node, x: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore"):  # exp(-x) -> inf gives the right limit 0
+    with quiet(over="ignore"):  # exp(-x) -> inf gives the right limit 0
         denominator = np.exp(-x)
     denominator += 1
     return np.reciprocal(denominator, out=denominator)
@@ -103,7 +103,7 @@ def _softsign(node: Node, x: np.ndarray) -> np.ndarray:
 @register_kernel("Swish")
 def _swish(node: Node, x: np.ndarray) -> np.ndarray:
     alpha = np.asarray(node.attrs.get("alpha", 1.0), x.dtype)
-    with np.errstate(over="ignore"):
+    with quiet(over="ignore"):
         return x / (1 + np.exp(-alpha * x))
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from subgraph.ir import Node
 from subgraph.ops.registry import KERNELS, any_dtype, native_dtypes, register_kernel  # noqa: F401  (KERNELS: doctest)
-from subgraph.ops.common import ONNX_DTYPES, onnx_dtype, onnx_dtype_code, opset
+from subgraph.ops.common import ONNX_DTYPES, onnx_dtype, onnx_dtype_code, opset, quiet
 
 __all__: list[str] = []
 
@@ -56,11 +56,11 @@ def _cast_supported(node: Node) -> bool:
 
 @register_kernel("Cast", supports=_cast_supported)
 def _cast(node: Node, x: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore", over="ignore"):
+    with quiet(invalid="ignore", over="ignore"):
         return x.astype(onnx_dtype(node.attrs["to"], node))
 
 
 @register_kernel("CastLike")
 def _cast_like(node: Node, x: np.ndarray, like: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore", over="ignore"):
+    with quiet(invalid="ignore", over="ignore"):
         return x.astype(like.dtype)

@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from subgraph.ir import Node
-from subgraph.ops.common import float_inputs, opset
+from subgraph.ops.common import float_inputs, opset, quiet
 from subgraph.ops.registry import KERNELS, register_kernel  # noqa: F401  (KERNELS: doctest)
 
 __all__: list[str] = []
@@ -76,7 +76,7 @@ def _suppresses(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...], threshold:
     # intersection 0 or negative, never above the threshold, and never positive; the
     # clamp takes a row of zeros, which numpy 2 runs twice as fast as a scalar 0
     zero = np.zeros(b[0].shape[-1:], b[0].dtype)
-    with np.errstate(invalid="ignore", over="ignore"):  # inf boxes: NaN unions, no overlap
+    with quiet(invalid="ignore", over="ignore"):  # inf boxes: NaN unions, no overlap
         iw = np.minimum(x1, b[1])
         iw -= np.maximum(x0, b[0])
         np.maximum(iw, zero, out=iw)
@@ -107,7 +107,7 @@ class _XIndex:
         x0, x1 = ext[0].astype(np.float64), ext[1].astype(np.float64)
         self.order = np.argsort(x0, kind="stable")  # NaN last: no run reaches it
         self.left = x0[self.order]
-        with np.errstate(invalid="ignore"):
+        with quiet(invalid="ignore"):
             widths = x1 - x0
         finite = widths[~np.isnan(widths)]
         self.widest = float(finite.max()) if finite.size else 0.0
@@ -116,7 +116,7 @@ class _XIndex:
     def pairs(self, chosen: np.ndarray, first: int, alive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(c, j)``: each chosen position against every live candidate at ``first`` or
         later whose x-extent can overlap it."""
-        with np.errstate(invalid="ignore"):
+        with quiet(invalid="ignore"):
             lo = np.searchsorted(self.left, self.x0[chosen] - self.widest, "left")
         hi = np.searchsorted(self.left, self.x1[chosen], "right")
         lengths = np.maximum(hi - lo, 0)

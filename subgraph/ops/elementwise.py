@@ -22,7 +22,7 @@ import numpy as np
 
 from subgraph.ir import Node
 from subgraph.ops.registry import KERNELS, any_dtype, register_kernel  # noqa: F401  (KERNELS: doctest)
-from subgraph.ops.common import dtype_in, node_error, opset
+from subgraph.ops.common import dtype_in, node_error, opset, quiet
 
 __all__ = ["erf", "legacy_broadcast"]
 
@@ -37,7 +37,7 @@ _UNARY = {
 
 
 def _unary(node: Node, x: np.ndarray) -> np.ndarray:
-    with np.errstate(all="ignore"):  # log(0), sqrt(-1): ONNX gives inf/nan, quietly
+    with quiet(all="ignore"):  # log(0), sqrt(-1): ONNX gives inf/nan, quietly
         return _UNARY[node.op](x)
 
 
@@ -46,7 +46,7 @@ register_kernel(*_UNARY)(_unary)
 
 @register_kernel("Reciprocal")
 def _reciprocal(node: Node, x: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore"):
+    with quiet(divide="ignore"):
         return np.reciprocal(x)
 
 
@@ -135,9 +135,9 @@ def _div(node: Node, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Float division, or integer division truncating toward zero as in C."""
     b = legacy_broadcast(node, a, b)
     if a.dtype.kind == "f":
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with quiet(divide="ignore", invalid="ignore"):
             return np.divide(a, b)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with quiet(divide="ignore", invalid="ignore"):
         quotient = np.floor_divide(a, b)
         if a.dtype.kind == "i":
             inexact = (np.remainder(a, b) != 0) & ((a < 0) != (b < 0))
@@ -151,7 +151,7 @@ def _pow(node: Node, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     y = legacy_broadcast(node, x, y)
     if y.ndim == 0 and y.dtype.kind == "f" and float(y) == 2.0:
         return x * x
-    with np.errstate(all="ignore"):
+    with quiet(all="ignore"):
         if x.dtype.kind in "iu" and y.dtype.kind in "iu":
             return np.power(x, y.astype(x.dtype, copy=False))
         return np.power(x, y).astype(x.dtype, copy=False)
@@ -160,7 +160,7 @@ def _pow(node: Node, x: np.ndarray, y: np.ndarray) -> np.ndarray:
 @register_kernel("Mod")
 def _mod(node: Node, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``fmod=1``: sign of the dividend (C fmod); else the sign of the divisor (Python %)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with quiet(divide="ignore", invalid="ignore"):
         if node.attrs.get("fmod", 0):
             return np.fmod(a, b)
         return np.mod(a, b)

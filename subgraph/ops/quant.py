@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from subgraph.ir import Node
-from subgraph.ops.common import normalize_axis
+from subgraph.ops.common import normalize_axis, quiet
 from subgraph.ops.registry import KERNELS, native_dtypes, register_kernel  # noqa: F401  (KERNELS: doctest)
 
 __all__: list[str] = []
@@ -58,7 +58,7 @@ def _quantizes(node: Node) -> bool:
 def _quantize(node: Node, x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None = None) -> np.ndarray:
     dtype = node.outputs[0].dtype if zero_point is None else zero_point.dtype
     axis = int(node.attrs.get("axis", 1))
-    with np.errstate(all="ignore"):  # x / 0 gives inf, which saturates, as in ONNX
+    with quiet(all="ignore"):  # x / 0 gives inf, which saturates, as in ONNX
         q = np.rint(x / _per_axis(scale, x.ndim, axis))
         q = q.astype(np.int64)
     if zero_point is not None:
@@ -86,6 +86,6 @@ def _dynamic_quantize(node: Node, x: np.ndarray) -> tuple[np.ndarray, np.ndarray
     low = np.float32(np.minimum(0, np.min(x))) if x.size else np.float32(0)
     scale = np.float32(1.0 if high == low else high - low) / np.float32(255)
     zero = np.rint(np.clip(np.float32(0) - low / scale, 0, 255))
-    with np.errstate(all="ignore"):
+    with quiet(all="ignore"):
         y = np.clip(np.rint(x / scale) + zero, 0, 255)
     return y.astype(np.uint8), np.array(scale.astype(x.dtype)), np.array(zero.astype(np.uint8))

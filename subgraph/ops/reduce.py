@@ -25,7 +25,7 @@ import numpy as np
 
 from subgraph.ir import Node
 from subgraph.ops.registry import KERNELS, register_kernel  # noqa: F401  (KERNELS: doctest)
-from subgraph.ops.common import int_list, normalize_axes, normalize_axis
+from subgraph.ops.common import int_list, normalize_axes, normalize_axis, quiet
 
 __all__: list[str] = []
 
@@ -75,7 +75,7 @@ def _log_sum_exp(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.nda
     xs = x.astype(_accumulator(x.dtype), copy=False)
     peak = np.maximum.reduce(xs, axis=axes, keepdims=True, initial=-np.inf)
     peak = np.where(np.isfinite(peak), peak, 0)
-    with np.errstate(divide="ignore"):
+    with quiet(divide="ignore"):
         total = np.log(np.sum(np.exp(xs - peak), axis=axes, keepdims=True)) + peak
     return total if keepdims else np.squeeze(total, axis=axes)
 
@@ -100,7 +100,7 @@ def _reduce(node: Node, x: np.ndarray, axes: np.ndarray | None = None) -> np.nda
     if dims is None:
         return x
     keepdims = bool(node.attrs.get("keepdims", 1))
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with quiet(divide="ignore", invalid="ignore"):
         result = _REDUCERS[node.op](x, dims, keepdims)
     return np.asarray(result).astype(x.dtype, copy=False)
 

@@ -32,6 +32,7 @@ from onnx import helper
 
 from subgraph.errors import ExecutionError, UnsupportedOpError
 from subgraph.ir import Node
+from subgraph.ops.common import quiet
 
 __all__ = ["reference_supports", "reference_kernel", "ReferenceKernel", "build_model"]
 
@@ -186,7 +187,7 @@ class ReferenceKernel:
         evaluator = self._evaluator(inputs)
         feeds = {f"in{i}": a for i, a in enumerate(inputs) if a is not None}
         try:
-            with np.errstate(all="ignore"):  # ONNX semantics: overflow gives inf, quietly
+            with quiet(all="ignore"):  # ONNX semantics: overflow gives inf, quietly
                 results = evaluator.run(None, feeds)
         except Exception as exc:
             raise ExecutionError(f"node {node.name!r} ({node.op}) failed in onnx.reference: "
