@@ -11,6 +11,7 @@ models, which own their compiled kernels). :class:`Executor` shows an example.
 
 from __future__ import annotations
 
+import operator
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -189,8 +190,10 @@ class Executor:
                               for v in node.outputs) for node in graph.nodes]
         # the loop's per-node plan in one tuple each: the interpreter's cost per node is
         # what numpy-path models of small tensors spend most of their time on
-        self._steps = list(zip(range(len(graph.nodes)), graph.nodes, self._reads, self._writes,
-                               self._free_after, self._dynamic))
+        self._steps = list(zip(range(len(graph.nodes)), graph.nodes, map(_reader, self._reads),
+                               (len(r) == 1 for r in self._reads), self._writes,
+                               (w[0] if len(w) == 1 else None for w in self._writes), self._free_after,
+                               self._dynamic))
         # a subclass that overrides run_node gets every call; the base class calls kernels directly
         self._direct = type(self).run_node is Executor.run_node
 
@@ -223,34 +226,34 @@ class Executor:
         live = peak = 0
         kernels, check_shapes, run_node, direct = self._kernels, self.check_shapes, self.run_node, self._direct
         with ignoring_fp_conditions():  # inf and NaN are ONNX's answers: no warnings, no errstate per kernel
-            for i, node, reads, writes, frees, dynamic in self._steps:
-                args = [env[name] for name in reads]
+            for i, node, read, one, writes, single, frees, dynamic in self._steps:
+                args = read(env)  # the input itself for one input (one=True), else a tuple
                 try:
                     if dynamic:
-                        _check_allocation(node, args, dynamic)
+                        _check_allocation(node, [args] if one else list(args), dynamic)
                     kernel = kernels[i] or self.kernel(i)
-                    result = kernel(node, *args) if direct else run_node(node, kernel, args, stats)
+                    if direct:
+                        result = kernel(node, args) if one else kernel(node, *args)
+                    else:
+                        result = run_node(node, kernel, [args] if one else list(args), stats)
                 except SubgraphError as exc:
                     if isinstance(exc, ExecutionError):
                         raise
                     raise ExecutionError(f"node {node.name!r} ({node.op}) failed: {exc}\n  {node.format()}") from exc
                 except Exception as exc:  # a kernel's own failure: name the node
-                    shapes = [None if a is None else f"{np.asarray(a).dtype}{list(np.shape(a))}" for a in args]
+                    shapes = [None if a is None else f"{np.asarray(a).dtype}{list(np.shape(a))}"
+                              for a in ([args] if one else args)]
                     raise ExecutionError(f"node {node.name!r} ({node.op}) failed: {type(exc).__name__}: "
                                          f"{exc}\n  {node.format()}\n  input types: {shapes}") from exc
-                outs = result if isinstance(result, (tuple, list)) else (result,)
-                if len(outs) < len(writes):
-                    raise ExecutionError(f"node {node.name!r} ({node.op}) returned {len(outs)} output(s), "
-                                         f"expected {len(writes)}\n  {node.format()}")
-                for (value, name, shape, dtype, fixed), array in zip(writes, outs):
-                    if type(array) is not np.ndarray:
-                        array = np.asarray(array)
-                    # a static shape and dtype that match are the common case: one comparison each
-                    if check_shapes and (array.shape != shape or array.dtype != dtype) and (
-                            shape is not None or not _fits(array, value, fixed)):
-                        self._check_output(node, value, array)
-                    env[name] = array
-                    live += array.nbytes
+                if single is not None and type(result) is np.ndarray:  # one array for one output: most nodes
+                    value, name, shape, dtype, fixed = single
+                    if check_shapes and (result.shape != shape or result.dtype != dtype) and (
+                            shape is not None or not _fits(result, value, fixed)):
+                        self._check_output(node, value, result)
+                    env[name] = result
+                    live += result.nbytes
+                else:
+                    live += self._store(node, result, writes, env)
                 if live > peak:
                     peak = live
                 for name in frees:
@@ -258,6 +261,25 @@ class Executor:
         stats.peak_bytes = peak
         self._local.stats = stats
         return {v.name: env[v.name] for v in graph.outputs}
+
+    def _store(self, node: Node, result: Any, writes: tuple, env: dict) -> int:
+        """Check ``node``'s outputs (a tuple or list of arrays, or one array-like) against
+        their values and put them in ``env``; the bytes they hold."""
+        outs = result if isinstance(result, (tuple, list)) else (result,)
+        if len(outs) < len(writes):
+            raise ExecutionError(f"node {node.name!r} ({node.op}) returned {len(outs)} output(s), "
+                                 f"expected {len(writes)}\n  {node.format()}")
+        held = 0
+        for (value, name, shape, dtype, fixed), array in zip(writes, outs):
+            if type(array) is not np.ndarray:
+                array = np.asarray(array)
+            # a static shape and dtype that match are the common case: one comparison each
+            if self.check_shapes and (array.shape != shape or array.dtype != dtype) and (
+                    shape is not None or not _fits(array, value, fixed)):
+                self._check_output(node, value, array)
+            env[name] = array
+            held += array.nbytes
+        return held
 
     def _checked_feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """:func:`check_feeds`, without its general work when the feeds are numpy arrays of
@@ -299,6 +321,16 @@ class Executor:
         if value.dtype is not None and array.dtype != value.dtype:
             raise ExecutionError(f"node {node.name!r} ({node.op}) produced %{value.name} with dtype "
                                  f"{array.dtype.name}, expected {value.dtype.name}\n  {node.format()}")
+
+
+def _reader(names: tuple[str | None, ...]) -> Callable[[dict], Any]:
+    """``env -> inputs`` for one node, the C-level ``operator.itemgetter`` (half a list
+    comprehension's cost): one name gives the array itself, several a tuple, none ``()``."""
+    return operator.itemgetter(*names) if names else _no_inputs
+
+
+def _no_inputs(env: dict) -> tuple:
+    return ()
 
 
 def _fixed_dims(value) -> tuple[int, tuple[tuple[int, int], ...]] | None:
