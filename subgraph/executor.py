@@ -11,6 +11,7 @@ models, which own their compiled kernels). :class:`Executor` shows an example.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import threading
 import time
@@ -196,6 +197,10 @@ class Executor:
                                self._dynamic))
         # a subclass that overrides run_node gets every call; the base class calls kernels directly
         self._direct = type(self).run_node is Executor.run_node
+        # numpy kernels run here (not only fused nodes, whose devices see to their own): the
+        # run ignores floating-point conditions for them (ignoring_fp_conditions)
+        self._fp_context = ignoring_fp_conditions if any(n.subgraph is None for n in graph.nodes) \
+            else contextlib.nullcontext
 
     @property
     def stats(self) -> RunStats:
@@ -225,7 +230,7 @@ class Executor:
         stats = RunStats()
         live = peak = 0
         kernels, check_shapes, run_node, direct = self._kernels, self.check_shapes, self.run_node, self._direct
-        with ignoring_fp_conditions():  # inf and NaN are ONNX's answers: no warnings, no errstate per kernel
+        with self._fp_context():  # inf and NaN are ONNX's answers: no warnings, no errstate per kernel
             for i, node, read, one, writes, single, frees, dynamic in self._steps:
                 args = read(env)  # the input itself for one input (one=True), else a tuple
                 try:
