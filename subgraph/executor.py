@@ -186,14 +186,14 @@ class Executor:
         # per node, what run() reads: input names (None for an absent optional input), and
         # the outputs with the static shape and dtype each is checked against (a symbolic
         # shape: its rank and the dimensions it fixes, checked without a call)
-        self._reads = [tuple(None if v is None else v.name for v in node.inputs) for node in graph.nodes]
-        self._writes = [tuple((v, v.name, v.shape if v.is_static else None, v.dtype, _fixed_dims(v))
-                              for v in node.outputs) for node in graph.nodes]
+        reads = [tuple(None if v is None else v.name for v in node.inputs) for node in graph.nodes]
+        writes = [tuple((v, v.name, v.shape if v.is_static else None, v.dtype, _fixed_dims(v))
+                        for v in node.outputs) for node in graph.nodes]
         # the loop's per-node plan in one tuple each: the interpreter's cost per node is
         # what numpy-path models of small tensors spend most of their time on
-        self._steps = list(zip(range(len(graph.nodes)), graph.nodes, map(_reader, self._reads),
-                               (len(r) == 1 for r in self._reads), self._writes,
-                               (w[0] if len(w) == 1 else None for w in self._writes), self._free_after,
+        self._steps = list(zip(range(len(graph.nodes)), graph.nodes, map(_reader, reads),
+                               (len(r) == 1 for r in reads), writes,
+                               (w[0] if len(w) == 1 else None for w in writes), self._free_after,
                                self._dynamic))
         # a subclass that overrides run_node gets every call; the base class calls kernels directly
         self._direct = type(self).run_node is Executor.run_node

@@ -81,7 +81,8 @@ def explain_affinity(graph: Graph, device: str = "HETERO:TVM,NUMPY",
     where = {} if model is None else {name: s for s in model.subgraphs for name in s.nodes}
     priority = {} if manual else {n.name: next((d for d in devices if takes(props[d], n)), None)
                                   for n in graph.nodes}
-    islands = moved_islands(graph, {n: d for n, d in priority.items() if d is not None}, devices, props)
+    islands = {} if manual else moved_islands(graph, {n: d for n, d in priority.items() if d is not None},
+                                              devices, props)
     result = {}
     for node in graph.nodes:
         if manual:

@@ -43,6 +43,7 @@ __all__ = ["SHAPE_ELEMENTS", "island_reason", "shape_arithmetic", "shape_islands
 #: an integer or bool value of at most this many elements is shape data (a shape, a size, a count)
 SHAPE_ELEMENTS = 16
 
+
 def _shape_data(value: Value) -> bool:
     return (value.is_static and value.dtype is not None and value.dtype.kind in "biu"
             and math.prod(value.shape) <= SHAPE_ELEMENTS)
