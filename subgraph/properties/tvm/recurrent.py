@@ -278,7 +278,7 @@ class _Cell:
 
 
 def unroll_recurrent(graph: Graph) -> Graph:
-    """A copy of ``graph`` with every LSTM, GRU and RNN node :func:`decline_reason` accepts
+    """``graph`` (itself when it has none) with every LSTM, GRU and RNN node :func:`decline_reason` accepts
     unrolled into primitive ops; each output value keeps its name, shape and dtype.
     The caller's graph is not modified."""
     def cell(new: Graph, node: Node, inputs: list[Value | None]) -> list[Value | None]:

@@ -40,7 +40,7 @@ __all__ = ["group_norms", "squeezed_gathers", "sum_as_adds"]
 
 
 def sum_as_adds(graph: Graph) -> Graph:
-    """A copy of ``graph`` with every ``Sum`` of two or more inputs as a chain of ``Add``.
+    """``graph`` (itself when it has none) with every ``Sum`` of two or more inputs as a chain of ``Add``.
 
     ``Add`` broadcasts as ``Sum`` does; the last ``Add`` keeps the Sum's name and output
     value, so consumers and graph outputs are unchanged. The caller's graph is not modified.
@@ -78,7 +78,7 @@ def _only_element(node: Node) -> int | None:
 
 
 def squeezed_gathers(graph: Graph) -> Graph:
-    """A copy of ``graph`` with every Gather of the one element of an axis (a scalar
+    """``graph`` (itself when it has none) with every Gather of the one element of an axis (a scalar
     constant index 0 or -1, the axis static and of size 1) as ``Squeeze`` of that axis,
     keeping the Gather's name and output value. Before opset 13 (``Squeeze`` with an axes
     input) Gathers are left alone. The caller's graph is not modified.
@@ -138,7 +138,7 @@ def _group_norm(node: Node, graph: Graph) -> tuple[Node, Node] | None:
 
 
 def group_norms(graph: Graph) -> Graph:
-    """A copy of ``graph`` with each GroupNorm export (``Reshape`` of ``x [N, C, *S]`` to
+    """``graph`` (itself when it has none) with each GroupNorm export (``Reshape`` of ``x [N, C, *S]`` to
     ``[N, G, C/G * prod(S)]``, ``InstanceNormalization`` with constant scale and bias,
     ``Reshape`` back to ``x``'s shape, each read only by the next) computed on ``x``'s own
     axes::
