@@ -164,13 +164,17 @@ def _model(graph: Graph, nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInf
     return model
 
 
-def to_onnx(graph: Graph) -> onnx.ModelProto:
+def to_onnx(graph: Graph, *, weights: bool = True) -> onnx.ModelProto:
     """Write ``graph`` as a valid ONNX model (``value_info`` for every intermediate).
 
     Parameters
     ----------
     graph : Graph
         A graph with static dtypes on its inputs and outputs (``subgraph.analysis.infer_shapes``).
+    weights : bool
+        ``False`` writes the graph's initializers with their names, shapes and types but
+        no data: the model's structure, cheap to write and hash when the weights are
+        hundreds of megabytes (a cache key hashes their bytes on their own).
 
     Returns
     -------
@@ -186,7 +190,8 @@ def to_onnx(graph: Graph) -> onnx.ModelProto:
         A value ONNX cannot type, or an attribute it cannot represent.
     """
     inputs = [value_info_proto(v, required=True) for v in graph.inputs]
-    initializers = [numpy_helper.from_array(np.asarray(v.data), v.name) for v in graph.initializers.values()]
+    initializers = [numpy_helper.from_array(np.asarray(v.data), v.name) if weights else _typed_only(v)
+                    for v in graph.initializers.values()]
     functions: dict[str, onnx.FunctionProto] = {}
     nodes = [node_to_onnx(node, graph.opset, functions) for node in graph.nodes]
     graph_outputs = {id(v) for v in graph.outputs}
@@ -197,6 +202,14 @@ def to_onnx(graph: Graph) -> onnx.ModelProto:
     if functions:
         opset.setdefault(FUNCTION_DOMAIN, FUNCTION_OPSET)
     return _model(graph, nodes, inputs, initializers, value_info, outputs, opset, list(functions.values()))
+
+
+def _typed_only(value: Value) -> onnx.TensorProto:
+    """An initializer's name, shape and element type, without its data."""
+    array = np.asarray(value.data)
+    kind = (onnx.TensorProto.STRING if array.dtype.kind in "OSU"
+            else helper.np_dtype_to_tensor_dtype(array.dtype.newbyteorder("=")))
+    return onnx.TensorProto(name=value.name, dims=array.shape, data_type=kind)
 
 
 #: Initializers larger than this are given to shape inference as typed inputs, without data.

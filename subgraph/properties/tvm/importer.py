@@ -29,7 +29,7 @@ from subgraph.properties.tvm.recurrent import unroll_recurrent
 from subgraph.properties.tvm.rewrites import group_norms, squeezed_gathers, sum_as_adds
 from subgraph.properties.tvm.tensors import static_shape
 
-__all__ = ["check_outputs", "onnx_for_tvm", "prepared_graph", "relax_module"]
+__all__ = ["check_outputs", "checked_prepared", "onnx_for_tvm", "prepared_graph", "prepared_onnx", "relax_module"]
 
 
 def _import_relax(graph: Graph, model: Any, shapes: dict[str, list[int]], dtypes: dict[str, str]) -> Any:
@@ -83,7 +83,8 @@ def prepared_graph(graph: Graph) -> Graph:
     """The graph TVM compiles: Loops with a constant trip count and LSTM/GRU/RNN unrolled,
     BatchNormalization folded into convolutions, kernel taps that read only padding cut,
     GroupNorm exports on the map's own axes, Sum as Adds, Gathers of an axis's one element
-    as Squeeze.
+    as Squeeze. Never the caller's graph: :func:`~subgraph.analysis.unroll.unroll_loops`
+    copies it, and the later rewrites return their input when they have nothing to rewrite.
 
     :func:`~subgraph.analysis.unroll.unroll_loops` and
     :func:`~subgraph.properties.tvm.recurrent.unroll_recurrent` write what the importer
@@ -99,15 +100,26 @@ def prepared_graph(graph: Graph) -> Graph:
 
 def onnx_for_tvm(graph: Graph) -> tuple[Graph, Any]:
     """:func:`prepared_graph` and its ONNX model."""
+    graph = checked_prepared(graph)
+    return graph, prepared_onnx(graph)
+
+
+def checked_prepared(graph: Graph) -> Graph:
+    """:func:`prepared_graph`, for a graph whose inputs have static shapes and dtypes."""
     for value in graph.inputs:
         if value.shape is None or value.dtype is None:
             raise PropertyError(f"graph {graph.name!r}: input %{value.name} needs a static shape and "
                                 f"dtype to compile with TVM, got {value.type_str()}")
-    graph = prepared_graph(graph)
+    return prepared_graph(graph)
+
+
+def prepared_onnx(prepared: Graph, weights: bool = True) -> Any:
+    """The ONNX model of a :func:`checked_prepared` graph (``weights=False``: its structure
+    only, see :func:`~subgraph.onnx.writer.to_onnx`)."""
     try:
-        return graph, to_onnx(graph)
+        return to_onnx(prepared, weights=weights)
     except SubgraphError as exc:
-        raise PropertyError(f"graph {graph.name!r} cannot be written as ONNX for TVM: {exc}") from exc
+        raise PropertyError(f"graph {prepared.name!r} cannot be written as ONNX for TVM: {exc}") from exc
 
 
 def relax_module(graph: Graph, model: Any) -> Any:

@@ -17,8 +17,9 @@ pytest.importorskip("tvm", reason="needs apache-tvm")  # the backend's modules i
 from tvm_graphs import conv_relu_graph, mm_softmax_graph, sample
 
 from subgraph.errors import PropertyError
-from subgraph.properties.tvm.cache import cache_key, clear_memory_cache, default_cache_dir
-from subgraph.properties.tvm.compiler import compile_graph
+from subgraph.properties.tvm.cache import cache_key, clear_memory_cache, content_digest, default_cache_dir
+from subgraph.onnx.writer import to_onnx
+from subgraph.properties.tvm.compiler import _prepare, compile_graph
 
 pytestmark = pytest.mark.tvm
 
@@ -96,6 +97,37 @@ def test_cache_key_depends_on_model_and_target():
     assert key != cache_key(b"model", '{"kind":"cuda"}')
 
 
+def test_the_key_covers_every_weight_byte_and_its_type_without_writing_the_weights(cache_dir):
+    key = lambda g: _prepare(g, "llvm", cache_dir, True, "cpu", False)[-1]  # noqa: E731
+    graph = conv_relu_graph()
+    weights = next(v for v in graph.initializers.values() if v.data.ndim == 4)
+    first = key(graph)
+    assert key(conv_relu_graph()) == first  # the same model again, in a new graph object
+    changed = conv_relu_graph()
+    data = changed.initializers[weights.name].data.copy()
+    data.reshape(-1)[-1] = np.nextafter(data.reshape(-1)[-1], np.float32(np.inf))
+    changed.initializers[weights.name].data = data
+    assert key(changed) != first  # one ulp of the last weight
+    swapped = conv_relu_graph()
+    swapped.initializers[weights.name].data = data.byteswap().view(data.dtype.newbyteorder())
+    assert key(swapped) != key(changed)  # the same values in the other byte order: other bytes, other key
+    structure = to_onnx(graph, weights=False)
+    stored = {t.name: t for t in structure.graph.initializer}[weights.name]
+    assert list(stored.dims) == list(weights.data.shape) and not stored.raw_data and not stored.float_data
+
+
+def test_content_digest_is_the_same_in_chunks_and_on_threads(monkeypatch):
+    from subgraph.properties.tvm import cache
+
+    data = np.arange(3 * 2**20, dtype=np.float32).view(np.uint8)
+    whole = content_digest([b"head", data])
+    monkeypatch.setattr(cache, "_CHUNK", 2**20)  # 12 chunks ...
+    chunked = content_digest([b"head", data])
+    monkeypatch.setattr(cache, "_PARALLEL_BYTES", 0)  # ... hashed on a pool
+    assert content_digest([b"head", data]) == chunked != whole
+    assert content_digest([b"head", data[:-1]]) != chunked
+
+
 def test_default_cache_dir_follows_the_environment(cache_dir, monkeypatch):
     assert default_cache_dir() == cache_dir
     monkeypatch.delenv("SUBGRAPH_CACHE_DIR")
@@ -109,7 +141,7 @@ def test_the_cache_is_owner_only(cache_dir):
     assert sorted(stat.S_IMODE(p.stat().st_mode) for p in cache_dir.iterdir()) == [0o600, 0o600]
     meta = json.loads(next(cache_dir.glob("*.json")).read_text())
     library = next(cache_dir.glob("*.so"))
-    assert meta["size"] == library.stat().st_size and len(meta["sha256"]) == 64
+    assert meta["size"] == library.stat().st_size and meta["digest"] == content_digest([library.read_bytes()])
 
 
 def test_a_private_cache_folder_of_ours_is_tightened(cache_dir):
@@ -135,11 +167,12 @@ def _damage_in_a_child(cache_dir, damage: str) -> subprocess.CompletedProcess:
     in a new process: a library dlopen cannot map would kill the process, so never here (nor may
     this process have the library loaded: damaging a mapped file kills its mapper)."""
     script = textwrap.dedent(f"""
-        import hashlib, json, sys, warnings
+        import json, sys, warnings
         from pathlib import Path
         import numpy as np
         sys.path.insert(0, {HERE!r})
         from tvm_graphs import conv_relu_graph, sample
+        from subgraph.properties.tvm.cache import content_digest
         from subgraph.properties.tvm.compiler import compile_graph
         lib = next(Path({str(cache_dir)!r}).glob("*.so"))
         meta_path = lib.with_suffix(".json")
@@ -160,13 +193,13 @@ def _damage_in_a_child(cache_dir, damage: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("damage, reason", [
     # truncated, with the metadata's size and checksum rewritten to match: only the ELF check catches it
     (("data = data[:len(data) // 2]; lib.write_bytes(data); meta.update(size=len(data), "
-      "sha256=hashlib.sha256(data).hexdigest()); meta_path.write_text(json.dumps(meta))"), "truncated"),
+      "digest=content_digest([data])); meta_path.write_text(json.dumps(meta))"), "truncated"),
     ("lib.write_bytes(data + b'x')", "size"),
     ("lib.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))", "checksum does not match"),
     ("meta_path.write_text('[1, 2]')", "not a JSON object"),
     ("meta_path.write_text('garbage')", "Expecting value"),
     (("data = b'garbage'; lib.write_bytes(data); meta.update(size=len(data), "
-      "sha256=hashlib.sha256(data).hexdigest()); meta_path.write_text(json.dumps(meta))"), "not an ELF file"),
+      "digest=content_digest([data])); meta_path.write_text(json.dumps(meta))"), "not an ELF file"),
 ])
 def test_a_damaged_entry_is_rebuilt_never_loaded(cache_dir, damage, reason):
     x = sample((1, 3, 8, 8))
