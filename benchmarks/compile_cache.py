@@ -4,7 +4,7 @@
     SUBGRAPH_CORPUS_DIR=/tmp/corpus-cache python benchmarks/compile_cache.py \\
         --model det_retinanet_resnet50_fpn,tv_resnet18 --exclude ""
 
-Each model (a zoo model, else a zoo/corpus model: its legacy export where it has one) is
+Each model (a zoo model, else a zoo/corpus model loaded as ``peers.py`` does) is
 compiled with ``compile_model(graph, "HETERO:TVM,NUMPY")``, each time in a new process:
 
 - ``first``: into an empty cache folder, ``compile_workers=1`` (every subgraph in order);
@@ -28,7 +28,9 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout root, for zoo/ (not installed)
+#: the checkout root, for zoo/ (not installed), and benchmarks/, for peers.py's corpus loader: here and in the children
+PATHS = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
+sys.path[:0] = PATHS
 
 SCRIPT = textwrap.dedent("""
     import sys, time, warnings
@@ -42,9 +44,10 @@ SCRIPT = textwrap.dedent("""
     if name in zoo.model_names():
         graph = subgraph.from_onnx(zoo.get_model(name))
     else:
-        import zoo.corpus
-        exporter = "legacy" if "legacy" in zoo.corpus.entry(name).exporters else "dynamo"
-        sample = zoo.corpus.load(name, exporter)
+        import contextlib, io
+        from peers import load_sample  # the legacy export where it has one and it exports
+        with contextlib.redirect_stdout(io.StringIO()):  # the legacy exporter prints TorchScript IR
+            sample, _ = load_sample(name)
         graph = subgraph.from_onnx(sample.model, sample.input_shapes)
     start = time.perf_counter()
     model = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", {"TVM": {"exclude_ops": exclude}},
@@ -55,7 +58,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def _run(name: str, workers: int, exclude: str, cache: str) -> tuple[float, float, int]:
-    env = dict(os.environ, SUBGRAPH_CACHE_DIR=cache)
+    env = dict(os.environ, SUBGRAPH_CACHE_DIR=cache, PYTHONPATH=os.pathsep.join(PATHS + [os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     out = subprocess.run([sys.executable, "-c", SCRIPT, name, str(workers), exclude], env=env,
                          capture_output=True, text=True, check=False)
     if out.returncode:
