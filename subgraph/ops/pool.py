@@ -27,6 +27,7 @@ import numpy as np
 from subgraph.ir import Node
 from subgraph.ops.registry import KERNELS, register_kernel  # noqa: F401  (KERNELS: doctest)
 from subgraph.ops.common import dtype_in, float_inputs, node_error
+from subgraph.ops.reduce import trailing_sum
 from subgraph.ops.window import Geometry, node_geometry, pad_spatial, windows
 
 __all__: list[str] = []
@@ -133,7 +134,10 @@ def _lp_pool(node: Node, x: np.ndarray) -> np.ndarray:
 def _global_average_pool(node: Node, x: np.ndarray) -> np.ndarray:
     if x.ndim < 3:
         raise node_error(node, f"expects an N x C x ... input, got shape {list(x.shape)}")
-    return x.mean(axis=tuple(range(2, x.ndim)), keepdims=True)
+    axes = tuple(range(2, x.ndim))
+    total = trailing_sum(x, axes, True) if x.dtype != np.float16 else np.add.reduce(x, axis=axes, keepdims=True,
+                                                                                    dtype=np.float32)
+    return (total / math.prod(x.shape[2:])).astype(x.dtype, copy=False)
 
 
 @register_kernel("GlobalMaxPool")

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # onnx.refere
 
 RNG = np.random.default_rng(3)
 X3 = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+SE = RNG.standard_normal((1, 288, 2, 2)).astype(np.float32)  # many short rows: summed by BLAS (trailing_sum)
 I64 = np.int64
 
 
@@ -38,6 +39,10 @@ CASES = {
     "reducemean_13_all": ("ReduceMean", 13, [X3], {}, 1),
     "reducemean_18_input": ("ReduceMean", 18, [X3, ints(-1)], {}, 1),
     "reducemean_18_noop": ("ReduceMean", 18, [X3], {"noop_with_empty_axes": 1}, 1),
+    "reducemean_18_short_rows": ("ReduceMean", 18, [SE, ints(2, -1)], {}, 1),
+    "reducemean_13_short_rows_f64": ("ReduceMean", 13, [SE.astype(np.float64)], {"axes": [2, 3], "keepdims": 0}, 1),
+    "reducesum_13_short_rows": ("ReduceSum", 13, [SE, ints(-2, -1)], {"keepdims": 0}, 1),
+    "reducesum_13_leading_axes": ("ReduceSum", 13, [SE, ints(0, 1)], {}, 1),
     "reducesum_11_attr": ("ReduceSum", 11, [X3], {"axes": [1]}, 1),
     "reducesum_13_input_int32": ("ReduceSum", 13, [np.arange(24, dtype=np.int32).reshape(2, 3, 4),
                                                    ints(1)], {"keepdims": 0}, 1),
