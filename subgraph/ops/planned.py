@@ -12,7 +12,8 @@ generic kernel, so results and errors are the generic kernel's in every case.
 LSTM, GRU and RNN with constant weights get them transposed, halved and folded once
 (:func:`~subgraph.ops.recurrent.planned_recurrent`).
 
-A depthwise Conv that runs as a banded matrix product gets its band built once.
+A depthwise Conv that runs as a banded matrix product gets its band built once; one on a
+tiny image (2x2, or 4x4 to 2x2) its dense per-channel pixel map, a product with no taps.
 
 A Conv with constant weights whose dilated kernel reaches past a small input (DeepLabV3's
 ASPP: 3x3 taps 12 to 36 apart over a 4x4 map) runs without the taps that read only
@@ -41,7 +42,7 @@ import numpy as np
 from subgraph.errors import SubgraphError
 from subgraph.ir import Node
 from subgraph.ops.common import normalize_axis
-from subgraph.ops.conv import planned_depthwise, trimmed_conv
+from subgraph.ops.conv import planned_banded_depthwise, planned_dense_depthwise, trimmed_conv
 from subgraph.ops.index import check_indices, index_limits
 from subgraph.ops.recurrent import planned_recurrent
 from subgraph.ops.registry import KERNELS, Kernel
@@ -116,21 +117,27 @@ def planned_kernel(node: Node) -> Kernel:
 
 
 def _planned_conv(node: Node, kernel: Kernel, planned_in: tuple[int, ...]) -> Kernel:
-    """A Conv whose kernel taps read only padding runs without them (:func:`trimmed_conv`);
-    a depthwise one with its banded matrix built once (:func:`planned_depthwise`)."""
-    trimmed = trimmed_conv(node)
-    if trimmed is None:
-        banded = planned_depthwise(node, planned_in)
-        if banded is None:
-            return kernel
-        planned_w = node.inputs[1].data
+    """A depthwise Conv on a tiny image by its dense pixel map (:func:`planned_dense_depthwise`);
+    else a Conv whose kernel taps read only padding without them (:func:`trimmed_conv`); else a
+    depthwise one with its banded matrix built once (:func:`planned_banded_depthwise`)."""
+    planned = planned_dense_depthwise(node, planned_in)
+    if planned is None:
+        trimmed = trimmed_conv(node)
+        if trimmed is not None:
+            return _trimmed(node, kernel, planned_in, *trimmed)
+        planned = planned_banded_depthwise(node, planned_in)
+    if planned is None:
+        return kernel
+    planned_w = node.inputs[1].data
 
-        def depthwise(node: Node, x: np.ndarray, w: np.ndarray, *rest: Any) -> np.ndarray:
-            if x.shape == planned_in and w is planned_w and x.dtype == np.float32:
-                return banded(x, rest[0] if rest else None)
-            return kernel(node, x, w, *rest)
-        return depthwise
-    attrs, weights = trimmed
+    def depthwise(node: Node, x: np.ndarray, w: np.ndarray, *rest: Any) -> np.ndarray:
+        if x.shape == planned_in and w is planned_w and x.dtype == np.float32:
+            return planned(x, rest[0] if rest else None)
+        return kernel(node, x, w, *rest)
+    return depthwise
+
+
+def _trimmed(node: Node, kernel: Kernel, planned_in: tuple[int, ...], attrs: dict, weights: np.ndarray) -> Kernel:
     cut, planned_w = Node(node.name, node.op, node.domain, attrs), node.inputs[1].data
 
     def conv(node: Node, x: np.ndarray, w: np.ndarray, *rest: Any) -> np.ndarray:

@@ -120,16 +120,26 @@ def test_a_slice_step_of_zero_is_left_to_the_generic_kernel_s_error():
         Executor(g).run({"x": np.zeros(4, np.float32)})
 
 
-@pytest.mark.parametrize("x_shape, kernel, attrs", [
-    ((1, 16, 12, 10), 3, {"pads": [1, 1, 1, 1]}),                        # MobileNet's 3x3
-    ((2, 24, 15, 9), 5, {"pads": [2, 1, 2, 3], "strides": [2, 1]}),      # uneven pads, a stride
-    ((1, 8, 11, 7), 3, {"pads": [2, 2, 2, 2], "dilations": [2, 2]}),
+@pytest.mark.parametrize("x_shape, kernel, attrs, plan", [
+    ((1, 16, 12, 10), 3, {"pads": [1, 1, 1, 1]}, "_depthwise_banded"),                   # MobileNet's 3x3
+    ((2, 24, 15, 9), 5, {"pads": [2, 1, 2, 3], "strides": [2, 1]}, "_depthwise_banded"),  # uneven pads, a stride
+    ((1, 8, 11, 7), 3, {"pads": [2, 2, 2, 2], "dilations": [2, 2]}, "_depthwise_banded"),
+    ((1, 576, 2, 2), 3, {"pads": [1, 1, 1, 1]}, "_depthwise_dense"),                     # a 2x2 map
+    ((2, 96, 4, 4), 3, {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "_depthwise_dense"),   # 4x4 to 2x2
+    ((1, 64, 2, 2), 5, {"pads": [2, 2, 2, 2]}, "_depthwise_dense"),                     # EfficientNet's 5x5
+    ((1, 40, 2, 3), 3, {"pads": [1, 0, 2, 1], "dilations": [2, 1]}, "_depthwise_dense"),  # uneven, dilated
+    ((1, 32, 8), 3, {"pads": [1, 1]}, "_depthwise_dense"),                               # 1-D
 ])
-def test_depthwise_band_is_built_once_with_the_generic_results(x_shape, kernel, attrs):
-    """A depthwise Conv on a narrow image gets its banded matrix at plan time; inputs of
-    another shape, or other weights, run the generic kernel."""
-    channels = x_shape[1]
-    w = RNG.standard_normal((channels, 1, kernel, kernel)).astype(np.float32)
+def test_depthwise_plan_is_made_once_with_the_generic_results(x_shape, kernel, attrs, plan, monkeypatch):
+    """A depthwise Conv on a narrow image gets its banded matrix at plan time, one on a tiny
+    image its dense pixel map; inputs of another shape, or other weights, run the generic kernel."""
+    import subgraph.ops.conv as conv_module
+
+    calls = []
+    real = getattr(conv_module, plan)
+    monkeypatch.setattr(conv_module, plan, lambda *args: calls.append(plan) or real(*args))
+    channels, rank = x_shape[1], len(x_shape) - 2
+    w = RNG.standard_normal((channels, 1) + (kernel,) * rank).astype(np.float32)
     bias = RNG.standard_normal(channels).astype(np.float32)
     g = Graph("g", opset={"": 17})
     x = g.add_input("x", x_shape, "float32")
@@ -141,10 +151,12 @@ def test_depthwise_band_is_built_once_with_the_generic_results(x_shape, kernel, 
     assert planned is not KERNELS["Conv"]
     data = RNG.standard_normal(x_shape).astype(np.float32)
     want = KERNELS["Conv"](node, data, w, bias)
+    calls.clear()
     np.testing.assert_allclose(planned(node, data, node.inputs[1].data, node.inputs[2].data), want, rtol=1e-5, atol=1e-5)
+    assert calls == [plan]
     np.testing.assert_allclose(Executor(g).run({"x": data})[g.outputs[0].name], want, rtol=1e-5, atol=1e-5)
     other = w * 2  # not the planned weights: the band of these
     np.testing.assert_allclose(planned(node, data, other, bias), KERNELS["Conv"](node, data, other, bias), rtol=1e-5)
-    wider = RNG.standard_normal(x_shape[:3] + (x_shape[3] + 1,)).astype(np.float32)
+    wider = RNG.standard_normal(x_shape[:-1] + (x_shape[-1] + 1,)).astype(np.float32)
     np.testing.assert_allclose(planned(node, wider, node.inputs[1].data, bias),
                                KERNELS["Conv"](node, wider, w, bias), rtol=1e-5)
