@@ -30,7 +30,8 @@ from subgraph.hetero.measured import measure_node
 from subgraph.hetero.model import CompiledModel, SubgraphInfo
 from subgraph.hetero.pipeline import time_stages
 from subgraph.hetero.split import PipelinePlan, measure_node_costs, plan_pipeline, transfer_function
-from subgraph.hetero.workers import compile_in_workers, usable_cpus, worth_workers
+from subgraph.hetero.workers import compile_in_workers, worth_workers
+from subgraph.system import usable_cpus
 from subgraph.ir import Graph, Node, is_static_shape
 from subgraph.partition import partition_graph
 from subgraph.properties import FusedKernel, FusedKernels, SubgraphProperty

@@ -35,7 +35,7 @@ from subgraph.ir import Graph
 from subgraph.properties import SubgraphProperty
 from subgraph.serialize import graph_from_dict, graph_to_dict
 
-__all__ = ["BUILD_SECONDS", "GRACE", "WORKER_START", "compile_in_workers", "usable_cpus", "worth_workers"]
+__all__ = ["BUILD_SECONDS", "GRACE", "WORKER_START", "compile_in_workers", "worth_workers"]
 
 #: seconds a worker gets to end after SIGINT before it is killed
 GRACE = 2.0
@@ -47,14 +47,6 @@ WORKER_START = 5.0
 #: a build's rough seconds: fixed (passes, code generation, linking) and per node, measured
 #: on TVM CPU builds of the corpus (5-node subgraphs take about half a second)
 BUILD_SECONDS = (0.5, 0.05)
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity mask where the OS has one)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
 
 
 def worth_workers(sizes: Sequence[int], workers: int) -> bool:

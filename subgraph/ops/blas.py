@@ -46,6 +46,8 @@ from typing import Any
 
 import numpy as np
 
+from subgraph.system import usable_cpus
+
 __all__ = ["CHUNK_MACS", "SERIAL_MACS", "matmul"]
 
 #: products with fewer multiply-adds than this run on one BLAS thread (~0.1 ms of work)
@@ -81,8 +83,7 @@ def _cores_free() -> bool:
                     fd = os.open(_LOADAVG, os.O_RDONLY)
                 except OSError:
                     fd = -1
-                _state["cores"] = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                                   else os.cpu_count() or 1)
+                _state["cores"] = usable_cpus()
                 _state["loadavg"] = fd
     if fd < 0:
         return False

@@ -47,6 +47,7 @@ from tvm import relax
 from subgraph.errors import PropertyError
 from subgraph.fileio import atomic_path, write_atomic
 from subgraph.properties.tvm.messages import error_summary
+from subgraph.system import usable_cpus
 
 __all__ = ["BUILD_LOCK", "MEMORY", "cache_key", "check_private", "clear_memory_cache", "content_digest",
            "default_cache_dir", "load_entry", "store_entry"]
@@ -110,7 +111,7 @@ def content_digest(parts: Iterable[Any]) -> str:
                 room = _CHUNK
             chunks[-1].append(piece)
             room -= len(piece)
-    workers = min(len(chunks), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    workers = min(len(chunks), usable_cpus())
     if workers > 1 and sum(len(view) for view in views) > _PARALLEL_BYTES:
         with ThreadPoolExecutor(workers) as pool:
             digests = list(pool.map(_chunk_digest, chunks))
@@ -122,8 +123,8 @@ def content_digest(parts: Iterable[Any]) -> str:
         tree.update(len(view).to_bytes(8, "little"))
     for digest in digests:
         tree.update(digest)
-    for view in [piece for chunk in chunks for piece in chunk] + views:  # a memory map cannot close while views of it live
-        view.release()
+    for view in [piece for chunk in chunks for piece in chunk] + views:
+        view.release()  # a memory map cannot close while views of it live
     return tree.hexdigest()
 
 

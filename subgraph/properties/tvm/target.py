@@ -11,6 +11,7 @@ from tvm.target.codegen import llvm_get_system_cpu, llvm_get_system_triple
 
 from subgraph.errors import PropertyError
 from subgraph.properties.tvm.messages import error_summary
+from subgraph.system import usable_cpus
 
 __all__ = ["as_target", "host_target", "use_all_cpus"]
 
@@ -51,8 +52,7 @@ def use_all_cpus() -> None:
     collapse under the same load).
     """
     if "TVM_NUM_THREADS" not in os.environ:
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        os.environ["TVM_NUM_THREADS"] = str(cpus)
+        os.environ["TVM_NUM_THREADS"] = str(usable_cpus())
     os.environ.setdefault("TVM_BIND_THREADS", "0")
 
 
