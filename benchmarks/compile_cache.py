@@ -28,7 +28,8 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-#: the checkout root, for zoo/ (not installed), and benchmarks/, for peers.py's corpus loader: here and in the children
+#: the checkout root, for zoo/ (not installed), and benchmarks/, for peers.py's corpus loader,
+#: here and in the children
 PATHS = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 sys.path[:0] = PATHS
 
@@ -58,7 +59,8 @@ SCRIPT = textwrap.dedent("""
 
 
 def _run(name: str, workers: int, exclude: str, cache: str) -> tuple[float, float, int]:
-    env = dict(os.environ, SUBGRAPH_CACHE_DIR=cache, PYTHONPATH=os.pathsep.join(PATHS + [os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    paths = PATHS + [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else PATHS
+    env = dict(os.environ, SUBGRAPH_CACHE_DIR=cache, PYTHONPATH=os.pathsep.join(paths))
     out = subprocess.run([sys.executable, "-c", SCRIPT, name, str(workers), exclude], env=env,
                          capture_output=True, text=True, check=False)
     if out.returncode:

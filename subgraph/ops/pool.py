@@ -135,8 +135,10 @@ def _global_average_pool(node: Node, x: np.ndarray) -> np.ndarray:
     if x.ndim < 3:
         raise node_error(node, f"expects an N x C x ... input, got shape {list(x.shape)}")
     axes = tuple(range(2, x.ndim))
-    total = trailing_sum(x, axes, True) if x.dtype != np.float16 else np.add.reduce(x, axis=axes, keepdims=True,
-                                                                                    dtype=np.float32)
+    if x.dtype == np.float16:
+        total = np.add.reduce(x, axis=axes, keepdims=True, dtype=np.float32)
+    else:
+        total = trailing_sum(x, axes, True)
     return (total / math.prod(x.shape[2:])).astype(x.dtype, copy=False)
 
 
