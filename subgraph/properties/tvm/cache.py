@@ -54,7 +54,7 @@ __all__ = ["BUILD_LOCK", "MEMORY", "cache_key", "check_private", "clear_memory_c
 
 
 #: Bump when the way a build is made or stored changes, so old disk entries are not reused.
-_FORMAT = "subgraph-tvm-23"  # 2: scheduled CPU builds, host mcpu; 3: BN folded, tuning; 4: no vector selects;
+_FORMAT = "subgraph-tvm-24"  # 2: scheduled CPU builds, host mcpu; 3: BN folded, tuning; 4: no vector selects;
 #   5: metadata holds the library size; 6: NaN-propagating relu, maximum, minimum, max, min;
 #   7: int64 softmax shapes (fuses with its consumers), conv2d_transpose kept NCHW;
 #   8: each function scheduled on its own (fallback schedules), metadata "notes" on what was not;
@@ -68,7 +68,8 @@ _FORMAT = "subgraph-tvm-23"  # 2: scheduled CPU builds, host mcpu; 3: BN folded,
 #   18: 3x3 convolutions of stride 1 on 96 channels and up as Winograd F(2x2, 3x3);
 #   19: 2-D linear and nearest resizes as two 1-D passes; 20: element-wise blocks with an innermost
 #   axis of 2-4 elements vectorised along the axis before it; 21: Gather of an axis's one element as Squeeze;
-#   22: GroupNorm exports on the map's own axes; 23: keys and library checksums by content_digest
+#   22: GroupNorm exports on the map's own axes; 23: keys and library checksums by content_digest;
+#   24: weights-first contractions on tiny maps hold every output pixel in one tile
 
 
 #: :func:`content_digest` hashes its input in chunks of this many bytes ...

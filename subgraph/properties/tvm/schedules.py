@@ -369,6 +369,28 @@ def _make_rules(lanes: int, tiles: Mapping[str, Tile], applied: list[str] | None
     return ContractionRule(), ElementwiseRule()
 
 
+def _stacked_axes(found: _Contraction, tile: Tile, rows_axis: int | None, rows: int,
+                  registers: int) -> tuple[list[int], int]:
+    """Spatial axes besides the rows that a default tile also takes in, unrolled, and the
+    tile's vectors then: when the weights are walked panel by panel
+    (:attr:`_Contraction.weights_first`) and the rows axis fits one tile, every other axis
+    of the map (a 2x2 map's output rows) would read each panel again. ResNet-18's three
+    512-channel 3x3 layers on 2x2 maps read 9.4 MB of weights twice each, the second time
+    past L2 (a group of panels is 1.2 MB). ``([], 0)`` unless every pixel of the map fits the
+    accumulators at two vectors or more (RegNet's 440 channels split into no such tile: its
+    2 rows keep 5 vectors)."""
+    if tile != Tile() or not found.weights_first or rows_axis is None or found.lanes == 1:
+        return [], 0
+    if rows != found.extents[rows_axis]:
+        return [], 0
+    others = [i for i in range(found.n_spatial - 1) if i != rows_axis and found.extents[i] > 1]
+    pixels = rows * int(np.prod([found.extents[i] for i in others])) if others else 0
+    most, channels = _ACCUMULATORS.get(registers, 8), found.extents[found.n_spatial - 1]
+    vectors = next((v for v in _FEW_ROWS_VECTORS
+                    if v >= 2 and pixels * v <= most and channels % (found.lanes * v) == 0), 0)
+    return (others, vectors) if others and vectors else ([], 0)
+
+
 def schedule_contraction(func: Any, lanes: int, tile: Tile = Tile()) -> Any:
     """``func`` scheduled with a register tile of ``tile``; ``None`` if it is no contraction.
 
@@ -399,6 +421,9 @@ def schedule_contraction(func: Any, lanes: int, tile: Tile = Tile()) -> Any:
     elif tile == Tile():  # few rows (7x7, 4x4, 2x2 maps): more vectors, enough accumulators to hide FMA latency
         most = _ACCUMULATORS.get(registers, 8)
         vectors = next((v for v in _FEW_ROWS_VECTORS if rows * v <= most and extents[n_spatial - 1] % (lanes * v) == 0), 1)
+    stacked, stacked_vectors = _stacked_axes(found, tile, rows_axis, rows, registers)
+    if stacked:  # the tile takes every output pixel of a tiny map: each weight is read once
+        vectors = stacked_vectors
     width = lanes * vectors
     if extents[n_spatial - 1] % width:
         raise ValueError(f"vector tile {width} does not divide the innermost axis {extents[n_spatial - 1]}")
@@ -406,11 +431,11 @@ def schedule_contraction(func: Any, lanes: int, tile: Tile = Tile()) -> Any:
     loops = sch.get_loops(block)
     spatial, reduce = loops[:n_spatial], loops[n_spatial:]
     vec_o, vec_i = sch.split(spatial[-1], factors=[None, width])
-    outer = [loop for i, loop in enumerate(spatial[:-1]) if i != rows_axis]
+    outer = [loop for i, loop in enumerate(spatial[:-1]) if i != rows_axis and i not in stacked]
     if rows_axis is not None:
         row_o, row_i = sch.split(spatial[rows_axis], factors=[None, rows])
         outer = outer[:rows_axis] + [row_o] + outer[rows_axis:]
-        tile_loops = [row_i, vec_i]
+        tile_loops = [*(spatial[i] for i in stacked), row_i, vec_i]
     else:
         tile_loops = [vec_i]
     if vectors > 1 and lanes > 1:  # several registers wide: unroll over them, vectorise each

@@ -76,6 +76,27 @@ def test_few_rows_and_channels_in_fives_get_five_vectors():
     assert ("T.unroll(T.int64(5))" in conv) == (vector_lanes(host_target()) == 16)
 
 
+def test_a_tiny_map_reads_each_weight_panel_once():
+    """A 3x3 convolution on a 2x2 map, its weights far larger than its activations: the
+    register tile holds every output pixel (both rows unrolled inside the reduction), so
+    the threads split the weight panels alone and read each once. With one output row per
+    tile each panel was read twice: ResNet-18 at 64x64 ran 0.91x the time this way, ResNet-50
+    0.94x (TVM's VM, both builds in turns in one process)."""
+    rng = np.random.default_rng(12)
+    g = Graph("tiny_map")
+    x = g.add_input("x", (1, 64, 2, 2), "float32")
+    g.set_outputs([g.add_node("Conv", [x, g.add_constant("w", rand(rng, (128, 64, 3, 3)))], name="conv",
+                              attrs={"pads": [1, 1, 1, 1]}).outputs[0]])
+    conv = _conv_script(g, [rand(rng, (1, 64, 2, 2))])
+    from subgraph.properties.tvm.schedules import vector_lanes
+    from subgraph.properties.tvm.target import host_target
+
+    width = 2 * vector_lanes(host_target())  # two vectors of output channels
+    assert f"T.parallel(T.int64({128 // width}))" in conv  # the panels, and nothing else
+    assert re.search(r"T\.grid\(T\.int64\(3\), T\.int64\(3\), T\.int64\(64\)\):\s+"
+                     r"for \w+ in T\.unroll\(T\.int64\(2\)\):\s+for \w+ in T\.unroll\(T\.int64\(2\)\)", conv)
+
+
 def _conv_script(graph: Graph, arrays: list[np.ndarray]) -> str:
     infer_shapes(graph)
     assert_matches_onnxruntime(graph, compile_graph(graph)(*arrays), *arrays)
