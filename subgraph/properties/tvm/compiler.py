@@ -187,9 +187,9 @@ def _prepare(graph: Graph, target: str | dict | Any, cache_dir: str | os.PathLik
         check_private(directory)
     database = open_database(tuning, directory) if tgt.kind.name == "llvm" and schedule == "cpu" else None
     variant = schedule + (f"|tuned:{database.digest()}" if database else "")
-    key, prepared = _known_key(graph, str(tgt), variant)
+    key, prepared = _known_key(graph, str(tgt), variant)  # a prepared graph is kept only beside its key
     if key is None:
-        prepared = prepared or checked_prepared(graph)
+        prepared = checked_prepared(graph)
         structure = prepared_onnx(prepared, weights=False).SerializeToString(deterministic=True)
         key = cache_key(structure, str(tgt), variant, weights=_weight_bytes(prepared))
         _remember_key(graph, str(tgt), variant, key, prepared if keep else None)
