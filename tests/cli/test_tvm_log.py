@@ -48,7 +48,9 @@ def test_cli_keeps_tvm_log_lines_off_the_terminal_and_shows_them_with_v(gather_m
     loud = _run(["-m", "subgraph", "run", str(gather_model), "-d", "TVM", "--device-option", "TVM.use_cache=false",
                  "-v"], tmp_path)
     assert loud.returncode == 0
-    assert loud.stderr.splitlines() == [f"subgraph: subgraph.tvm: {WARNING}"]
+    # one line for both of TVM's, or (when TVM wrote them in two logged blocks) one each, as below
+    once = f"subgraph: subgraph.tvm: {WARNING}"
+    assert loud.stderr.splitlines() in ([once], [once.replace(", 2 times", "")] * 2)
     assert loud.stdout.splitlines()[-1] == quiet.stdout.splitlines()[-1] == "y  float32[2,3,4]  min 0  max 35  mean 17.5"
 
 
