@@ -39,8 +39,8 @@ def test_compile_model_reads_a_file_or_proto_like_a_graph(source):
     feeds = _feeds(graph)
     got, want = model(feeds), expected(feeds)
     assert sorted(got) == sorted(want)
-    for name in want:
-        np.testing.assert_array_equal(got[name], want[name])
+    for name in want:  # the same kernels; BLAS's thread count follows the load, and with it the rounding
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5)
 
     partitioned = subgraph.partition_model(model_arg, DEVICE, PROPERTIES)
     assert [s.nodes for s in partitioned.subgraphs] == [s.nodes for s in expected.subgraphs]
