@@ -7,9 +7,10 @@ For each corpus model, ``compile_model(graph, "HETERO:TVM,NUMPY")`` once, then, 
 run, the same thread count (TVM's pool as the TVM property sets it) and calls interleaved
 in blocks (so a neighbour's load hits every path alike), medians of:
 
-- ``vm tensors``: ``tvm.runtime.vm.VirtualMachine(exe, dev)["main"](*inputs)`` on the
-  compiled model's own executable, inputs already TVM tensors, outputs left as tensors
-  (the kernels and TVM's own call cost: the floor);
+- ``vm tensors``: ``tvm.runtime.vm.VirtualMachine(exe, dev)["main"](*inputs, *weights)``
+  on the compiled model's own executable and weights (``fn.weights``, which ``main`` takes
+  after the inputs), inputs already TVM tensors, outputs left as tensors (the kernels and
+  TVM's own call cost: the floor);
 - ``vm numpy``: the same with numpy in and out, as a TVM user writes it
   (``tvm.runtime.tensor(array, dev)`` per input, ``.numpy()`` per output);
 - ``run_tensors``: our :meth:`TVMFunction.run_tensors` on the prepared tensors;
@@ -67,8 +68,9 @@ def _calls(name: str) -> tuple[dict, str]:
         return [result] if isinstance(result, tvm.runtime.Tensor) else list(result)
 
     calls = {
-        "vm tensors": lambda: main(*tensors),
-        "vm numpy": lambda: [t.numpy() for t in flat(main(*[tvm.runtime.tensor(a, dev) for a in arrays]))],
+        "vm tensors": lambda: main(*tensors, *fn.weights),
+        "vm numpy": lambda: [t.numpy() for t in flat(main(*[tvm.runtime.tensor(a, dev) for a in arrays],
+                                                          *fn.weights))],
         "run_tensors": lambda: fn.run_tensors(*tensors),
         "TVMFunction": lambda: fn(*arrays),
         "compiled": lambda: model(feeds),

@@ -151,7 +151,8 @@ def compile_remote(subgraph: Graph, session: RemoteSession, options: dict[str, A
     tvm_options = {"cache_dir": options.get("cache_dir"), "use_cache": options.get("use_cache", True),
                    "schedule": options.get("schedule", "cpu"), "tuning": options.get("tuning", True),
                    "index_checks": options.get("index_checks", True)}
-    compiled = compile_graph(subgraph, target=target, **tvm_options)
+    # the remote runs the library alone: its weights compiled in (one upload per session)
+    compiled = compile_graph(subgraph, target=target, lift_weights=False, **tvm_options)
     cache_dir = Path(tvm_options["cache_dir"]) if tvm_options["cache_dir"] is not None else default_cache_dir()
     library = _library(compiled, cache_dir, tvm_options["use_cache"])
 

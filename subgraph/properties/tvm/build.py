@@ -41,13 +41,14 @@ def _attempts(schedule: str) -> list[tuple[str, bool, bool]]:
     return [*tries, ("none", False, True)]
 
 
-def build(graph: Graph, model: Any, target: Any, schedule: str,
-          tiles: dict | None = None) -> tuple[Any, list[int], list[str], list[KernelNote]]:
+def build(graph: Graph, model: Any, target: Any, schedule: str, tiles: dict | None = None,
+          lift: bool = True) -> tuple[Any, list[int], list[str], list[KernelNote], list[Any]]:
     """Import, then ``tvm.compile`` with the :mod:`~subgraph.properties.tvm.pipeline` pipeline on CPU targets.
 
     Returns the executable, the outputs TVM returns as constants, the function keys of the
-    functions scheduled with tuned tiles, and a note per function (or for the whole
-    subgraph) that did not get the scheduled path.
+    functions scheduled with tuned tiles, a note per function (or for the whole subgraph)
+    that did not get the scheduled path, and the weights ``main`` takes after its inputs
+    (:mod:`~subgraph.properties.tvm.weights`; with ``lift`` on CPU targets, else none).
     """
     mod = relax_module(graph, model)
     constant_outputs = check_outputs(graph, mod["main"])
@@ -55,7 +56,7 @@ def build(graph: Graph, model: Any, target: Any, schedule: str,
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                return tvm.compile(mod, target=target, relax_pipeline="default"), constant_outputs, [], []
+                return tvm.compile(mod, target=target, relax_pipeline="default"), constant_outputs, [], [], []
         except Exception as exc:
             raise PropertyError(f"TVM could not compile graph {graph.name!r} for target "
                                 f"{target.kind.name}: {error_summary(exc)}") from None
@@ -63,11 +64,12 @@ def build(graph: Graph, model: Any, target: Any, schedule: str,
     for attempt, verify, rewrite in _attempts(schedule):
         tuned: list[str] = []
         status: dict[str, FunctionStatus] = {}
+        lifted: list[Any] | None = [] if lift else None
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 pipeline = relax_pipeline(target, attempt, tiles, applied=tuned, status=status,
-                                          verify=verify, rewrite=rewrite)
+                                          verify=verify, rewrite=rewrite, lifted=lifted)
                 executable = tvm.compile(mod, target=target, relax_pipeline=pipeline)
         except Exception as exc:
             failures.append(error_summary(exc))
@@ -82,6 +84,6 @@ def build(graph: Graph, model: Any, target: Any, schedule: str,
             notes.insert(0, KernelNote("(layout rewrite)", tuple(n.name for n in graph.nodes if n.op in _REWRITTEN),
                                        "NCHW, default erf and softmax",
                                        f"the NHWC rewrite or the fast erf/softmax failed: {failures[-1]}"))
-        return executable, constant_outputs, sorted(tuned), notes
+        return executable, constant_outputs, sorted(tuned), notes, lifted or []
     raise PropertyError(f"TVM could not compile graph {graph.name!r} for target "
                         f"{target.kind.name}: {failures[-1]}")

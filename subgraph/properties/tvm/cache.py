@@ -2,9 +2,11 @@
 
 Entries are keyed by a digest (:func:`content_digest`) over the ONNX model's structure,
 the bytes of its weights, the target, the schedule, the tuning records and
-``tvm.__version__``: ``<key>.so`` (``export_library``) plus ``<key>.json`` (metadata with
-the library's size and digest), each written to a temporary file and renamed, so
-concurrent processes never read half a file.
+``tvm.__version__``: ``<key>.so`` (``export_library``), ``<key>.weights`` when the build
+lifted weights out of the library (:mod:`~subgraph.properties.tvm.weights`; packed, as
+the kernels read them) and ``<key>.json`` (metadata with the size and digest of both,
+and the weights' layout), each written to a temporary file and renamed, the metadata
+last, so concurrent processes never read half an entry.
 
 Loading a library runs its code, so the cache is private and verified: the folder is made
 owner-only (0o700, files 0o600) and a folder another user owns or may write to is refused
@@ -14,13 +16,13 @@ checksum was rewritten would otherwise kill the process with SIGBUS inside ``dlo
 A damaged entry is ignored with a warning and recompiled by the caller. What is loaded is
 a private copy, verified (a file in the cache folder, unlinked once loaded): a cache file
 damaged in place later cannot change the running code or kill the process that mapped it.
-A fresh build is loaded the same way from the file it stored.
+A fresh build is loaded the same way from the file it stored. The weights file is
+verified too, through the memory map the kernels then read
+(:func:`~subgraph.properties.tvm.weights.read_weights`: not a private copy).
 
-A model's weights are compiled into its library (TVM packs them for its kernels), so a
-cache hit on AlexNet hashes 230 MB twice, once for the key and once to verify the library.
-:func:`content_digest` is a blake2b tree: 8 MiB chunks hashed on every CPU the process may
-use (hashlib lets go of the GIL), about 0.2 s for AlexNet on two cores where one sha256
-pass took 0.6.
+A cache hit on AlexNet hashes its 230 MB of weights twice, once for the key and once to
+verify the weights file. :func:`content_digest` is a blake2b tree: 8 MiB chunks hashed on
+every CPU the process may use (hashlib lets go of the GIL).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from tvm import relax
 from subgraph.errors import PropertyError
 from subgraph.fileio import atomic_path, write_atomic
 from subgraph.properties.tvm.messages import error_summary
+from subgraph.properties.tvm.weights import read_weights, write_weights
 from subgraph.system import usable_cpus
 
 __all__ = ["BUILD_LOCK", "MEMORY", "cache_key", "check_private", "clear_memory_cache", "content_digest",
@@ -54,7 +57,7 @@ __all__ = ["BUILD_LOCK", "MEMORY", "cache_key", "check_private", "clear_memory_c
 
 
 #: Bump when the way a build is made or stored changes, so old disk entries are not reused.
-_FORMAT = "subgraph-tvm-24"  # 2: scheduled CPU builds, host mcpu; 3: BN folded, tuning; 4: no vector selects;
+_FORMAT = "subgraph-tvm-25"  # 2: scheduled CPU builds, host mcpu; 3: BN folded, tuning; 4: no vector selects;
 #   5: metadata holds the library size; 6: NaN-propagating relu, maximum, minimum, max, min;
 #   7: int64 softmax shapes (fuses with its consumers), conv2d_transpose kept NCHW;
 #   8: each function scheduled on its own (fallback schedules), metadata "notes" on what was not;
@@ -69,7 +72,8 @@ _FORMAT = "subgraph-tvm-24"  # 2: scheduled CPU builds, host mcpu; 3: BN folded,
 #   19: 2-D linear and nearest resizes as two 1-D passes; 20: element-wise blocks with an innermost
 #   axis of 2-4 elements vectorised along the axis before it; 21: Gather of an axis's one element as Squeeze;
 #   22: GroupNorm exports on the map's own axes; 23: keys and library checksums by content_digest;
-#   24: weights-first contractions on tiny maps hold every output pixel in one tile
+#   24: weights-first contractions on tiny maps hold every output pixel in one tile;
+#   25: large weights beside the library (<key>.weights), passed to main after the inputs
 
 
 #: :func:`content_digest` hashes its input in chunks of this many bytes ...
@@ -255,8 +259,9 @@ def _mapped(path: str | os.PathLike) -> Iterator[Any]:
             yield data
 
 
-def load_entry(directory: Path, key: str, device: Any) -> tuple[Any, dict] | None:
-    """The cached library and its metadata, or None; a damaged entry warns and is ignored."""
+def load_entry(directory: Path, key: str, device: Any) -> tuple[Any, dict, list[Any]] | None:
+    """The cached library, its metadata and its weights (``main``'s last parameters), or
+    None; a damaged entry warns and is ignored."""
     lib, meta_path = directory / f"{key}.so", directory / f"{key}.json"
     if not (lib.exists() and meta_path.exists()):
         return None
@@ -266,35 +271,68 @@ def load_entry(directory: Path, key: str, device: Any) -> tuple[Any, dict] | Non
             raise ValueError("the metadata is not a JSON object")
         module = _load_private(directory, lib, meta)
         relax.VirtualMachine(module, device)  # fails here rather than on the first call
-        return module, meta
+        weights = _load_weights(directory / f"{key}.weights", meta.get("weights"))
+        return module, meta, weights
     except Exception as exc:
         warnings.warn(f"ignoring damaged TVM cache entry {lib} ({error_summary(exc, 1)}); recompiling",
                       RuntimeWarning, stacklevel=3)
         return None
 
 
-def store_entry(directory: Path, key: str, executable: Any, meta: dict) -> Any:
-    """Write the library, then its metadata (with the library's size and checksum), each atomically
-    and owner-only (the folder is private, see :func:`check_private`); an interrupt leaves no
-    part of the entry behind.
+def _weights_digest(rows: list, data: Any) -> str:
+    """The digest of a weights file: its layout and its bytes (a layout that does not fit the
+    file would have the kernels read past the weights)."""
+    return content_digest([json.dumps(rows, sort_keys=True).encode(), data])
+
+
+def _load_weights(path: Path, meta: dict | None) -> list[Any]:
+    """The weights of an entry whose metadata says ``meta`` about them (none: no weights file)."""
+    if meta is None:
+        return []
+    rows = meta["tensors"]
+
+    def check(data: Any) -> None:
+        if meta.get("size") != len(data):
+            raise ValueError(f"the weights' size {len(data)} does not match the metadata ({meta.get('size')})")
+        if meta.get("digest") != _weights_digest(rows, data):
+            raise ValueError("the weights' checksum does not match the metadata")
+
+    return read_weights(path, rows, check)
+
+
+def store_entry(directory: Path, key: str, executable: Any, meta: dict, weights: Sequence[Any] = ()) -> Any:
+    """Write the library, its ``weights`` (``main``'s last parameters, if any) and then its
+    metadata (with the sizes and checksums of both), each atomically and owner-only (the
+    folder is private, see :func:`check_private`); an interrupt leaves no part of the entry
+    behind.
 
     Returns the stored library, loaded (a private copy, see the module's notes): its machine
     code is ready, where running ``executable`` would have LLVM's JIT generate it again
     (ResNet-18: 0.1 s against 0.9-1.8 s). ``None`` when it could not be written or loaded
-    (a warning says why).
+    (a warning says why). The weights in memory stay the ones to use.
     """
     lib, meta_path = directory / f"{key}.so", directory / f"{key}.json"
+    weights_path = directory / f"{key}.weights"
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with atomic_path(lib) as tmp:
-            executable.export_library(tmp)
-            with _mapped(tmp) as data:
-                digest, size = content_digest([data]), len(data)
-        os.chmod(lib, 0o600)
         try:
-            write_atomic(meta_path, json.dumps(dict(meta, digest=digest, size=size), indent=1, sort_keys=True))
-        except KeyboardInterrupt:  # no library without its metadata left behind
+            with atomic_path(lib) as tmp:
+                executable.export_library(tmp)
+                with _mapped(tmp) as data:
+                    digest, size = content_digest([data]), len(data)
+            os.chmod(lib, 0o600)
+            stored = dict(meta, digest=digest, size=size)
+            if weights:
+                with atomic_path(weights_path) as tmp:
+                    rows = write_weights(tmp, list(weights))
+                    with _mapped(tmp) as data:
+                        stored["weights"] = {"tensors": rows, "digest": _weights_digest(rows, data),
+                                             "size": len(data)}
+                os.chmod(weights_path, 0o600)
+            write_atomic(meta_path, json.dumps(stored, indent=1, sort_keys=True))
+        except KeyboardInterrupt:  # no library or weights without their metadata left behind
             lib.unlink(missing_ok=True)
+            weights_path.unlink(missing_ok=True)
             raise
         os.chmod(meta_path, 0o600)
     except Exception as exc:  # a read-only or full disk must not stop the run
@@ -307,4 +345,3 @@ def store_entry(directory: Path, key: str, executable: Any, meta: dict) -> Any:
         warnings.warn(f"could not load the library just stored in {directory} ({error_summary(exc, 1)}); "
                       "the build runs from memory", RuntimeWarning, stacklevel=3)
         return None
-

@@ -48,7 +48,7 @@ __all__ = ["compile_graph", "needs_build"]
 
 def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: str | os.PathLike | None = None,
                   use_cache: bool = True, schedule: str = "cpu", tuning: bool | str | os.PathLike = True,
-                  index_checks: bool = True) -> TVMFunction:
+                  index_checks: bool = True, lift_weights: bool = True) -> TVMFunction:
     """Compile ``graph`` with TVM for ``target``; cached in memory and on disk.
 
     Parameters
@@ -79,6 +79,11 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
         (TVM's kernels would read or write out of bounds). ``False`` skips the checks: for
         measuring their cost only (``benchmarks/index_checks.py``); a bad index is then
         undefined behaviour, garbage or a crash. The library is the same either way.
+    lift_weights : bool
+        ``True`` (default): on CPU targets the large weights stay out of the library
+        (:mod:`~subgraph.properties.tvm.weights`): in memory, and in a file beside it in the
+        cache; the function passes them to ``main`` after the inputs. ``False`` compiles
+        them into the library, which then runs alone (a remote device loads it so).
 
     Returns
     -------
@@ -115,7 +120,8 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
     [array([0. , 0.5, 2. ], dtype=float32)]
     """
     use_all_cpus()
-    graph, tgt, directory, database, key = _prepare(graph, target, cache_dir, use_cache, schedule, tuning)
+    graph, tgt, directory, database, key = _prepare(graph, target, cache_dir, use_cache, schedule, tuning,
+                                                    lift_weights=lift_weights)
     device = tvm.device(tgt.get_target_device_type(), 0)
     tiles = database.tiles() if database else None
     memory_key = key if index_checks else key + "|unchecked"  # one library, two wrappers
@@ -126,14 +132,15 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
             return MEMORY[memory_key]
         entry = load_entry(directory, key, device) if use_cache else None
         if entry is not None:
-            module, meta = entry
+            module, meta, weights = entry
             constant_outputs, tuned, source = list(meta.get("constant_outputs", [])), meta.get("tuned", []), "disk"
             notes = [KernelNote(n["function"], tuple(n["nodes"]), n["status"], n["reason"])
                      for n in meta.get("notes", [])]
         else:
             model = prepared_onnx(graph)
             # in a worker thread: Ctrl-C stops waiting at once (TVM would turn it into a failed build)
-            module, constant_outputs, keys, notes = interruptible(build, graph, model, tgt, schedule, tiles)
+            module, constant_outputs, keys, notes, weights = interruptible(build, graph, model, tgt, schedule,
+                                                                           tiles, lift_weights)
             tuned = sorted(database.records[k].name for k in keys) if database else []
             source = "compiled"
             if use_cache:
@@ -141,12 +148,12 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
                     "graph": graph.name, "target": str(tgt), "schedule": schedule, "tvm": tvm.__version__,
                     "constant_outputs": constant_outputs, "tuned": tuned,
                     "notes": [{"function": n.function, "nodes": list(n.nodes), "status": n.status,
-                               "reason": n.reason} for n in notes]})
+                               "reason": n.reason} for n in notes]}, weights)
                 module = module if stored is None else stored  # machine code ready: no JIT
         fn = TVMFunction(module, device, name=graph.name, key=key, target=str(tgt),
                          inputs=[(v.name, v.shape, v.dtype) for v in graph.inputs],
                          output_names=[v.name for v in graph.outputs],
-                         constant_outputs=constant_outputs, source=source, tuned=tuned,
+                         constant_outputs=constant_outputs, source=source, tuned=tuned, weights=weights,
                          index_checks=_index_checks(graph) if index_checks else [], notes=notes)
         if use_cache:
             MEMORY[memory_key] = fn
@@ -154,7 +161,8 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
 
 
 def needs_build(graph: Graph, target: str | dict | Any = "llvm", cache_dir: str | os.PathLike | None = None,
-                use_cache: bool = True, schedule: str = "cpu", tuning: bool | str | os.PathLike = True) -> bool:
+                use_cache: bool = True, schedule: str = "cpu", tuning: bool | str | os.PathLike = True,
+                lift_weights: bool = True) -> bool:
     """Whether :func:`compile_graph` with these arguments would build ``graph`` (no cache
     holds it, in memory or on disk) and store what it built on disk.
 
@@ -163,14 +171,16 @@ def needs_build(graph: Graph, target: str | dict | Any = "llvm", cache_dir: str 
     """
     if not use_cache:
         return False
-    _, _, directory, _, key = _prepare(graph, target, cache_dir, use_cache, schedule, tuning, keep=True)
+    _, _, directory, _, key = _prepare(graph, target, cache_dir, use_cache, schedule, tuning, keep=True,
+                                       lift_weights=lift_weights)
     if key in MEMORY or key + "|unchecked" in MEMORY:
         return False
     return not ((directory / f"{key}.so").exists() and (directory / f"{key}.json").exists())
 
 
 def _prepare(graph: Graph, target: str | dict | Any, cache_dir: str | os.PathLike | None, use_cache: bool,
-             schedule: str, tuning: bool | str | os.PathLike, keep: bool = False) -> tuple[Graph, Any, Path, Any, str]:
+             schedule: str, tuning: bool | str | os.PathLike, keep: bool = False,
+             lift_weights: bool = True) -> tuple[Graph, Any, Path, Any, str]:
     """The graph TVM compiles, the target, the cache folder, the tuning database (or None)
     and the cache key: a digest of the graph's ONNX structure and of its weights' bytes,
     without writing them into an ONNX model (a cache hit needs none; AlexNet's 230 MB took
@@ -186,7 +196,7 @@ def _prepare(graph: Graph, target: str | dict | Any, cache_dir: str | os.PathLik
     if use_cache:
         check_private(directory)
     database = open_database(tuning, directory) if tgt.kind.name == "llvm" and schedule == "cpu" else None
-    variant = schedule + (f"|tuned:{database.digest()}" if database else "")
+    variant = schedule + (f"|tuned:{database.digest()}" if database else "") + ("" if lift_weights else "|embedded")
     key, prepared = _known_key(graph, str(tgt), variant)  # a prepared graph is kept only beside its key
     if key is None:
         prepared = checked_prepared(graph)

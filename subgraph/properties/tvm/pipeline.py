@@ -47,6 +47,7 @@ from subgraph.properties.tvm.packing import packed_conv2d_legalize, packed_matmu
 from subgraph.properties.tvm.resize import resize2d_legalize
 from subgraph.properties.tvm.schedules import Tile, schedule_rules, vector_lanes, vector_widths
 from subgraph.properties.tvm.tensors import static_shape
+from subgraph.properties.tvm.weights import LiftWeights
 
 __all__ = ["SCHEDULES", "prepare_passes", "relax_pipeline"]
 
@@ -276,9 +277,19 @@ def _opaque_concat_reshape(mod: Any) -> Any:
     return mod
 
 
+def _finalize_passes(target: Any, lifted: list[Any] | None) -> list[Any]:
+    """TVM's finalizing passes; with ``lifted``, :func:`~subgraph.properties.tvm.weights.LiftWeights`
+    just before ``VMShapeLower``, which then checks the weights' shapes like the inputs'."""
+    passes = cpu.finalize_passes(target)
+    if lifted is None:
+        return passes
+    at = next(i for i, p in enumerate(passes) if p.info.name == "VMShapeLower")
+    return [*passes[:at], LiftWeights(lifted), *passes[at:]]
+
+
 def relax_pipeline(target: Any, schedule: str = "cpu", tiles: Mapping[str, Tile] | None = None,
                    applied: list[str] | None = None, status: dict[str, FunctionStatus] | None = None,
-                   verify: bool = False, rewrite: bool = True) -> Any:
+                   verify: bool = False, rewrite: bool = True, lifted: list[Any] | None = None) -> Any:
     """The Relax pipeline for ``tvm.compile(mod, target, relax_pipeline=...)`` on a CPU target.
 
     Parameters
@@ -305,6 +316,10 @@ def relax_pipeline(target: Any, schedule: str = "cpu", tiles: Mapping[str, Tile]
     rewrite : bool
         ``False`` keeps the layouts and the default erf and softmax (a retry after the
         rewrites failed).
+    lifted : list, optional
+        Given, the large constants of ``main`` become its last parameters and the list
+        receives them (:func:`~subgraph.properties.tvm.weights.LiftWeights`); ``None``
+        (default) keeps them in the library.
 
     Returns
     -------
@@ -324,7 +339,7 @@ def relax_pipeline(target: Any, schedule: str = "cpu", tiles: Mapping[str, Tile]
             with target:
                 return tvm.transform.Sequential(
                     [_ClampsAsRelaxOps(), *cpu.library_dispatch_passes(target), *_legalize_passes(target)]
-                    + cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target))(mod)
+                    + cpu.dataflow_lower_passes(target) + _finalize_passes(target, lifted))(mod)
         return _default
 
     rules = schedule_rules(schedule, vector_lanes(target), tiles, applied)
@@ -335,7 +350,7 @@ def relax_pipeline(target: Any, schedule: str = "cpu", tiles: Mapping[str, Tile]
         with target:
             mod = tvm.transform.Sequential(
                 prepare_passes(target, schedule, rewrite) + [ApplyScheduleRules(rules, status, verify)]
-                + cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target))(mod)
+                + cpu.dataflow_lower_passes(target) + _finalize_passes(target, lifted))(mod)
         return mod
 
     return _pipeline

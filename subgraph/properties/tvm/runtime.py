@@ -51,13 +51,17 @@ class TVMFunction:
     notes : list[KernelNote]
         The TIR functions that did not get the scheduled path, and why
         (:class:`~subgraph.properties.base.KernelNote`); empty when every one did.
+    weights : list[tvm.runtime.Tensor]
+        The weights the executable's ``main`` takes after the inputs (kept out of the
+        library, :mod:`~subgraph.properties.tvm.weights`); each call passes them.
     """
     def __init__(self, module: Any, device: Any, *, name: str, key: str, target: str,
                  inputs: list[tuple[str, tuple[int, ...], np.dtype]], output_names: list[str],
                  constant_outputs: list[int], source: str, tuned: list[str] | None = None,
                  index_checks: list[tuple[int, Any, list[tuple[int, int]]]] | None = None,
-                 notes: list[Any] | None = None) -> None:
+                 notes: list[Any] | None = None, weights: list[Any] | None = None) -> None:
         self.tuned = list(tuned or [])
+        self.weights = list(weights or [])
         self.notes = list(notes or [])
         self.index_checks = list(index_checks or [])
         self._module = module
@@ -89,7 +93,7 @@ class TVMFunction:
             raise InputError(f"TVM function for graph {self.name!r} takes {len(self._inputs)} "
                              f"input(s) {self.input_names}, got {len(tensors)}")
         try:
-            result = self._entry()(*tensors)
+            result = self._entry()(*tensors, *self.weights)
         except Exception as exc:  # TVM raises its own error types
             raise ExecutionError(f"TVM function for graph {self.name!r} failed: "
                                  f"{error_summary(exc)}") from None
@@ -164,7 +168,8 @@ class TVMFunction:
 
     @property
     def executable(self) -> Any:
-        """The compiled Relax executable (``export_library`` writes it as a shared library)."""
+        """The compiled Relax executable (``export_library`` writes it as a shared library);
+        its ``main`` takes the inputs, then :attr:`weights`."""
         return self._module
 
     def transfer_times(self) -> dict[str, float]:
