@@ -21,14 +21,12 @@ verified too, through the memory map the kernels then read
 (:func:`~subgraph.properties.tvm.weights.read_weights`: not a private copy).
 
 A cache hit on AlexNet hashes its 230 MB of weights twice, once for the key and once to
-verify the weights file. :func:`content_digest` is a blake2b tree: 8 MiB chunks hashed on
-every CPU the process may use (hashlib lets go of the GIL).
+verify the weights file: :func:`content_digest` (BLAKE3) takes 0.05 s for each.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import mmap
 import os
@@ -39,11 +37,11 @@ import tempfile
 import threading
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import tvm
+from blake3 import blake3
 from tvm import relax
 
 from subgraph.errors import PropertyError
@@ -73,30 +71,19 @@ _FORMAT = "subgraph-tvm-25"  # 2: scheduled CPU builds, host mcpu; 3: BN folded,
 #   axis of 2-4 elements vectorised along the axis before it; 21: Gather of an axis's one element as Squeeze;
 #   22: GroupNorm exports on the map's own axes; 23: keys and library checksums by content_digest;
 #   24: weights-first contractions on tiny maps hold every output pixel in one tile;
-#   25: large weights beside the library (<key>.weights), passed to main after the inputs
-
-
-#: :func:`content_digest` hashes its input in chunks of this many bytes ...
-_CHUNK = 1 << 23
-#: ... on a thread pool once there are more than this many (a pool costs more than it saves below)
-_PARALLEL_BYTES = 1 << 25
-
-
-def _chunk_digest(views: list[memoryview]) -> bytes:
-    digest = hashlib.blake2b(digest_size=32)
-    for view in views:
-        digest.update(view)
-    return digest.digest()
+#   25: large weights beside the library (<key>.weights), passed to main after the inputs; BLAKE3 digests
 
 
 def content_digest(parts: Iterable[Any]) -> str:
-    """A 64-digit hex blake2b digest of ``parts`` (bytes-like, one-dimensional or
-    C-contiguous), in order, each with its length.
+    """A 64-digit hex BLAKE3 digest of ``parts`` (bytes-like, one-dimensional or
+    C-contiguous), in order, each with its length: the value depends only on the bytes and
+    their division into parts.
 
-    The bytes are cut into chunks of 8 MiB (a large part into several, small neighbours
-    sharing one), each chunk hashed on its own, on a pool of as many threads as the process
-    has CPUs once there are more than 32 MiB; the chunk digests are then hashed in order.
-    The value depends only on the bytes and their division into parts.
+    BLAKE3 (the ``blake3`` package) hashes a large part on every CPU this process may use,
+    without the GIL: 5.3 GB/s on this 2-core EPYC, where hashlib's blake2b gives 0.5 GB/s a
+    core and sha256 1.5 (with SHA extensions; 0.4 without). It is a cryptographic hash,
+    as a key must be: a key another model could be made to share would load that model's
+    library.
 
     Examples
     --------
@@ -106,31 +93,13 @@ def content_digest(parts: Iterable[Any]) -> str:
     True
     """
     views = [memoryview(part).cast("B") for part in parts]
-    chunks: list[list[memoryview]] = [[]]
-    room = _CHUNK
+    digest = blake3(max_threads=usable_cpus())
+    digest.update(len(views).to_bytes(8, "little"))
     for view in views:
-        for start in range(0, len(view), _CHUNK):
-            piece = view[start:start + _CHUNK]
-            if len(piece) > room:
-                chunks.append([])
-                room = _CHUNK
-            chunks[-1].append(piece)
-            room -= len(piece)
-    workers = min(len(chunks), usable_cpus())
-    if workers > 1 and sum(len(view) for view in views) > _PARALLEL_BYTES:
-        with ThreadPoolExecutor(workers) as pool:
-            digests = list(pool.map(_chunk_digest, chunks))
-    else:
-        digests = [_chunk_digest(chunk) for chunk in chunks]
-    tree = hashlib.blake2b(digest_size=32)
-    tree.update(len(views).to_bytes(8, "little"))
-    for view in views:
-        tree.update(len(view).to_bytes(8, "little"))
-    for digest in digests:
-        tree.update(digest)
-    for view in [piece for chunk in chunks for piece in chunk] + views:
+        digest.update(len(view).to_bytes(8, "little"))
+        digest.update(view)
         view.release()  # a memory map cannot close while views of it live
-    return tree.hexdigest()
+    return digest.hexdigest()
 
 
 def cache_key(model_bytes: bytes, target: str, schedule: str = "cpu", weights: Sequence[Any] = ()) -> str:

@@ -116,16 +116,18 @@ def test_the_key_covers_every_weight_byte_and_its_type_without_writing_the_weigh
     assert list(stored.dims) == list(weights.data.shape) and not stored.raw_data and not stored.float_data
 
 
-def test_content_digest_is_the_same_in_chunks_and_on_threads(monkeypatch):
-    from subgraph.properties.tvm import cache
+def test_content_digest_covers_every_byte_and_the_division_into_parts(tmp_path):
+    import mmap
 
-    data = np.arange(3 * 2**20, dtype=np.float32).view(np.uint8)
-    whole = content_digest([b"head", data])
-    monkeypatch.setattr(cache, "_CHUNK", 2**20)  # 12 chunks ...
-    chunked = content_digest([b"head", data])
-    monkeypatch.setattr(cache, "_PARALLEL_BYTES", 0)  # ... hashed on a pool
-    assert content_digest([b"head", data]) == chunked != whole
-    assert content_digest([b"head", data[:-1]]) != chunked
+    data = np.arange(3 * 2**20, dtype=np.float32).view(np.uint8)  # 12 MiB: hashed on every CPU
+    digest = content_digest([b"head", data])
+    (tmp_path / "data").write_bytes(data.tobytes())
+    with open(tmp_path / "data", "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        assert content_digest([b"head", mapped]) == content_digest([b"head", data.tobytes()]) == digest
+    flipped = data.copy()
+    flipped[len(flipped) // 2] ^= 1
+    assert len({digest, content_digest([b"head", flipped]), content_digest([b"head", data[:-1]]),
+                content_digest([b"hea", b"d", data]), content_digest([b"head" + data.tobytes()])}) == 5
 
 
 def test_default_cache_dir_follows_the_environment(cache_dir, monkeypatch):
