@@ -160,3 +160,23 @@ def test_import_linter_contracts_are_kept(repo_root):
     assert result.returncode == 0, result.stdout + result.stderr
     summary = re.search(r"^Contracts: (\d+) kept, 0 broken\.$", result.stdout, re.M)
     assert summary and int(summary.group(1)) >= 2, result.stdout  # the layers and the light import
+
+
+def test_every_module_of_a_layered_container_is_in_its_layers(repo_root):
+    # import-linter checks only the modules a layers contract names: a new module left out
+    # of its container's layers would go unchecked
+    config = configparser.ConfigParser()
+    config.read(repo_root / "setup.cfg")
+    checked = 0
+    for section in config.sections():
+        if not section.startswith("importlinter:contract:") or config[section].get("type") != "layers":
+            continue
+        named = set(re.split(r"[\s|:]+", config[section]["layers"])) - {"", "(", ")"}
+        named = {n.strip("()") for n in named}
+        for container in config[section]["containers"].split():
+            folder = repo_root.joinpath(*container.split("."))
+            modules = {p.stem for p in folder.glob("*.py") if p.stem not in ("__init__", "__main__")}
+            modules |= {p.parent.name for p in folder.glob("*/__init__.py")}
+            assert modules <= named, f"{container}: {sorted(modules - named)} in no layer of [{section}]"
+            checked += 1
+    assert checked >= 2
