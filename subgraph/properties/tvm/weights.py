@@ -9,7 +9,9 @@ the inputs; the list it is given receives the constants, in parameter order, alr
 packed (what the pipeline folded stays folded). The library keeps the code and the small
 constants; the weights travel in memory (a build) or in a file beside the library (the
 disk cache, :func:`write_weights` / :func:`read_weights`), mapped rather than read into
-the process. Passing 100 more tensors to ``main`` costs about 2.5 us a call.
+the process. Passing 100 more tensors through TVM's FFI costs about 2.5 us a call; in
+turns against builds with the weights inside, SqueezeNet (12 weights) and ResNet-50 (52)
+ran at 1.015x and 1.019x the time, within this VM's noise.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from subgraph.properties.tvm.tensors import as_tvm_tensor, to_numpy
 __all__ = ["LIFT_BYTES", "LiftWeights", "read_weights", "write_weights"]
 
 
-#: Constants of at least this many bytes leave the library (smaller ones cost more as
-#: arguments than they save in it)
+#: Constants of at least this many bytes leave the library; smaller ones stay, so a small
+#: model (a transformer from a small config keeps all of its) passes no more arguments
 LIFT_BYTES = 1 << 16
 
 #: Offsets in a weights file are multiples of this (TVM's kernels assume 64-byte alignment)
