@@ -21,7 +21,7 @@ verified too, through the memory map the kernels then read
 (:func:`~subgraph.properties.tvm.weights.read_weights`: not a private copy).
 
 A cache hit on AlexNet hashes its 230 MB of weights twice, once for the key and once to
-verify the weights file: :func:`content_digest` (BLAKE3) takes 0.05 s for each.
+verify the weights file: :func:`content_digest` (BLAKE3) took 0.12 s for 240 MB on two cores.
 """
 
 from __future__ import annotations

@@ -42,6 +42,11 @@ def _nbytes(tensor: Any) -> int:
     return int(np.prod(tensor.shape, dtype=np.int64)) * np.dtype(str(tensor.dtype)).itemsize
 
 
+def _padded(tensor: Any) -> int:
+    """The bytes ``tensor`` takes in a weights file: its own, up to the next 64-byte offset."""
+    return -(-_nbytes(tensor) // _ALIGN) * _ALIGN
+
+
 def LiftWeights(lifted: list[Any]) -> Any:  # noqa: N802 - a pass, named like TVM's
     """A pass: the constants of ``main`` of :data:`LIFT_BYTES` and more become its last
     parameters (one per constant, in the order the body first uses them); ``lifted``
@@ -90,7 +95,7 @@ def layout(tensors: list[Any]) -> list[list[Any]]:
     rows, offset = [], 0
     for tensor in tensors:
         rows.append([str(tensor.dtype), [int(d) for d in tensor.shape], offset])
-        offset += -(-_nbytes(tensor) // _ALIGN) * _ALIGN
+        offset += _padded(tensor)
     return rows
 
 
@@ -103,8 +108,7 @@ def write_weights(path: str | os.PathLike, tensors: list[Any]) -> list[list[Any]
             array = to_numpy(tensor, copy=False) if isinstance(tensor, tvm.runtime.Tensor) else np.asarray(tensor)
             f.seek(offset)
             f.write(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data)
-        end = rows[-1][2] + -(-_nbytes(tensors[-1]) // _ALIGN) * _ALIGN if rows else 0
-        f.truncate(end)
+        f.truncate(rows[-1][2] + _padded(tensors[-1]) if rows else 0)
     return rows
 
 
