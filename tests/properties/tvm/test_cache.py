@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("tvm", reason="needs apache-tvm")  # the backend's modules import tvm at their tops
 
-from tvm_graphs import conv_relu_graph, mm_softmax_graph, sample
+from tvm_graphs import compile_after_damage, conv_relu_graph, mm_softmax_graph, sample
 
 from subgraph.errors import PropertyError
 from subgraph.properties.tvm.cache import cache_key, clear_memory_cache, content_digest, default_cache_dir
@@ -164,34 +164,6 @@ def test_a_cache_folder_others_can_write_to_is_refused(cache_dir, mode):
     compile_graph(mm_softmax_graph(), use_cache=False)  # no cache, nothing loaded: allowed
 
 
-def _damage_in_a_child(cache_dir, damage: str) -> subprocess.CompletedProcess:
-    """Compile, damage the entry with ``damage`` (Python over ``lib``, ``meta``), then compile again
-    in a new process: a library dlopen cannot map would kill the process, so never here (nor may
-    this process have the library loaded: damaging a mapped file kills its mapper)."""
-    script = textwrap.dedent(f"""
-        import json, sys, warnings
-        from pathlib import Path
-        import numpy as np
-        sys.path.insert(0, {HERE!r})
-        from tvm_graphs import conv_relu_graph, sample
-        from subgraph.properties.tvm.cache import content_digest
-        from subgraph.properties.tvm.compiler import compile_graph
-        lib = next(Path({str(cache_dir)!r}).glob("*.so"))
-        meta_path = lib.with_suffix(".json")
-        meta = json.loads(meta_path.read_text())
-        data = lib.read_bytes()
-        {damage}
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            fn = compile_graph(conv_relu_graph(), cache_dir={str(cache_dir)!r})
-        print(fn.source)
-        print([str(w.message) for w in caught])
-        x = sample((1, 3, 8, 8))
-        print(float(np.abs(fn(x)[0]).sum()))
-    """)
-    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
-
-
 @pytest.mark.parametrize("damage, reason", [
     # truncated, with the metadata's size and checksum rewritten to match: only the ELF check catches it
     (("data = data[:len(data) // 2]; lib.write_bytes(data); meta.update(size=len(data), "
@@ -207,11 +179,11 @@ def test_a_damaged_entry_is_rebuilt_never_loaded(cache_dir, damage, reason):
     x = sample((1, 3, 8, 8))
     want = float(np.abs(compile_graph(conv_relu_graph(), cache_dir=cache_dir)(x)[0]).sum())
     clear_memory_cache()
-    done = _damage_in_a_child(cache_dir, damage)
+    done = compile_after_damage(cache_dir, "tvm_graphs:conv_relu_graph", x, ".so", damage)
     assert done.returncode == 0, done.stderr
-    source, messages, total = done.stdout.splitlines()
+    source, messages = done.stdout.splitlines()
     assert source == "compiled"
     assert "ignoring damaged TVM cache entry" in messages and reason in messages
-    assert float(total) == want
+    assert float(np.abs(np.load(cache_dir.parent / "y.npy")).sum()) == want
     clear_memory_cache()
     assert compile_graph(conv_relu_graph(), cache_dir=cache_dir).source == "disk"  # rewritten whole

@@ -13,9 +13,8 @@ import pytest
 
 pytest.importorskip("tvm", reason="needs apache-tvm")  # the backend's modules import tvm at their tops
 
-from tvm_graphs import assert_matches_onnxruntime, rand
+from tvm_graphs import assert_matches_onnxruntime, compile_after_damage, linear_graph, rand
 
-from subgraph.analysis.shape_inference import infer_shapes
 from subgraph.ir import Graph
 from subgraph.properties.tvm.cache import clear_memory_cache
 from subgraph.properties.tvm.compiler import compile_graph
@@ -28,14 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def big_linear_graph() -> Graph:
     """x[4, 256] @ w[256, 128] (128 KiB: lifted) + b[128] (512 B: stays in the library), ReLU."""
-    rng = np.random.default_rng(11)
-    g = Graph("big_linear")
-    x = g.add_input("x", (4, 256), "float32")
-    y = g.add_node("MatMul", [x, g.add_constant("w", rand(rng, (256, 128)))], name="mm").outputs[0]
-    y = g.add_node("Add", [y, g.add_constant("b", rand(rng, (128,)))], name="add").outputs[0]
-    g.set_outputs([g.add_node("Relu", [y], name="relu").outputs[0]])
-    infer_shapes(g)
-    return g
+    return linear_graph(rows=4, inner=256, columns=128, seed=11, name="big_linear")
 
 
 def x_sample() -> np.ndarray:
@@ -99,27 +91,7 @@ def test_a_damaged_weights_file_is_rebuilt_never_used(cache_dir, damage, reason)
     graph, x = big_linear_graph(), x_sample()
     want = compile_graph(graph, cache_dir=cache_dir)(x)[0]
     clear_memory_cache()
-    script = textwrap.dedent(f"""
-        import json, sys, warnings
-        from pathlib import Path
-        import numpy as np
-        sys.path.insert(0, {HERE!r})
-        from test_weights import big_linear_graph
-        from subgraph.properties.tvm.compiler import compile_graph
-        weights = next(Path({str(cache_dir)!r}).glob("*.weights"))
-        meta_path = weights.with_suffix(".json")
-        meta = json.loads(meta_path.read_text())
-        data = weights.read_bytes()
-        {damage}
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            fn = compile_graph(big_linear_graph(), cache_dir={str(cache_dir)!r})
-        print(fn.source)
-        print([str(w.message) for w in caught])
-        np.save({str(cache_dir.parent / "y.npy")!r}, fn(np.load({str(cache_dir.parent / "x.npy")!r}))[0])
-    """)
-    np.save(cache_dir.parent / "x.npy", x)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
+    done = compile_after_damage(cache_dir, "test_weights:big_linear_graph", x, ".weights", damage)
     assert done.returncode == 0, done.stderr
     source, messages = done.stdout.splitlines()
     assert source == "compiled"

@@ -1,6 +1,13 @@
-"""Small graphs the TVM tests compile, their inputs, onnxruntime's outputs for them, and their TIR."""
+"""Small graphs the TVM tests compile, their inputs, onnxruntime's outputs for them, and their TIR;
+a compile over a damaged cache entry in a new process."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -57,13 +64,13 @@ def rand(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     return rng.standard_normal(shape).astype(np.float32)
 
 
-def linear_graph() -> Graph:
-    """MatMul + bias + Relu: one contraction with an epilogue (rows 96 = 8 x 12, columns 48)."""
-    rng = np.random.default_rng(3)
-    g = Graph("linear")
-    x = g.add_input("x", (96, 64), "float32")
-    y = g.add_node("MatMul", [x, g.add_constant("w", rand(rng, (64, 48)))], name="mm").outputs[0]
-    y = g.add_node("Add", [y, g.add_constant("b", rand(rng, (48,)))], name="add").outputs[0]
+def linear_graph(rows: int = 96, inner: int = 64, columns: int = 48, seed: int = 3, name: str = "linear") -> Graph:
+    """MatMul + bias + Relu: one contraction with an epilogue (by default rows 96 = 8 x 12, columns 48)."""
+    rng = np.random.default_rng(seed)
+    g = Graph(name)
+    x = g.add_input("x", (rows, inner), "float32")
+    y = g.add_node("MatMul", [x, g.add_constant("w", rand(rng, (inner, columns)))], name="mm").outputs[0]
+    y = g.add_node("Add", [y, g.add_constant("b", rand(rng, (columns,)))], name="add").outputs[0]
     g.set_outputs([g.add_node("Relu", [y], name="relu").outputs[0]])
     infer_shapes(g)
     return g
@@ -129,3 +136,38 @@ def lowered_scripts(graph: Graph, schedule: str) -> dict[str, str]:
                     dtype_dict={v.name: v.dtype.name for v in graph.inputs})
     mod = relax_pipeline(target, schedule)(relax.transform.FoldConstant()(mod))
     return {gv.name_hint: f.script() for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+
+
+def compile_after_damage(cache_dir: Path, graph: str, x: np.ndarray, part: str, damage: str) -> subprocess.CompletedProcess:
+    """Damage the cache entry with ``damage``, then compile ``graph`` (``"module:function"``,
+    importable from this folder) again in a new process, which prints its source and its
+    warnings and saves its output on ``x`` as ``y.npy`` beside ``cache_dir``.
+
+    ``damage`` is Python over ``lib`` and ``weights`` (the entry's files), ``meta_path`` and
+    ``meta`` (its metadata) and ``data`` (the bytes of its ``part`` file, ``".so"`` or
+    ``".weights"``). A library dlopen cannot map would kill the process, so never this one
+    (nor may this process have the library loaded: damaging a mapped file kills its mapper).
+    """
+    module, function = graph.split(":")
+    np.save(cache_dir.parent / "x.npy", x)
+    script = textwrap.dedent(f"""
+        import json, sys, warnings
+        from pathlib import Path
+        import numpy as np
+        sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+        from {module} import {function} as graph
+        from subgraph.properties.tvm.cache import content_digest
+        from subgraph.properties.tvm.compiler import compile_graph
+        meta_path = next(Path({str(cache_dir)!r}).glob("*.json"))
+        lib, weights = meta_path.with_suffix(".so"), meta_path.with_suffix(".weights")
+        meta = json.loads(meta_path.read_text())
+        data = meta_path.with_suffix({part!r}).read_bytes()
+        {damage}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fn = compile_graph(graph(), cache_dir={str(cache_dir)!r})
+        print(fn.source)
+        print([str(w.message) for w in caught])
+        np.save({str(cache_dir.parent / "y.npy")!r}, fn(np.load({str(cache_dir.parent / "x.npy")!r}))[0])
+    """)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
