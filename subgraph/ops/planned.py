@@ -42,11 +42,12 @@ import numpy as np
 from subgraph.errors import SubgraphError
 from subgraph.ir import Node
 from subgraph.ops.common import normalize_axis
-from subgraph.ops.conv import planned_banded_depthwise, planned_dense_depthwise, trimmed_conv
+from subgraph.ops.conv import flat_fits, planned_banded_depthwise, planned_dense_depthwise, trimmed_conv
 from subgraph.ops.index import check_indices, index_limits
 from subgraph.ops.recurrent import planned_recurrent
 from subgraph.ops.registry import KERNELS, Kernel
 from subgraph.ops.tensor import slice_index
+from subgraph.ops.window import node_geometry
 
 __all__ = ["planned_kernel"]
 
@@ -117,12 +118,15 @@ def planned_kernel(node: Node) -> Kernel:
 
 
 def _planned_conv(node: Node, kernel: Kernel, planned_in: tuple[int, ...]) -> Kernel:
-    """A depthwise Conv on a tiny image by its dense pixel map (:func:`planned_dense_depthwise`);
-    else a Conv whose kernel taps read only padding without them (:func:`trimmed_conv`); else a
-    depthwise one with its banded matrix built once (:func:`planned_banded_depthwise`)."""
+    """A Conv whose kernel taps read only padding without them (:func:`trimmed_conv`), unless a
+    depthwise Conv on a tiny image takes its dense pixel map (:func:`planned_dense_depthwise`);
+    the generic kernel where it runs the Conv flat (:func:`~subgraph.ops.conv.flat_fits`); else
+    a depthwise one with its banded matrix built once (:func:`planned_banded_depthwise`)."""
+    trimmed = trimmed_conv(node)
+    if trimmed is None and _flat(node, planned_in):  # the generic kernel's flat formulation wins there
+        return kernel
     planned = planned_dense_depthwise(node, planned_in)
     if planned is None:
-        trimmed = trimmed_conv(node)
         if trimmed is not None:
             return _trimmed(node, kernel, planned_in, *trimmed)
         planned = planned_banded_depthwise(node, planned_in)
@@ -135,6 +139,19 @@ def _planned_conv(node: Node, kernel: Kernel, planned_in: tuple[int, ...]) -> Ke
             return planned(x, rest[0] if rest else None)
         return kernel(node, x, w, *rest)
     return depthwise
+
+
+def _flat(node: Node, planned_in: tuple[int, ...]) -> bool:
+    """Whether :func:`~subgraph.ops.conv.conv` runs ``node`` on inputs of ``planned_in`` by its flat
+    formulation (:func:`~subgraph.ops.conv.flat_fits`), with the weights the node holds."""
+    w = node.inputs[1] if len(node.inputs) > 1 else None
+    if w is None or w.data is None or w.data.ndim != len(planned_in) or len(planned_in) != 4:
+        return False
+    try:
+        geometry = node_geometry(node, planned_in[2:], w.data.shape[2:])
+    except (SubgraphError, ValueError, TypeError):
+        return False
+    return flat_fits(planned_in, w.data.shape, int(node.attrs.get("group", 1)), geometry)
 
 
 def _trimmed(node: Node, kernel: Kernel, planned_in: tuple[int, ...], attrs: dict, weights: np.ndarray) -> Kernel:

@@ -47,12 +47,26 @@ CONVS = {
     "depthwise_small_conv3d": ((1, 30, 3, 3, 3), (30, 1, 3, 3, 3), {"group": 30, "pads": [1] * 6}, True),
     "depthwise_conv1d_dilated": ((1, 3, 20), (3, 1, 3), {"group": 3, "dilations": [2], "pads": [1, 3]}, False),
     # each depthwise formulation: tiny image (channels-last), narrow 2-D (banded), wide 2-D (per tap)
-    "depthwise_tiny_image_many_channels": ((1, 64, 2, 2), (64, 1, 3, 3), {"group": 64, "pads": [1, 1, 1, 1]}, True),
+    "depthwise_tiny_image_many_channels": ((1, 160, 2, 2), (160, 1, 3, 3), {"group": 160, "pads": [1, 1, 1, 1]},
+                                           True),
     "depthwise_tiny_stride2": ((2, 160, 3, 3), (160, 1, 3, 3), {"group": 160, "pads": [1, 1, 1, 1],
                                                                "strides": [2, 2]}, False),
     "depthwise_banded_dilated_stride": ((2, 8, 10, 11), (8, 1, 3, 3), {"group": 8, "dilations": [2, 2],
                                                                        "strides": [2, 1], "pads": [1, 2, 2, 0]}, True),
-    "depthwise_banded_7x7": ((1, 6, 9, 9), (6, 1, 7, 7), {"group": 6, "pads": [3, 3, 3, 3]}, True),
+    "depthwise_banded_7x7": ((1, 6, 9, 9), (6, 1, 7, 7), {"group": 6, "pads": [3, 3, 3, 3], "strides": [1, 2]},
+                             True),
+    # stride 1 (depthwise: stride 2 too) by the flat rows of the padded image, every grouping
+    "flat_3x3_batch2_asym": ((2, 5, 9, 7), (6, 5, 3, 3), {"pads": [0, 1, 2, 1]}, True),
+    "flat_grouped_5x5": ((1, 6, 8, 9), (4, 3, 5, 5), {"group": 2, "pads": [2, 2, 2, 2]}, False),
+    "flat_kernel_2x3_unpadded": ((1, 2, 6, 7), (3, 2, 2, 3), {}, True),
+    "flat_depthwise_7x7": ((1, 6, 9, 9), (6, 1, 7, 7), {"group": 6, "pads": [3, 3, 3, 3]}, True),
+    "flat_depthwise_tiny_image": ((1, 64, 2, 2), (64, 1, 3, 3), {"group": 64, "pads": [1, 1, 1, 1]}, True),
+    "flat_depthwise_stride2_odd": ((2, 16, 11, 9), (16, 1, 3, 3), {"group": 16, "pads": [1, 0, 1, 2],
+                                                                   "strides": [2, 2]}, True),
+    "flat_depthwise_many_channels": ((1, 96, 16, 16), (96, 1, 3, 3), {"group": 96, "pads": [1, 1, 1, 1]}, True),
+    "flat_depthwise_many_channels_stride2": ((1, 96, 32, 31), (96, 1, 3, 3), {"group": 96, "pads": [1, 1, 1, 1],
+                                                                            "strides": [2, 2]}, False),
+    "flat_multiplier2": ((1, 3, 7, 7), (6, 1, 3, 3), {"group": 3, "pads": [1, 1, 1, 1]}, True),
     # from 96 channels: one einsum over the channels-last windows, every geometry
     "depthwise_einsum_stride2_asym": ((2, 96, 9, 8), (96, 1, 3, 3), {"group": 96, "pads": [0, 1, 2, 1],
                                                                      "strides": [2, 2]}, True),
@@ -83,6 +97,23 @@ def test_conv_matches_reference(name):
     x_shape, w_shape, attrs, bias = CONVS[name]
     inputs = [_data(*x_shape), _data(*w_shape)] + ([_data(w_shape[0])] if bias else [])
     compare_with_reference("Conv", inputs, attrs)
+
+
+@pytest.mark.parametrize("name", sorted(n for n in CONVS if any(k in n for k in ("flat", "banded", "einsum", "tiny"))))
+def test_each_case_takes_the_formulation_it_names(name, monkeypatch):
+    """The cases above cover the flat formulation only while they take it (and the others
+    only while they do not)."""
+    import subgraph.ops.conv as conv_module
+
+    calls = []
+    real = conv_module._flat_conv
+    monkeypatch.setattr(conv_module, "_flat_conv", lambda *args: calls.append(1) or real(*args))
+    x_shape, w_shape, attrs, bias = CONVS[name]
+    g = Graph("g")
+    node = g.add_node("Conv", [g.add_input("x", x_shape, "float32"), g.add_input("w", w_shape, "float32")],
+                      attrs={"group": 1, **attrs})
+    get_kernel(node)(node, _data(*x_shape), _data(*w_shape))
+    assert calls == ([1] if name.startswith("flat_") else [])
 
 
 

@@ -121,12 +121,12 @@ def test_a_slice_step_of_zero_is_left_to_the_generic_kernel_s_error():
 
 
 @pytest.mark.parametrize("x_shape, kernel, attrs, plan", [
-    ((1, 16, 12, 10), 3, {"pads": [1, 1, 1, 1]}, "_depthwise_banded"),                   # MobileNet's 3x3
+    ((1, 16, 12, 10), 3, {"pads": [1, 1, 1, 1], "strides": [1, 2]}, "_depthwise_banded"),  # uneven strides
     ((2, 24, 15, 9), 5, {"pads": [2, 1, 2, 3], "strides": [2, 1]}, "_depthwise_banded"),  # uneven pads, a stride
     ((1, 8, 11, 7), 3, {"pads": [2, 2, 2, 2], "dilations": [2, 2]}, "_depthwise_banded"),
     ((1, 576, 2, 2), 3, {"pads": [1, 1, 1, 1]}, "_depthwise_dense"),                     # a 2x2 map
     ((2, 96, 4, 4), 3, {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "_depthwise_dense"),   # 4x4 to 2x2
-    ((1, 64, 2, 2), 5, {"pads": [2, 2, 2, 2]}, "_depthwise_dense"),                     # EfficientNet's 5x5
+    ((1, 128, 2, 2), 5, {"pads": [2, 2, 2, 2]}, "_depthwise_dense"),                    # EfficientNet's 5x5
     ((1, 40, 2, 3), 3, {"pads": [1, 0, 2, 1], "dilations": [2, 1]}, "_depthwise_dense"),  # uneven, dilated
     ((1, 32, 8), 3, {"pads": [1, 1]}, "_depthwise_dense"),                               # 1-D
 ])
