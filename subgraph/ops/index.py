@@ -87,9 +87,14 @@ def _check(node: Node, data: np.ndarray, indices: np.ndarray) -> bool:
 
 @register_kernel("Gather", supports=any_dtype)
 def _gather(node: Node, data: np.ndarray, indices: np.ndarray) -> np.ndarray:
-    _check(node, data, indices)
     axis = normalize_axis(node.attrs.get("axis", 0), data.ndim)
-    return np.take(data, indices.astype(np.intp, copy=False), axis=axis)
+    if indices.dtype == np.uint64:  # values past the int64 range would wrap to valid negative ones
+        _check(node, data, indices)
+    try:  # np.take checks the range itself (and counts negative indices from the end, as ONNX)
+        return np.take(data, indices.astype(np.intp, copy=False), axis=axis)
+    except IndexError:  # ONNX's message: the first bad index, the axis and its size
+        _check(node, data, indices)
+        raise
 
 
 @register_kernel("GatherElements", supports=any_dtype)

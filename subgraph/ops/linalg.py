@@ -39,7 +39,9 @@ def _gemm(node: Node, a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None)
     if c is not None and beta != 0.0:
         if beta != 1.0:
             c = c * np.asarray(beta, c.dtype) if c.dtype.kind == "f" else (c * beta).astype(c.dtype)
-        if np.broadcast_shapes(y.shape, c.shape) == y.shape:
+        # C broadcasts into Y (a bias row, a column, a scalar): added in place; the check in
+        # Python, as np.broadcast_shapes costs more than a small layer's whole product
+        if c.ndim <= y.ndim and all(d in (1, e) for d, e in zip(reversed(c.shape), reversed(y.shape))):
             np.add(y, c, out=y, casting="unsafe")
         else:
             y = (y + c).astype(y.dtype, copy=False)

@@ -18,6 +18,7 @@ Examples
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -93,7 +94,12 @@ def _split(node: Node, x: np.ndarray, split: np.ndarray | None = None) -> tuple[
         sizes = [min(chunk, max(length - i * chunk, 0)) for i in range(count)]
     if sum(sizes) != length:
         raise node_error(node, f"split sizes {sizes} do not add up to {length}, the size of axis {axis}")
-    return tuple(np.split(x, np.cumsum(sizes)[:-1], axis=axis))
+    if any(size < 0 for size in sizes):
+        raise node_error(node, f"split sizes {sizes} must not be negative")
+    # views by basic slicing (np.split's Python layers cost 20 us on a GPT-2 block's q, k, v)
+    lead = (slice(None),) * axis
+    ends = list(itertools.accumulate(sizes))
+    return tuple(x[lead + (slice(end - size, end),)] for size, end in zip(sizes, ends))
 
 
 def _slice_bounds(start: int, end: int, step: int, size: int) -> slice:
