@@ -126,7 +126,7 @@ def known_options(device: str) -> tuple[str, ...] | None:
     property class's ``known_options``; ``None`` when unknown (any key is accepted).
 
     >>> known_options("NUMPY.1")
-    ('ops', 'reference')
+    ('ops', 'reference', 'fuse')
     """
     name = registered_devices().get(base_device(device))
     return None if name is None else PROPERTIES[name].known_options
@@ -138,7 +138,7 @@ _OPTION_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "reference": ((bool,), "a bool"), "schedule": ((str,), "a str"),
     "address": ((str,), "a str 'host:port'"), "tracker": ((str,), "a str 'host:port'"), "key": ((str,), "a str"),
     "timeout": ((int, float), "a positive number of seconds"), "fallback": ((bool,), "a bool"),
-    "index_checks": ((bool,), "a bool"),
+    "index_checks": ((bool,), "a bool"), "fuse": ((bool,), "a bool"),
 }
 
 

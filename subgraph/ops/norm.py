@@ -163,6 +163,13 @@ def _rms_norm(node: Node, x: np.ndarray, scale: np.ndarray) -> np.ndarray:
     axis = normalize_axis(node.attrs.get("axis", -1), x.ndim)
     work = np.float32 if x.dtype == np.float16 else x.dtype  # stash_type 1: statistics in float32
     values = x.astype(work, copy=False)
-    mean_square = np.square(values).mean(axis=tuple(range(axis, x.ndim)), keepdims=True)
-    y = values / np.sqrt(mean_square + np.asarray(node.attrs.get("epsilon", 1e-5), work)) * scale
+    count = math.prod(x.shape[axis:])
+    if count:  # the mean square of each row as one sgemv (:func:`_averaging`)
+        mean_square = (np.square(values).reshape(-1, count) @ _averaging(count, np.dtype(work))).reshape(
+            x.shape[:axis] + (1,) * (x.ndim - axis))
+    else:
+        mean_square = np.square(values).mean(axis=tuple(range(axis, x.ndim)), keepdims=True)
+    mean_square += np.asarray(node.attrs.get("epsilon", 1e-5), work)
+    y = values / np.sqrt(mean_square, out=mean_square)
+    y *= scale
     return y.astype(x.dtype, copy=False)

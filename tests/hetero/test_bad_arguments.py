@@ -32,7 +32,7 @@ RELU_ADD = ["Relu", "Add"]
     ({"TVM": {"schedul": "cpu"}}, r"^device_properties\['TVM'\]: TVM has no option 'schedul'; its options are "
                                   r"target, cache_dir, ops, exclude_ops, use_cache, schedule, tuning, index_checks$"),
     ({"NUMPY": {"opz": RELU_ADD}}, r"^device_properties\['NUMPY'\]: NUMPY has no option 'opz'; its options are "
-                                   r"ops, reference$"),
+                                   r"ops, reference, fuse$"),
 ])
 @pytest.mark.parametrize("call", [compile_model, query_model])
 def test_bad_device_properties(properties, message, call):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from subgraph.analysis.fusion import fuse_elementwise
 from subgraph.analysis.unroll import unroll_loops
 from subgraph.errors import SubgraphError
 from subgraph.executor import Executor, ProfilingExecutor
@@ -23,7 +24,9 @@ class NumpyProperty(SubgraphProperty):
 
     It supports every node the executor can run: a numpy kernel, else ``onnx.reference``
     (:func:`~subgraph.ops.node_path` says which). Options: ``ops=[...]`` takes just those op
-    types; ``reference=False`` takes only nodes with a numpy kernel (fast path only).
+    types; ``reference=False`` takes only nodes with a numpy kernel (fast path only);
+    ``fuse=False`` runs GELU and RMS-normalisation chains op by op instead of as the one op
+    they spell (:func:`~subgraph.analysis.fusion.fuse_elementwise`).
 
     Examples
     --------
@@ -36,7 +39,7 @@ class NumpyProperty(SubgraphProperty):
     """
 
     device = "NUMPY"
-    known_options = ("ops", "reference")
+    known_options = ("ops", "reference", "fuse")
     dynamic_shapes = True
 
     def supports(self, node: Node) -> bool:
@@ -55,7 +58,10 @@ class NumpyProperty(SubgraphProperty):
         return f"{where} has no numpy kernel and onnx.reference cannot run it"
 
     def compile(self, subgraph: Graph):
-        return _SubgraphRunner(_unrolled(subgraph), bool(self.options.get("profile", False)))
+        graph = _unrolled(subgraph)
+        if self.options.get("fuse", True):
+            graph = fuse_elementwise(graph)
+        return _SubgraphRunner(graph, bool(self.options.get("profile", False)))
 
     def measure_cost(self, subgraph: Graph, kernel, inputs: list[np.ndarray]) -> float | None:
         """Median seconds of ``kernel(*inputs)`` (:func:`~subgraph.properties.base.time_kernel`)."""

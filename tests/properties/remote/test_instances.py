@@ -84,7 +84,7 @@ def test_manual_affinity_names_an_instance():
 
 def test_known_options_live_on_the_property_classes():
     assert known_options("TVM") == PROPERTIES["tvm"].known_options
-    assert known_options("NUMPY.2") == ("ops", "reference")
+    assert known_options("NUMPY.2") == ("ops", "reference", "fuse")
     assert "address" in known_options("REMOTE") and "target" in known_options("REMOTE")
     with pytest.raises(DeviceError, match=r"device_properties\['TVM.1'\]: TVM.1 has no option 'adress'; its "
                                           r"options are target, cache_dir"):
