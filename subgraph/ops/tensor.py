@@ -141,8 +141,16 @@ def slice_index(node: Node, shape: tuple[int, ...], starts: np.ndarray | None = 
 
 @register_kernel("Expand", supports=any_dtype)
 def _expand(node: Node, x: np.ndarray, shape: np.ndarray) -> np.ndarray:
-    target = np.broadcast_shapes(x.shape, tuple(int_list(shape)))
-    return np.broadcast_to(x, target).copy()
+    dims = tuple(int_list(shape))
+    rank = max(x.ndim, len(dims))
+    target = []  # ONNX's two-way broadcast, in Python: np.broadcast_shapes and np.broadcast_to
+    for a, b in zip((1,) * (rank - x.ndim) + x.shape, (1,) * (rank - len(dims)) + dims):  # cost 10 us
+        if a != b and a != 1 and b != 1:
+            raise node_error(node, f"cannot expand shape {list(x.shape)} to {list(dims)}: dimension {a} vs {b}")
+        target.append(a if b == 1 else b)
+    out = np.empty(target, dtype=x.dtype)
+    np.copyto(out, x)
+    return out
 
 
 @register_kernel("Tile", supports=any_dtype)
