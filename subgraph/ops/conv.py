@@ -136,13 +136,17 @@ def flat_fits(x_shape: tuple[int, ...], w_shape: tuple[int, ...], groups: int, g
     """Whether :func:`conv` runs a 2-D Conv by :func:`_flat_conv` (measured on every 2-D Conv of
     the corpus against the other formulations).
 
-    * Stride 1, dilation 1, more than one tap: every grouping, up to :data:`_FLAT_COLUMN_BYTES`
-      of columns (1.2-3x faster than the window copy on 2x2 to 20x20 maps).
-    * Depthwise, both strides 2: under :data:`_EINSUM_CHANNELS` channels (1.4-2.9x).
-    * Depthwise from :data:`_EINSUM_CHANNELS` channels: only on maps of :data:`_FLAT_WIDE_PIXELS`
-      output pixels or more (1.4-1.6x at 16x16 and 20x20; 0.3-0.9x at 2x2 to 8x8).
+    Always within :data:`_FLAT_COLUMN_BYTES` of columns, dilation 1, no negative pads and
+    more than one tap:
+
+    * stride 1, every grouping (1.2-3x faster than the window copy on 2x2 to 20x20 maps);
+    * depthwise with both strides 2, under :data:`_EINSUM_CHANNELS` channels (1.4-2.9x);
+    * depthwise from :data:`_EINSUM_CHANNELS` channels only on maps of :data:`_FLAT_WIDE_PIXELS`
+      output pixels or more, and with stride 2 only from 32 input rows (1.4-1.6x at 16x16 to
+      32x32; the channels-last einsum won by 1.1-3x at 2x2 to 8x8).
     """
-    if len(x_shape) != 4 or math.prod(g.kernel) == 1 or g.dilations != (1, 1) or g.strides[0] != g.strides[1]:
+    if (len(x_shape) != 4 or math.prod(g.kernel) == 1 or g.dilations != (1, 1) or g.strides[0] != g.strides[1]
+            or min(g.begin + g.end) < 0):
         return False
     stride = g.strides[0]
     channels, m = x_shape[1], w_shape[0]
