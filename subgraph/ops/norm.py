@@ -74,7 +74,7 @@ def _layer_norm(node: Node, x: np.ndarray, scale: np.ndarray, bias: np.ndarray |
     else:  # nothing to normalise: numpy's own NaN means
         mean = np.add.reduce(xs, axis=1, keepdims=True) / count
         centred = xs - mean
-        spread = np.add.reduce(centred, axis=1, keepdims=True) / count
+        spread = np.add.reduce(np.square(centred), axis=1, keepdims=True) / count
     spread += np.asarray(epsilon, compute)
     np.sqrt(spread, out=spread)
     centred /= spread

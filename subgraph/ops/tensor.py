@@ -143,8 +143,8 @@ def slice_index(node: Node, shape: tuple[int, ...], starts: np.ndarray | None = 
 def _expand(node: Node, x: np.ndarray, shape: np.ndarray) -> np.ndarray:
     dims = tuple(int_list(shape))
     rank = max(x.ndim, len(dims))
-    target = []  # ONNX's two-way broadcast, in Python: np.broadcast_shapes and np.broadcast_to
-    for a, b in zip((1,) * (rank - x.ndim) + x.shape, (1,) * (rank - len(dims)) + dims):  # cost 10 us
+    target = []  # ONNX's two-way broadcast in Python (np.broadcast_shapes and np.broadcast_to cost 10 us)
+    for a, b in zip((1,) * (rank - x.ndim) + x.shape, (1,) * (rank - len(dims)) + dims):
         if a != b and a != 1 and b != 1:
             raise node_error(node, f"cannot expand shape {list(x.shape)} to {list(dims)}: dimension {a} vs {b}")
         target.append(a if b == 1 else b)
