@@ -169,6 +169,9 @@ class Executor:
             v.shape is None or v.dtype is None for v in graph.inputs) else [
             (v.name, v.dtype, *_fixed_dims(v), tuple((i, d) for i, d in enumerate(v.shape) if isinstance(d, str)))
             for v in graph.inputs]
+        # a body graph's implicit inputs carry no shape or dtype: nothing to check but their names
+        self._untyped_plan = [v.name for v in graph.inputs] if graph.inputs and all(
+            v.shape is None and v.dtype is None for v in graph.inputs) else None
         # nodes whose output sizes their input data sets (a shape, a count): their allocation
         # is checked first, with the widest element size of their outputs (0: no check; the
         # outputs of other ops are bounded by arrays that exist, or by numpy's MemoryError)
@@ -289,7 +292,8 @@ class Executor:
     def _checked_feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """:func:`check_feeds`, without its general work when the feeds are numpy arrays of
         exactly the shapes and dtypes declared (the common call): static ones compared whole,
-        symbolic ones by rank, fixed dimensions and one size per dimension name. Anything
+        symbolic ones by rank, fixed dimensions and one size per dimension name, and inputs
+        declared without shape or dtype (a control-flow body's) by name alone. Anything
         else (and every mismatch, for its message) goes through :func:`check_feeds`."""
         plan = self._feed_plan
         if plan is not None and type(feeds) is dict and len(feeds) == len(plan):
@@ -311,6 +315,16 @@ class Executor:
                 shape = array.shape
                 if any(shape[i] != d for i, d in fixed) or any(bound.setdefault(d, shape[i]) != shape[i]
                                                                for i, d in named):
+                    break
+                arrays[name] = array
+            else:
+                return arrays
+        untyped = self._untyped_plan
+        if untyped is not None and type(feeds) is dict and len(feeds) == len(untyped):
+            arrays = {}
+            for name in untyped:  # an If or Loop body's values, 15 us a run through check_feeds
+                array = feeds.get(name)
+                if type(array) is not np.ndarray:
                     break
                 arrays[name] = array
             else:

@@ -292,3 +292,24 @@ def test_ieee_results_without_warnings_and_the_callers_errstate_untouched():
         assert type(quiet(divide="ignore")) is not np.errstate  # inside: nothing to enter
         assert np.geterr()["divide"] == "ignore"
     assert np.geterr() == before
+
+
+def test_inputs_declared_without_shape_or_dtype_are_checked_by_name(monkeypatch):
+    """A control-flow body's implicit inputs carry no shape or dtype: arrays under exactly
+    their names run without check_feeds, anything else goes through it and its messages."""
+    import subgraph.executor as executor_module
+    from subgraph.errors import InputError
+
+    g = Graph("body")
+    a, b = g.add_input("a"), g.add_input("b")
+    g.set_outputs([g.add_node("Add", [a, b], name="sum").outputs[0]])
+    ex = Executor(g, check_shapes=False)
+    x = np.arange(3, dtype=np.float32)
+    calls = []
+    real = executor_module.check_feeds
+    monkeypatch.setattr(executor_module, "check_feeds", lambda *args: calls.append(1) or real(*args))
+    np.testing.assert_array_equal(ex.run({"a": x, "b": x})["sum"], 2 * x)
+    assert calls == []
+    np.testing.assert_array_equal(ex.run({"a": [0.0, 1.0, 2.0], "b": x})["sum"], 2 * x)  # not an array: converted
+    with pytest.raises(InputError, match=r"has no input\(s\) \['c'\]; its inputs are \['a', 'b'\]"):
+        ex.run({"a": x, "c": x})
