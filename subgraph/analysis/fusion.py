@@ -79,13 +79,25 @@ def _constant(value: Value | None, target: float, tolerance: float = 1e-6) -> bo
         target)
 
 
+def _private(value: Value | None, graph: Graph) -> bool:
+    """``value`` has one reader and is no graph output: a chain may swallow it."""
+    return value is not None and len(value.users) == 1 and not any(o is value for o in graph.outputs)
+
+
 def _only_reader(value: Value, graph: Graph, op: str) -> Node | None:
     """The one node reading ``value`` when it is an ``op`` (plain ONNX domain) and ``value``
-    is no graph output; else None."""
-    if len(value.users) != 1 or any(o is value for o in graph.outputs):
+    is :func:`_private`; else None."""
+    if not _private(value, graph):
         return None
     reader = value.users[0]
     return reader if reader.op == op and not reader.domain else None
+
+
+def _times(node: Node, target: float) -> Value | None:
+    """The input of the binary ``node`` whose partner is the constant ``target``."""
+    if len(node.inputs) != 2:
+        return None
+    return next((v for v, c in zip(node.inputs, node.inputs[::-1]) if _constant(c, target)), None)
 
 
 def _other(node: Node, value: Value) -> Value | None:
@@ -105,9 +117,13 @@ def _float(value: Value) -> bool:
     return value.dtype in _FLOATS
 
 
-def _half_x_times(graph: Graph, one_plus: Value, x: Value) -> tuple[list[Node], Value] | None:
-    """The tail ``x * 0.5 * one_plus`` of a GELU read from ``one_plus``: as ``(x * one_plus) * 0.5``
-    or ``(x * 0.5) * one_plus``. Returns its nodes and the value it computes."""
+def _gelu_tail(graph: Graph, f: Value, x: Value) -> tuple[list[Node], Value] | None:
+    """The tail ``x * 0.5 * (1 + f)`` both GELUs end with, read from ``f`` (erf or tanh of ...):
+    ``(x * (1 + f)) * 0.5`` or ``(x * 0.5) * (1 + f)``. Returns its nodes and the value it computes."""
+    add = _only_reader(f, graph, "Add")
+    if add is None or not _constant(_other(add, f), 1.0):
+        return None
+    one_plus = add.outputs[0]
     mul = _only_reader(one_plus, graph, "Mul")
     if mul is None:
         return None
@@ -116,13 +132,11 @@ def _half_x_times(graph: Graph, one_plus: Value, x: Value) -> tuple[list[Node], 
         half = _only_reader(mul.outputs[0], graph, "Mul")
         if half is None or not _constant(_other(half, mul.outputs[0]), 0.5):
             return None
-        return [mul, half], half.outputs[0]
+        return [add, mul, half], half.outputs[0]
     scaled = _produced(other, "Mul")  # (x * 0.5) * (1 + f)
-    if scaled is None or len(other.users) != 1 or any(o is other for o in graph.outputs):
+    if scaled is None or not _private(other, graph) or not _constant(_other(scaled, x), 0.5):
         return None
-    if _other(scaled, x) is None or not _constant(_other(scaled, x), 0.5):
-        return None
-    return [scaled, mul], mul.outputs[0]
+    return [add, scaled, mul], mul.outputs[0]
 
 
 # ------------------------------------------------------------------ the patterns
@@ -139,20 +153,16 @@ def _gelu_erf(graph: Graph, erf: Node) -> Match | None:
     if div is not None and _constant(div.inputs[1], math.sqrt(2)):
         head, x = div, div.inputs[0]
     elif mul is not None:
-        head = mul
-        x = next((v for v, c in zip(mul.inputs, mul.inputs[::-1]) if _constant(c, 1 / math.sqrt(2))), None)
+        head, x = mul, _times(mul, 1 / math.sqrt(2))
     else:
         return None
-    if x is None or not _float(x) or len(scaled.users) != 1 or any(o is scaled for o in graph.outputs):
+    if x is None or not _float(x) or not _private(scaled, graph):
         return None
-    add = _only_reader(erf.outputs[0], graph, "Add")
-    if add is None or not _constant(_other(add, erf.outputs[0]), 1.0):
-        return None
-    tail = _half_x_times(graph, add.outputs[0], x)
+    tail = _gelu_tail(graph, erf.outputs[0], x)
     if tail is None:
         return None
     nodes, result = tail
-    return [head, erf, add, *nodes], [x], "Gelu", {}, result
+    return [head, erf, *nodes], [x], "Gelu", {}, result
 
 
 def _gelu_tanh(graph: Graph, tanh: Node) -> Match | None:
@@ -160,30 +170,27 @@ def _gelu_tanh(graph: Graph, tanh: Node) -> Match | None:
     if tanh.op != "Tanh" or tanh.domain or len(tanh.inputs) != 1:
         return None
     outer = _produced(tanh.inputs[0], "Mul")  # sqrt(2 / pi) * (x + ...)
-    if outer is None or len(tanh.inputs[0].users) != 1:
+    if outer is None or not _private(tanh.inputs[0], graph):
         return None
-    inner = next((v for v, c in zip(outer.inputs, outer.inputs[::-1]) if _constant(c, math.sqrt(2 / math.pi))), None)
+    inner = _times(outer, math.sqrt(2 / math.pi))
     add = _produced(inner, "Add")
-    if add is None or len(inner.users) != 1:
+    if add is None or not _private(inner, graph) or len(add.inputs) != 2:
         return None
     for x, cubic in (add.inputs, add.inputs[::-1]):
         term = _produced(cubic, "Mul")  # 0.044715 * x ** 3
-        if term is None or len(cubic.users) != 1:
+        if term is None or not _private(cubic, graph):
             continue
-        power = next((v for v, c in zip(term.inputs, term.inputs[::-1]) if _constant(c, 0.044715)), None)
+        power = _times(term, 0.044715)
         pow_node = _produced(power, "Pow")
-        if pow_node is None or len(power.users) != 1 or pow_node.inputs[0] is not x:
+        if pow_node is None or not _private(power, graph) or pow_node.inputs[0] is not x:
             continue
         if not _constant(pow_node.inputs[1], 3.0) or not _float(x):
             continue
-        one = _only_reader(tanh.outputs[0], graph, "Add")
-        if one is None or not _constant(_other(one, tanh.outputs[0]), 1.0):
-            return None
-        tail = _half_x_times(graph, one.outputs[0], x)
+        tail = _gelu_tail(graph, tanh.outputs[0], x)
         if tail is None:
             return None
         nodes, result = tail
-        return [pow_node, term, add, outer, tanh, one, *nodes], [x], "Gelu", {"approximate": "tanh"}, result
+        return [pow_node, term, add, outer, tanh, *nodes], [x], "Gelu", {"approximate": "tanh"}, result
     return None
 
 
@@ -206,7 +213,7 @@ def _rms_norm(graph: Graph, mean: Node) -> Match | None:
         return None
     squared = mean.inputs[0]
     power = _produced(squared, "Pow")
-    if power is None or len(squared.users) != 1 or not _constant(power.inputs[1], 2.0):
+    if power is None or not _private(squared, graph) or not _constant(power.inputs[1], 2.0):
         return None
     x = power.inputs[0]
     if not _float(x) or x.shape is None or not _last_axis_mean(mean, len(x.shape)):
@@ -216,14 +223,11 @@ def _rms_norm(graph: Graph, mean: Node) -> Match | None:
     if eps is None or eps.data is None or np.asarray(eps.data).size != 1:
         return None
     sqrt = _only_reader(add.outputs[0], graph, "Sqrt")
-    if sqrt is None or len(sqrt.outputs[0].users) != 1:
+    if sqrt is None or not _private(sqrt.outputs[0], graph):
         return None
-    inverse = sqrt.outputs[0].users[0]
-    if inverse.op == "Div" and _constant(inverse.inputs[0], 1.0) and inverse.inputs[1] is sqrt.outputs[0]:
-        pass
-    elif inverse.op != "Reciprocal":
-        return None
-    if any(o is sqrt.outputs[0] for o in graph.outputs):
+    inverse = sqrt.outputs[0].users[0]  # 1 / sqrt or Reciprocal(sqrt)
+    if not (inverse.op == "Reciprocal" or inverse.op == "Div" and _constant(inverse.inputs[0], 1.0)
+            and inverse.inputs[1] is sqrt.outputs[0]):
         return None
     scale = _only_reader(inverse.outputs[0], graph, "Mul")
     if scale is None or _other(scale, inverse.outputs[0]) is not x:

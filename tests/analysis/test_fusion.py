@@ -122,9 +122,14 @@ def test_a_value_read_outside_the_chain_keeps_it(build):
     assert fuse_elementwise(g) is g
 
 
-def test_a_chain_value_that_is_a_graph_output_keeps_it():
-    g = gelu_erf()
-    g.set_outputs(list(g.outputs) + [g.value("plus1")])
+@pytest.mark.parametrize("build, value", [
+    (gelu_erf, "plus1"), (gelu_erf, "div"),
+    (gelu_tanh, "cube"), (gelu_tanh, "k"), (gelu_tanh, "inner"), (gelu_tanh, "c"),
+    (rms_norm, "square"), (rms_norm, "sqrt"),
+])
+def test_a_chain_value_that_is_a_graph_output_keeps_it(build, value):
+    g = build()
+    g.set_outputs(list(g.outputs) + [g.node(value).outputs[0]])
     assert fuse_elementwise(g) is g
 
 
