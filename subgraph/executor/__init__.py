@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from subgraph.analysis.shape_inference import SIZED_BY_DATA, estimated_elements
-from subgraph.analysis.specialize import bind_dims
-from subgraph.errors import ExecutionError, InputError, ShapeError, SubgraphError
+from subgraph.analysis.shape_inference import SIZED_BY_DATA
+from subgraph.errors import ExecutionError
+from subgraph.executor.checks import bind_feeds, check_allocation, check_feeds, fits, fixed_dims, node_failure
+from subgraph.executor.straight import straight_line
 from subgraph.ir import Graph, Node, format_shape
-from subgraph.ir.limits import MAX_TENSOR_BYTES
 from subgraph.ops import get_kernel, numpy_runs
 from subgraph.ops.common import ignoring_fp_conditions
 from subgraph.ops.control import ControlFlowKernel, runs_bodies
@@ -42,47 +42,6 @@ class RunStats:
 
     peak_bytes: int = 0
     node_times: dict[str, float] = field(default_factory=dict)
-
-
-def check_feeds(graph: Graph, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """Match ``feeds`` to the graph inputs by name, shape and dtype.
-
-    A symbolic dimension (``"batch"``) takes the size of the first input that has it, and
-    every other input with that name must agree. Returns the feeds as arrays; raises
-    :class:`InputError` saying what is missing, unknown or mismatched.
-
-    Examples
-    --------
-    >>> from subgraph.ir import Graph
-    >>> g = Graph("g")
-    >>> a, b = g.add_input("a", ("n", 2), "float32"), g.add_input("b", ("n",), "float32")
-    >>> check_feeds(g, {"a": np.zeros((3, 2), np.float32), "b": np.zeros(4, np.float32)})
-    Traceback (most recent call last):
-    ...
-    subgraph.errors.InputError: input 'b' dimension 0 is 'n' = 4, but input 'a' bound 'n' to 3
-    """
-    return bind_feeds(graph, feeds)[0]
-
-
-def bind_feeds(graph: Graph, feeds: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], dict[str, int]]:
-    """:func:`check_feeds`, and the size each symbolic dimension name takes."""
-    if not isinstance(feeds, Mapping):
-        raise InputError(f"feeds must be a mapping from input name to array, got {type(feeds).__name__}")
-    declared = {v.name: v for v in graph.inputs}
-    unknown = [name for name in feeds if name not in declared]
-    if unknown:
-        raise InputError(f"graph {graph.name!r} has no input(s) {unknown}; its inputs are {list(declared)}")
-    missing = [name for name in declared if name not in feeds]
-    if missing:
-        raise InputError(f"graph {graph.name!r} needs input(s) {missing} that were not fed")
-    arrays: dict[str, np.ndarray] = {}
-    for name, value in declared.items():
-        array = np.asarray(feeds[name])
-        if value.dtype is not None and array.dtype != value.dtype:
-            raise InputError(f"input {name!r} expects dtype {value.dtype.name}, got {array.dtype.name}")
-        arrays[name] = array
-    bound = bind_dims(graph.inputs, {name: a.shape for name, a in arrays.items()}, InputError)
-    return arrays, bound
 
 
 #: ``kernel(node, *input_arrays) -> array | tuple of arrays``
@@ -167,7 +126,7 @@ class Executor:
         # with symbolic dimensions: per input its dtype, rank, fixed and named dimensions
         self._symbolic_plan = None if self._feed_plan is not None or any(
             v.shape is None or v.dtype is None for v in graph.inputs) else [
-            (v.name, v.dtype, *_fixed_dims(v), tuple((i, d) for i, d in enumerate(v.shape) if isinstance(d, str)))
+            (v.name, v.dtype, *fixed_dims(v), tuple((i, d) for i, d in enumerate(v.shape) if isinstance(d, str)))
             for v in graph.inputs]
         # a body graph's implicit inputs carry no shape or dtype: nothing to check but their names
         self._untyped_plan = [v.name for v in graph.inputs] if graph.inputs and all(
@@ -190,7 +149,7 @@ class Executor:
         # the outputs with the static shape and dtype each is checked against (a symbolic
         # shape: its rank and the dimensions it fixes, checked without a call)
         reads = [tuple(None if v is None else v.name for v in node.inputs) for node in graph.nodes]
-        writes = [tuple((v, v.name, v.shape if v.is_static else None, v.dtype, _fixed_dims(v))
+        writes = [tuple((v, v.name, v.shape if v.is_static else None, v.dtype, fixed_dims(v))
                         for v in node.outputs) for node in graph.nodes]
         # the loop's per-node plan in one tuple each: the interpreter's cost per node is
         # what numpy-path models of small tensors spend most of their time on
@@ -200,6 +159,8 @@ class Executor:
                                self._dynamic))
         # a subclass that overrides run_node gets every call; the base class calls kernels directly
         self._direct = type(self).run_node is Executor.run_node
+        # such an executor runs its plan as generated code once it has run it once (straight.py)
+        self._straight: Callable[[Mapping[str, Any]], dict[str, np.ndarray]] | None = None
         # numpy kernels run here (not only fused nodes, whose devices see to their own): the
         # run ignores floating-point conditions for them (ignoring_fp_conditions)
         self._fp_context = ignoring_fp_conditions if any(n.subgraph is None for n in graph.nodes) \
@@ -226,6 +187,9 @@ class Executor:
 
         Safe to call from several threads at once; each thread's last run is in :attr:`stats`.
         """
+        straight = self._straight
+        if straight is not None:
+            return straight(feeds)
         graph = self.graph
         env: dict[str | None, np.ndarray | None] = {v.name: v.data for v in graph.initializers.values()}
         env.update(self._checked_feeds(feeds))
@@ -238,25 +202,20 @@ class Executor:
                 args = read(env)  # the input itself for one input (one=True), else a tuple
                 try:
                     if dynamic:
-                        _check_allocation(node, [args] if one else list(args), dynamic)
+                        check_allocation(node, [args] if one else list(args), dynamic)
                     kernel = kernels[i] or self.kernel(i)
                     if direct:
                         result = kernel(node, args) if one else kernel(node, *args)
                     else:
                         result = run_node(node, kernel, [args] if one else list(args), stats)
-                except SubgraphError as exc:
-                    if isinstance(exc, ExecutionError):
-                        raise
-                    raise ExecutionError(f"node {node.name!r} ({node.op}) failed: {exc}\n  {node.format()}") from exc
+                except ExecutionError:
+                    raise
                 except Exception as exc:  # a kernel's own failure: name the node
-                    shapes = [None if a is None else f"{np.asarray(a).dtype}{list(np.shape(a))}"
-                              for a in ([args] if one else args)]
-                    raise ExecutionError(f"node {node.name!r} ({node.op}) failed: {type(exc).__name__}: "
-                                         f"{exc}\n  {node.format()}\n  input types: {shapes}") from exc
+                    raise node_failure(node, [args] if one else args, exc) from exc
                 if single is not None and type(result) is np.ndarray:  # one array for one output: most nodes
                     value, name, shape, dtype, fixed = single
                     if check_shapes and (result.shape != shape or result.dtype != dtype) and (
-                            shape is not None or not _fits(result, value, fixed)):
+                            shape is not None or not fits(result, value, fixed)):
                         self._check_output(node, value, result)
                     env[name] = result
                     live += result.nbytes
@@ -266,9 +225,16 @@ class Executor:
                     peak = live
                 for name in frees:
                     live -= env.pop(name).nbytes
+        self._finished(peak, stats)
+        if direct and self._straight is None:  # every kernel is known now: later runs take the plan as code
+            self._straight = straight_line(self)
+        return {v.name: env[v.name] for v in graph.outputs}
+
+    def _finished(self, peak: int, stats: RunStats | None = None) -> None:
+        """Record a run of the calling thread: its peak bytes (and node times, profiling)."""
+        stats = stats or RunStats()
         stats.peak_bytes = peak
         self._local.stats = stats
-        return {v.name: env[v.name] for v in graph.outputs}
 
     def _store(self, node: Node, result: Any, writes: tuple, env: dict) -> int:
         """Check ``node``'s outputs (a tuple or list of arrays, or one array-like) against
@@ -283,7 +249,7 @@ class Executor:
                 array = np.asarray(array)
             # a static shape and dtype that match are the common case: one comparison each
             if self.check_shapes and (array.shape != shape or array.dtype != dtype) and (
-                    shape is not None or not _fits(array, value, fixed)):
+                    shape is not None or not fits(array, value, fixed)):
                 self._check_output(node, value, array)
             env[name] = array
             held += array.nbytes
@@ -350,33 +316,6 @@ def _reader(names: tuple[str | None, ...]) -> Callable[[dict], Any]:
 
 def _no_inputs(env: dict) -> tuple:
     return ()
-
-
-def _fixed_dims(value) -> tuple[int, tuple[tuple[int, int], ...]] | None:
-    """The rank of ``value``'s declared shape and its ``(axis, size)`` for every static
-    dimension; ``None`` when the rank is unknown."""
-    if value.shape is None:
-        return None
-    return len(value.shape), tuple((i, d) for i, d in enumerate(value.shape) if isinstance(d, int))
-
-
-def _fits(array: np.ndarray, value, fixed: tuple[int, tuple[tuple[int, int], ...]] | None) -> bool:
-    """Whether ``array`` has ``value``'s dtype and the rank and static sizes of ``fixed``
-    (what :meth:`Executor._check_output` accepts for a symbolic shape)."""
-    if value.dtype is not None and array.dtype != value.dtype:
-        return False
-    if fixed is None:
-        return True
-    shape = array.shape
-    return len(shape) == fixed[0] and all(shape[i] == d for i, d in fixed[1])
-
-
-def _check_allocation(node: Node, args: list[np.ndarray | None], itemsize: int) -> None:
-    """Refuse, before it runs, a node whose data asks for an output over the size limit."""
-    elements = estimated_elements(node, args)
-    if elements * itemsize > MAX_TENSOR_BYTES:
-        raise ShapeError(f"its inputs ask for an output of {elements} elements ({elements * itemsize / 2**30:.0f} "
-                         f"GiB), more than the {MAX_TENSOR_BYTES // 2**30} GiB limit for one tensor")
 
 
 class ProfilingExecutor(Executor):
