@@ -3,8 +3,10 @@
 For each model of ``zoo/corpus`` (or ``--models a,b``), in one run, with the same thread
 count everywhere (``--threads``, default 2: TVM's pool, OpenBLAS under numpy,
 onnxruntime's intra-op threads, OpenVINO's ``INFERENCE_NUM_THREADS``), the median latency
-in ms of ``--runs`` calls after ``--warmup`` calls, path after path (interleaved calls made
-the runtimes' spinning thread pools fight over the cores, ten-fold slowdowns):
+in ms of ``--runs`` calls after ``--warmup`` calls, block by block (interleaved calls made
+the runtimes' spinning thread pools fight over the cores, ten-fold slowdowns): the calls
+are split into ``--rounds`` blocks per path and the paths take turns, so that on a machine
+whose speed drifts over minutes every path is timed in the same minutes:
 
 - ``tvm``: ``compile_model(graph, "HETERO:TVM,NUMPY")``, untuned (a fresh cache folder);
 - ``tuned``: the same after ``subgraph tune``'s search with ``--tune-budget`` seconds per
@@ -116,7 +118,8 @@ def model_gflop(graph) -> float:
 _GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}  # gate matrices per recurrent cell
 
 
-def stage_run(name: str, threads: int, runs: int, warmup: int, tuned: bool, budget: float = math.inf) -> dict:
+def stage_run(name: str, threads: int, runs: int, warmup: int, tuned: bool, budget: float = math.inf,
+              rounds: int = 1) -> dict:
     """Compile (into the empty or the tuned cache) and time every path of one model."""
     import numpy as np
     import tvm  # noqa: F401 - imported before the compile is timed
@@ -165,21 +168,26 @@ def stage_run(name: str, threads: int, runs: int, warmup: int, tuned: bool, budg
             raised.add(path)
         if differs is not None:
             result["mismatch"][path] = differs
-    for path, call in calls.items():  # path by path: interleaved, the runtimes' spinning pools fight
-        if path in raised:
-            continue
-        # and a pause first: onnxruntime's intra-op threads spin on after its last call, and
-        # timed right after it TVM's pool waited on them (gru_stacked: 3-11 ms instead of 0.08)
-        time.sleep(0.5)
-        times: list[float] = []
-        began = time.perf_counter()
-        for round_ in range(warmup + runs):
-            start = time.perf_counter()
-            call()
-            if round_ >= warmup:
-                times.append(time.perf_counter() - start)
-                if len(times) >= MIN_RUNS and start - began > budget:
-                    break  # a slow path: its median over fewer calls, within the time budget
+    # block by block: interleaved calls, the runtimes' spinning pools fight; one block per path
+    # and round, the paths taking turns, so every path samples the same minutes of a machine
+    # whose speed drifts (this VM's: up to 2x over minutes, onnxruntime's as much as ours)
+    timed: dict[str, list[float]] = {path: [] for path in calls if path not in raised}
+    per_round = max(1, math.ceil(runs / rounds))
+    for round_ in range(rounds):
+        for path in timed:
+            # a pause first: onnxruntime's intra-op threads spin on after its last call, and
+            # timed right after it TVM's pool waited on them (gru_stacked: 3-11 ms instead of 0.08)
+            time.sleep(0.5)
+            times, call = timed[path], calls[path]
+            began = time.perf_counter()
+            for i in range((warmup if round_ == 0 else 1) + per_round):  # a call to wake the path up
+                start = time.perf_counter()
+                call()
+                if i >= (warmup if round_ == 0 else 1):
+                    times.append(time.perf_counter() - start)
+                    if len(times) >= MIN_RUNS and start - began > budget / rounds:
+                        break  # a slow path: its median over fewer calls, within the time budget
+    for path, times in timed.items():
         result["ms"][path] = statistics.median(times) * 1e3
         result.setdefault("best_ms", {})[path] = min(times) * 1e3
     return result
@@ -221,6 +229,7 @@ def _child(stage: str, name: str, args: argparse.Namespace, cache: str) -> dict:
         out = Path(tmp) / "result.json"
         cmd = [sys.executable, str(Path(__file__).resolve()), "--child", stage, name, str(out),
                "--threads", str(args.threads), "--runs", str(args.runs), "--warmup", str(args.warmup),
+               "--rounds", str(args.rounds),
                "--tune-budget", str(args.tune_budget), "--path-seconds", str(args.path_seconds)]
         try:
             proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
@@ -282,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="threads for every path (default 2)")
     parser.add_argument("--runs", type=int, default=20, help="timed calls per path (default 20)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed calls first (default 3)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="the timed calls of each path in this many blocks, the paths taking turns (default 3)")
     parser.add_argument("--tune-budget", type=float, default=0.0,
                         help="seconds of `subgraph tune` per model for the tuned column (default 0: no tuning)")
     parser.add_argument("--path-seconds", type=float, default=math.inf,
@@ -296,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         stage, name, out = args.child
         if stage in ("run", "tuned"):
             result = stage_run(name, args.threads, args.runs, args.warmup, tuned=stage == "tuned",
-                               budget=args.path_seconds)
+                               budget=args.path_seconds, rounds=args.rounds)
         elif stage == "cached":
             result = stage_cached(name)
         else:
@@ -306,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
 
     budget = f"tuning {args.tune_budget:g} s per model" if args.tune_budget > 0 else "no tuning (tuned column empty)"
     capped = f" (at least {MIN_RUNS} within {args.path_seconds:g} s)" if math.isfinite(args.path_seconds) else ""
-    print(f"{args.threads} thread(s) everywhere; median of {args.runs} runs{capped} after {args.warmup} "
+    print(f"{args.threads} thread(s) everywhere; median of {args.runs} runs{capped} in {args.rounds} rounds "
+          f"after {args.warmup} "
           f"warm-up, ms; {budget}; ! = outputs differ from onnxruntime's", flush=True)
     print(f"{'model':<34} " + " ".join(f"{p:>8}" for p in PATHS) + "  "
           + " ".join(f"{a + '/' + b:>7}" for a, b in RATIOS) + "  " + " ".join(f"{c:>6}" for c in (
