@@ -39,6 +39,7 @@ from subgraph.ir import Node
 from subgraph.ops.blas import matmul
 from subgraph.ops.registry import register_kernel
 from subgraph.ops.common import float_inputs, node_error
+from subgraph.ops.kn2row import kn2row_conv, kn2row_fits, kn2row_weights
 from subgraph.ops.window import Geometry, live_taps, node_geometry, pad_spatial, trimmed_pads, windows
 
 __all__ = ["conv", "conv_transpose", "flat_fits", "planned_banded_depthwise", "planned_dense_depthwise", "trimmed_conv"]
@@ -60,6 +61,8 @@ def conv(node: Node, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = Non
         raise node_error(node, f"input with {channels} channels, weights of shape {list(w.shape)} "
                                f"and group={groups} do not fit together")
     geometry = node_geometry(node, x.shape[2:], kernel)
+    if kn2row_fits(x.shape, w.shape, groups, geometry):
+        return kn2row_conv(x, kn2row_weights(w), geometry, bias).astype(dtype, copy=False)
     if flat_fits(x.shape, w.shape, groups, geometry):
         return _flat_conv(x, w, groups, geometry, bias).astype(dtype, copy=False)
     depthwise = groups == channels and w.shape[1] == 1 and groups > 1

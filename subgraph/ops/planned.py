@@ -44,6 +44,7 @@ from subgraph.ir import Node
 from subgraph.ops.common import normalize_axis
 from subgraph.ops.conv import flat_fits, planned_banded_depthwise, planned_dense_depthwise, trimmed_conv
 from subgraph.ops.index import check_indices, index_limits
+from subgraph.ops.kn2row import kn2row_conv, kn2row_fits, kn2row_weights
 from subgraph.ops.recurrent import planned_recurrent
 from subgraph.ops.registry import KERNELS, Kernel
 from subgraph.ops.tensor import slice_index
@@ -123,8 +124,12 @@ def _planned_conv(node: Node, kernel: Kernel, planned_in: tuple[int, ...]) -> Ke
     the generic kernel where it runs the Conv flat (:func:`~subgraph.ops.conv.flat_fits`); else
     a depthwise one with its banded matrix built once (:func:`planned_banded_depthwise`)."""
     trimmed = trimmed_conv(node)
-    if trimmed is None and _flat(node, planned_in):  # the generic kernel's flat formulation wins there
-        return kernel
+    if trimmed is None:
+        fits = _fits(node, planned_in)
+        if fits is kn2row_fits:  # its weights rearranged once
+            return _kn2row(node, kernel, planned_in)
+        if fits is flat_fits:  # the generic kernel's flat formulation wins there
+            return kernel
     planned = planned_dense_depthwise(node, planned_in)
     if planned is None:
         if trimmed is not None:
@@ -141,17 +146,33 @@ def _planned_conv(node: Node, kernel: Kernel, planned_in: tuple[int, ...]) -> Ke
     return depthwise
 
 
-def _flat(node: Node, planned_in: tuple[int, ...]) -> bool:
-    """Whether :func:`~subgraph.ops.conv.conv` runs ``node`` on inputs of ``planned_in`` by its flat
-    formulation (:func:`~subgraph.ops.conv.flat_fits`), with the weights the node holds."""
+def _fits(node: Node, planned_in: tuple[int, ...]) -> Any:
+    """Which of :func:`~subgraph.ops.kn2row.kn2row_fits` and :func:`~subgraph.ops.conv.flat_fits`
+    (in the order :func:`~subgraph.ops.conv.conv` asks them) takes ``node`` on inputs of
+    ``planned_in`` with the weights the node holds; ``None`` for neither."""
     w = node.inputs[1] if len(node.inputs) > 1 else None
     if w is None or w.data is None or w.data.ndim != len(planned_in) or len(planned_in) != 4:
-        return False
+        return None
+    groups = int(node.attrs.get("group", 1))
+    if tuple(node.attrs.get("kernel_shape", w.data.shape[2:])) != w.data.shape[2:] or (
+            planned_in[1] != w.data.shape[1] * groups or w.data.dtype != np.float32):
+        return None  # the generic kernel runs it, or reports what does not fit
     try:
         geometry = node_geometry(node, planned_in[2:], w.data.shape[2:])
     except (SubgraphError, ValueError, TypeError):
-        return False
-    return flat_fits(planned_in, w.data.shape, int(node.attrs.get("group", 1)), geometry)
+        return None
+    return next((fits for fits in (kn2row_fits, flat_fits) if fits(planned_in, w.data.shape, groups, geometry)), None)
+
+
+def _kn2row(node: Node, kernel: Kernel, planned_in: tuple[int, ...]) -> Kernel:
+    planned_w = node.inputs[1].data
+    rows, geometry = kn2row_weights(planned_w), node_geometry(node, planned_in[2:], planned_w.shape[2:])
+
+    def conv(node: Node, x: np.ndarray, w: np.ndarray, *rest: Any) -> np.ndarray:
+        if x.shape == planned_in and w is planned_w and x.dtype == np.float32:
+            return kn2row_conv(x, rows, geometry, rest[0] if rest else None)
+        return kernel(node, x, w, *rest)
+    return conv
 
 
 def _trimmed(node: Node, kernel: Kernel, planned_in: tuple[int, ...], attrs: dict, weights: np.ndarray) -> Kernel:

@@ -67,6 +67,13 @@ CONVS = {
     "flat_depthwise_many_channels_stride2": ((1, 96, 32, 31), (96, 1, 3, 3), {"group": 96, "pads": [1, 1, 1, 1],
                                                                             "strides": [2, 2]}, False),
     "flat_multiplier2": ((1, 3, 7, 7), (6, 1, 3, 3), {"group": 3, "pads": [1, 1, 1, 1]}, True),
+    # at most half as many outputs as inputs, stride 1: products with the flat image, shifted sums
+    "kn2row_3x3_quarter": ((1, 16, 6, 6), (4, 16, 3, 3), {"pads": [1, 1, 1, 1]}, True),
+    "kn2row_batch2_asym_pads": ((2, 8, 7, 9), (4, 8, 3, 3), {"pads": [0, 1, 2, 1]}, False),
+    "kn2row_rect_kernel_unpadded": ((1, 6, 5, 8), (3, 6, 2, 3), {}, True),
+    "kn2row_5x5_same_upper": ((1, 10, 6, 7), (2, 10, 5, 5), {"auto_pad": "SAME_UPPER"}, True),
+    "kn2row_tiny_image": ((1, 12, 2, 2), (6, 12, 3, 3), {"pads": [1, 1, 1, 1]}, True),
+    "kn2row_1xk": ((1, 8, 5, 9), (2, 8, 1, 3), {"pads": [0, 1, 0, 1]}, False),
     # from 96 channels: one einsum over the channels-last windows, every geometry
     "depthwise_einsum_stride2_asym": ((2, 96, 9, 8), (96, 1, 3, 3), {"group": 96, "pads": [0, 1, 2, 1],
                                                                      "strides": [2, 2]}, True),
@@ -99,21 +106,24 @@ def test_conv_matches_reference(name):
     compare_with_reference("Conv", inputs, attrs)
 
 
-@pytest.mark.parametrize("name", sorted(n for n in CONVS if any(k in n for k in ("flat", "banded", "einsum", "tiny"))))
+@pytest.mark.parametrize("name", sorted(n for n in CONVS if any(k in n for k in ("flat", "kn2row", "banded", "einsum",
+                                                                                 "tiny"))))
 def test_each_case_takes_the_formulation_it_names(name, monkeypatch):
-    """The cases above cover the flat formulation only while they take it (and the others
-    only while they do not)."""
+    """The cases above cover the flat and the kn2row formulations only while they take them
+    (and the others only while they do not)."""
     import subgraph.ops.conv as conv_module
 
     calls = []
-    real = conv_module._flat_conv
-    monkeypatch.setattr(conv_module, "_flat_conv", lambda *args: calls.append(1) or real(*args))
+    for formulation in ("_flat_conv", "kn2row_conv"):
+        real = getattr(conv_module, formulation)
+        monkeypatch.setattr(conv_module, formulation, lambda *args, real=real, f=formulation: calls.append(f) or real(*args))
     x_shape, w_shape, attrs, bias = CONVS[name]
     g = Graph("g")
     node = g.add_node("Conv", [g.add_input("x", x_shape, "float32"), g.add_input("w", w_shape, "float32")],
                       attrs={"group": 1, **attrs})
     get_kernel(node)(node, _data(*x_shape), _data(*w_shape))
-    assert calls == ([1] if name.startswith("flat_") else [])
+    assert calls == (["_flat_conv"] if name.startswith("flat_") else ["kn2row_conv"] if name.startswith("kn2row_")
+                     else [])
 
 
 

@@ -160,3 +160,38 @@ def test_depthwise_plan_is_made_once_with_the_generic_results(x_shape, kernel, a
     wider = RNG.standard_normal(x_shape[:-1] + (x_shape[-1] + 1,)).astype(np.float32)
     np.testing.assert_allclose(planned(node, wider, node.inputs[1].data, bias),
                                KERNELS["Conv"](node, wider, w, bias), rtol=1e-5)
+
+
+@pytest.mark.parametrize("x_shape, w_shape, attrs", [
+    ((1, 16, 8, 8), (4, 16, 3, 3), {"pads": [1, 1, 1, 1]}),             # DenseNet's 128 -> 32, small
+    ((2, 12, 5, 7), (6, 12, 3, 2), {"pads": [0, 1, 2, 0]}),             # batch 2, uneven pads, 3x2 taps
+])
+def test_a_channel_narrowing_conv_gets_its_weights_rearranged_once(x_shape, w_shape, attrs, monkeypatch):
+    """kn2row's weights per kernel row are made at plan time; other weights or shapes run the
+    generic kernel, which makes its own."""
+    import subgraph.ops.planned as planned_module
+
+    w = RNG.standard_normal(w_shape).astype(np.float32)
+    bias = RNG.standard_normal(w_shape[0]).astype(np.float32)
+    g = Graph("g", opset={"": 17})
+    node = g.add_node("Conv", [g.add_input("x", x_shape, "float32"), g.add_constant("w", w), g.add_constant("b", bias)],
+                      name="n", attrs=attrs)
+    g.set_outputs(node.outputs)
+    infer_shapes(g)
+    made = []
+    real = planned_module.kn2row_weights
+    monkeypatch.setattr(planned_module, "kn2row_weights", lambda w: made.append(w.shape) or real(w))
+    planned = planned_kernel(node)
+    assert made == [w_shape]
+    data = RNG.standard_normal(x_shape).astype(np.float32)
+    want = KERNELS["Conv"](node, data, w, bias)
+    np.testing.assert_allclose(planned(node, data, node.inputs[1].data, node.inputs[2].data), want, rtol=1e-5, atol=1e-5)
+    executor = Executor(g)  # a plan of its own: its own weights, made once for all its runs
+    for _ in range(3):
+        np.testing.assert_allclose(executor.run({"x": data})[g.outputs[0].name], want, rtol=1e-5, atol=1e-5)
+    assert made == [w_shape, w_shape]
+    other = w * 2
+    np.testing.assert_allclose(planned(node, data, other, bias), KERNELS["Conv"](node, data, other, bias), rtol=1e-5)
+    wider = RNG.standard_normal(x_shape[:-1] + (x_shape[-1] + 1,)).astype(np.float32)
+    np.testing.assert_allclose(planned(node, wider, node.inputs[1].data, bias), KERNELS["Conv"](node, wider, w, bias),
+                               rtol=1e-5, atol=1e-5)
