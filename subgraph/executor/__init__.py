@@ -7,6 +7,10 @@ checked against the declared inputs, and a kernel failure is re-raised as
 only: where each node's code comes from is the caller's ``kernel_for`` (plain ops: the
 numpy kernels of :mod:`subgraph.ops`; fused nodes: :func:`subgraph.run` and compiled
 models, which own their compiled kernels). :class:`Executor` shows an example.
+
+An executor interprets its plan on its first run; from the second on it runs the same plan
+written out as one Python function (:mod:`subgraph.executor.straight`), without the
+interpreter's cost per node. Feed and output checks live in :mod:`subgraph.executor.checks`.
 """
 
 from __future__ import annotations
