@@ -17,7 +17,8 @@ tiny image (2x2, or 4x4 to 2x2) its dense per-channel pixel map, a product with 
 
 A Conv with constant weights whose dilated kernel reaches past a small input (DeepLabV3's
 ASPP: 3x3 taps 12 to 36 apart over a 4x4 map) runs without the taps that read only
-padding, planned the same way.
+padding, planned the same way; one that narrows the channels (:mod:`~subgraph.ops.kn2row`)
+gets its weights rearranged per kernel row once.
 
 Examples
 --------
@@ -121,8 +122,10 @@ def planned_kernel(node: Node) -> Kernel:
 def _planned_conv(node: Node, kernel: Kernel, planned_in: tuple[int, ...]) -> Kernel:
     """A Conv whose kernel taps read only padding without them (:func:`trimmed_conv`), unless a
     depthwise Conv on a tiny image takes its dense pixel map (:func:`planned_dense_depthwise`);
-    the generic kernel where it runs the Conv flat (:func:`~subgraph.ops.conv.flat_fits`); else
-    a depthwise one with its banded matrix built once (:func:`planned_banded_depthwise`)."""
+    one that narrows the channels by kn2row with its weights rearranged once
+    (:func:`~subgraph.ops.kn2row.kn2row_fits`); the generic kernel where it runs the Conv flat
+    (:func:`~subgraph.ops.conv.flat_fits`); else a depthwise one with its banded matrix built
+    once (:func:`planned_banded_depthwise`)."""
     trimmed = trimmed_conv(node)
     if trimmed is None:
         fits = _fits(node, planned_in)
