@@ -40,7 +40,8 @@ from subgraph.ops.blas import matmul
 from subgraph.ops.registry import register_kernel
 from subgraph.ops.common import float_inputs, node_error
 from subgraph.ops.kn2row import kn2row_conv, kn2row_fits, kn2row_weights
-from subgraph.ops.window import Geometry, live_taps, node_geometry, pad_spatial, trimmed_pads, windows
+from subgraph.ops.window import (Geometry, cut_columns, live_taps, node_geometry, pad_spatial, trimmed_pads,
+                                 windows)
 
 __all__ = ["conv", "conv_transpose", "flat_fits", "planned_banded_depthwise", "planned_dense_depthwise", "trimmed_conv"]
 
@@ -184,21 +185,14 @@ def _flat_conv(x: np.ndarray, w: np.ndarray, groups: int, g: Geometry, bias: np.
     length = oh * wp
     reach = (kh - 1) * wp + kw - 1 + stride * (length - 1) + 1  # flat elements the last tap reads
     rows = max(-(-reach // wp), height + g.begin[0] + g.end[0])
-    padded = np.zeros((n, channels, rows, wp), dtype=x.dtype)
-    padded[:, :, g.begin[0]:g.begin[0] + height, g.begin[1]:g.begin[1] + width] = x
+    padded = np.ascontiguousarray(pad_spatial(x, g.begin, (rows - height - g.begin[0], g.end[1])))
     st = padded.strides
     item = st[3]
     taps = as_strided(padded, (n, channels, kh, kw, length), (st[0], st[1], wp * item, item, stride * item),
                       writeable=False)
     depth = per_group * kh * kw
     cols = taps.reshape(n, groups, depth, length)  # the one copy
-    y = matmul(w.reshape(groups, m // groups, depth), cols).reshape(n, m, oh, wp)[..., :ow]
-    out = np.empty((n, m, oh, ow), dtype=y.dtype)
-    if bias is None:
-        np.copyto(out, y)
-    else:
-        np.add(y, bias.reshape(-1, 1, 1), out=out)
-    return out
+    return cut_columns(matmul(w.reshape(groups, m // groups, depth), cols).reshape(n, m, oh, wp), ow, bias)
 
 
 def _banded(x_shape: tuple[int, ...], w: np.ndarray, g: Geometry) -> bool:

@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from subgraph.ops.blas import matmul
-from subgraph.ops.window import Geometry
+from subgraph.ops.window import Geometry, cut_columns, pad_spatial
 
 __all__ = ["kn2row_fits", "kn2row_weights", "kn2row_conv"]
 
@@ -63,9 +63,8 @@ def kn2row_conv(x: np.ndarray, rows: np.ndarray, g: Geometry, bias: np.ndarray |
     length = oh * wp  # output rows at the padded width; the Wp - ow extra columns are dropped
     span = length + kw - 1  # flat elements one kernel row's taps read
     height_p = max(-(-((kh - 1) * wp + span) // wp), height + g.begin[0] + g.end[0])
-    padded = np.zeros((n, channels, height_p, wp), dtype=x.dtype)
-    padded[:, :, g.begin[0]:g.begin[0] + height, g.begin[1]:g.begin[1] + width] = x
-    flat = padded.reshape(n, channels, height_p * wp)
+    padded = pad_spatial(x, g.begin, (height_p - height - g.begin[0], g.end[1]))
+    flat = np.ascontiguousarray(padded).reshape(n, channels, height_p * wp)
     total = None
     for i in range(kh):
         partial = matmul(rows[i], flat[:, :, i * wp:i * wp + span]).reshape(n, kw, m, span)
@@ -75,10 +74,4 @@ def kn2row_conv(x: np.ndarray, rows: np.ndarray, g: Geometry, bias: np.ndarray |
                 total = shifted.copy()
             else:
                 total += shifted
-    y = total.reshape(n, m, oh, wp)[..., :ow]
-    out = np.empty((n, m, oh, ow), dtype=y.dtype)
-    if bias is None:
-        np.copyto(out, y)
-    else:
-        np.add(y, bias.reshape(-1, 1, 1), out=out)
-    return out
+    return cut_columns(total.reshape(n, m, oh, wp), ow, bias)

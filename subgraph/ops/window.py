@@ -26,7 +26,8 @@ from numpy.lib.stride_tricks import as_strided
 
 from subgraph.ir import Node
 
-__all__ = ["Geometry", "window_geometry", "node_geometry", "live_taps", "trimmed_pads", "pad_spatial", "windows"]
+__all__ = ["Geometry", "window_geometry", "node_geometry", "live_taps", "trimmed_pads", "pad_spatial", "windows",
+           "cut_columns"]
 
 
 @dataclass(frozen=True)
@@ -224,3 +225,23 @@ def windows(padded: np.ndarray, geometry: Geometry, kernel_first: bool = True) -
         shape = (n, c) + geometry.out + geometry.kernel
         steps = strides[:2] + step + tap
     return as_strided(padded, shape=shape, strides=steps, writeable=False)
+
+
+def cut_columns(rows: np.ndarray, width: int, bias: np.ndarray | None) -> np.ndarray:
+    """``rows`` (``N x M x oh x Wp``: a 2-D map computed at the padded width, as the flat
+    convolutions compute it) cut to its first ``width`` columns, as a new array, with
+    ``bias`` (one per channel ``M``) added.
+
+    Examples
+    --------
+    >>> cut_columns(np.arange(6, dtype=np.float32).reshape(1, 1, 2, 3), 2, np.ones(1, np.float32))
+    array([[[[1., 2.],
+             [4., 5.]]]], dtype=float32)
+    """
+    y = rows[..., :width]
+    out = np.empty(y.shape, dtype=y.dtype)
+    if bias is None:
+        np.copyto(out, y)
+    else:
+        np.add(y, bias.reshape(-1, 1, 1), out=out)
+    return out
