@@ -187,11 +187,13 @@ def test_profiling_executor_times_every_node_of_every_run():
 
 
 # --------------------------------------------------------------------------- threads
-def test_threads_share_one_executor_and_get_identical_results():
+@pytest.mark.parametrize("kind", [ProfilingExecutor, Executor])
+def test_threads_share_one_executor_and_get_identical_results(kind):
+    """Interpreted (profiling) or through the generated plan (straight.py) after the first runs."""
     graph = layered_dag(300, seed=4, shape=(64,))
     feeds = [{f"x{i}": np.random.default_rng(seed * 10 + i).standard_normal(64, dtype=np.float32)
               for i in range(4)} for seed in range(2)]
-    executor = ProfilingExecutor(graph)
+    executor = kind(graph)
     expected = [Executor(graph).run(f) for f in feeds]
     barrier = threading.Barrier(2)
 
@@ -212,9 +214,12 @@ def test_threads_share_one_executor_and_get_identical_results():
             assert list(result) == list(expected[k])
             for name, array in result.items():
                 np.testing.assert_array_equal(array, expected[k][name])
-        assert list(stats.node_times) == [n.name for n in graph.nodes]  # each thread sees its own run
+        # each thread sees its own run
+        assert list(stats.node_times) == ([n.name for n in graph.nodes] if kind is ProfilingExecutor else [])
+        assert stats.peak_bytes > 0
     assert outcomes[0][1] is not outcomes[1][1]
     assert executor.stats == RunStats(0, {})  # this thread ran nothing
+    assert (executor._straight is not None) is (kind is Executor)
 
 
 @pytest.mark.parametrize("feeds, message", [

@@ -3,9 +3,6 @@ same results, stats and errors as its first, interpreted run."""
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 import pytest
 
@@ -170,28 +167,6 @@ def test_names_are_data_never_code():
         assert list(result) == [hostile[5], hostile[2]]
         np.testing.assert_array_equal(result[hostile[5]], [-12, -18])
         np.testing.assert_array_equal(result[hostile[2]], [4, 6])
-
-
-def test_threads_share_the_generated_plan():
-    graph = layered_dag(300, seed=4, shape=(64,))
-    feeds = [{f"x{i}": np.random.default_rng(seed * 10 + i).standard_normal(64, dtype=np.float32)
-              for i in range(4)} for seed in range(2)]
-    executor = Executor(graph)
-    expected = [Executor(graph).run(f) for f in feeds]
-    barrier = threading.Barrier(2)
-
-    def work(k: int):
-        barrier.wait(timeout=30)
-        return [executor.run(feeds[k]) for _ in range(10)], executor.stats
-
-    with ThreadPoolExecutor(2) as pool:
-        outcomes = list(pool.map(work, [0, 1]))
-    for k, (results, stats) in enumerate(outcomes):
-        for result in results:
-            for name, array in result.items():
-                np.testing.assert_array_equal(array, expected[k][name])
-        assert stats.peak_bytes > 0
-    assert outcomes[0][1] is not outcomes[1][1]
 
 
 def test_a_profiling_executor_keeps_interpreting():
