@@ -179,11 +179,12 @@ def stage_run(name: str, threads: int, runs: int, warmup: int, tuned: bool, budg
             # timed right after it TVM's pool waited on them (gru_stacked: 3-11 ms instead of 0.08)
             time.sleep(0.5)
             times, call = timed[path], calls[path]
+            untimed = warmup if round_ == 0 else 1  # later rounds: one call to wake the path up
             began = time.perf_counter()
-            for i in range((warmup if round_ == 0 else 1) + per_round):  # a call to wake the path up
+            for i in range(untimed + per_round):
                 start = time.perf_counter()
                 call()
-                if i >= (warmup if round_ == 0 else 1):
+                if i >= untimed:
                     times.append(time.perf_counter() - start)
                     if len(times) >= MIN_RUNS and start - began > budget / rounds:
                         break  # a slow path: its median over fewer calls, within the time budget

@@ -100,7 +100,8 @@ class _Writer:
         self._line("env = checked(feeds)", 1)
         for value in graph.inputs:
             self._line(f"{self.names[value.name]} = env[{value.name!r}]", 1)
-        self._line("live = peak = 0", 1)
+        if not self.static:
+            self._line("live = peak = 0", 1)
         self._line("with fp():", 1)
         self._line("try:", 2)
         sizes: dict[str, int] = {}  # static graphs: each live value's bytes
