@@ -129,7 +129,7 @@ class _Writer:
         outputs = ", ".join(f"{v.name!r}: {self.names[v.name]}" for v in graph.outputs)
         self._line(f"return {{{outputs}}}", 1)
         self.scope.update(checked=ex._checked_feeds, fp=ex._fp_context, fix=self._fix, store=self._store,
-                          record=ex._finished, failure=self._failure)
+                          record=ex._peak, failure=self._failure)
         code = compile("\n".join(self.lines) + "\n", f"<straight-line plan of graph {graph.name!r}>", "exec")
         exec(code, self.scope)  # noqa: S102 - source written above from identifiers and repr'd names only
         return self.scope["run"]
