@@ -10,10 +10,11 @@ A step of a small cell is a dozen numpy calls on arrays of a few hundred element
 a step costs is the number of calls and how numpy walks the arrays, not the arithmetic:
 
 - the input projection of all steps and directions is one matrix multiply before the loop;
-- every array of a step is 2-D and contiguous: the state is ``h`` transposed,
-  ``[hidden, directions * batch]``, and the gates ``z = R h`` are ``[gates * hidden,
-  directions * batch]``, so each gate is a block of whole rows (a column slice of
-  ``[batch, gates * hidden]`` costs numpy twice as much per call);
+- every array of a step is 2-D and contiguous, in the recurrent product's own layout: the
+  state is ``h`` transposed, ``[hidden * directions, batch]`` (rows hidden-major), and the
+  gates ``z = R h`` are ``[gates * hidden * directions, batch]``, so each gate is a block of
+  whole rows (a column slice of ``[batch, gates * hidden]`` costs numpy twice as much per
+  call) and the product reads and writes them without a reshape;
 - the directions run together: one product per step serves both, through a
   block-diagonal ``R`` (rows and columns interleaved by direction) when it is small, and
   the reverse direction's inputs are stored last step first;
@@ -21,7 +22,10 @@ a step costs is the number of calls and how numpy walks the arrays, not the arit
   overflow). Without ``clip``, the weights, biases and peepholes of the sigmoid gates are
   halved once, so the step skips the ``v / 2``; an LSTM whose i, o, f gates are sigmoids and
   whose c gate is a tanh then runs all four gates through one ``tanh``;
-- with constant weights, all of that is prepared once per node (:func:`planned_recurrent`).
+- with constant weights, all of that is prepared once per node (:func:`planned_recurrent`);
+- a step calls its ufuncs directly, with nothing resolved per step but the arrays (a
+  step is 10-12 calls of about a microsecond: a reshape, a method call or a constant made
+  per step costs a few percent each).
 
 Examples
 --------
@@ -59,17 +63,25 @@ def _sigmoid(v: np.ndarray) -> np.ndarray:
 
 def _halved_sigmoid(v: np.ndarray) -> np.ndarray:
     """In place: the sigmoid of ``2 * v`` (its argument was halved with the weights)."""
-    half = np.asarray(0.5, v.dtype)
-    np.tanh(v, out=v)
-    np.multiply(v, half, out=v)
-    return np.add(v, half, out=v)
+    half = _HALF.get(v.dtype) or _half(v.dtype)
+    np.tanh(v, v)
+    np.multiply(v, half, v)
+    return np.add(v, half, v)
+
+
+#: 0.5 as a 0-d array per dtype: a ufunc takes one in 0.7 us where a Python float costs 1.7
+_HALF: dict[np.dtype, np.ndarray] = {}
+
+
+def _half(dtype: np.dtype) -> np.ndarray:
+    return _HALF.setdefault(dtype, np.asarray(0.5, dtype))
 
 
 #: activations computed in place on their argument (which they return)
 _ACTIVATIONS: dict[str, Activation] = {
     "sigmoid": _sigmoid,
-    "tanh": lambda v: np.tanh(v, out=v),
-    "relu": lambda v: np.maximum(v, 0, out=v),
+    "tanh": lambda v: np.tanh(v, v),
+    "relu": lambda v: np.maximum(v, 0, v),
 }
 _DEFAULTS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh"), "RNN": ("Tanh",)}
 #: per gate (in ONNX's weight order), the index of its activation: LSTM i, o, f, c; GRU z, r, h
@@ -99,13 +111,13 @@ def _activation_names(node: Node, directions: int) -> list[list[str]]:
 
 
 def _per_direction(functions: list[Activation]) -> Activation:
-    """One activation over ``[rows, directions * batch]``: the same function for all
-    directions, or each its own on its columns."""
+    """One activation over ``[rows * directions, batch]``: the same function for all
+    directions, or each its own on its rows."""
     if all(f is functions[0] for f in functions):
         return functions[0]
 
     def apply(v: np.ndarray) -> np.ndarray:
-        by_direction = v.reshape(len(v), len(functions), -1)
+        by_direction = v.reshape(-1, len(functions), v.shape[-1])
         for d, f in enumerate(functions):
             f(by_direction[:, d])
         return v
@@ -167,16 +179,21 @@ class _Weights:
         if p is not None and p.size:
             self.peep = (p.reshape(dirs, 3 * hidden) * scale[:, :3 * hidden]).reshape(dirs, 3, hidden)
 
-    def gate(self, values: np.ndarray, k: int) -> np.ndarray:
-        """Activation ``k`` of ``values`` (clipped first when the op says so), in place."""
-        if self.clip is not None:
-            np.clip(values, -self.clip, self.clip, out=values)
-        return self.acts[k](values)
+    def gate(self, k: int) -> Activation:
+        """Activation ``k``, in place (clipping first when the op says so)."""
+        act, clip = self.acts[k], self.clip
+        if clip is None:
+            return act
+
+        def clipped(values: np.ndarray) -> np.ndarray:
+            np.clip(values, -clip, clip, out=values)
+            return act(values)
+        return clipped
 
 
 class _Setup:
     """One call's sequence: layout, lengths, initial states, and the projected input of
-    every step, ``[gates * hidden, directions * batch]`` in step order (a reverse
+    every step, ``[gates * hidden * directions, batch]`` in step order (a reverse
     direction's first step is the sequence's last)."""
 
     def __init__(self, node: Node, x: np.ndarray, weights: _Weights, lens: np.ndarray | None,
@@ -197,22 +214,23 @@ class _Setup:
         self.inputs = np.empty((self.steps, width, dirs, self.batch), self.dtype)
         for d, reverse in enumerate(weights.reverse):
             self.inputs[:, :, d] = projected[::-1 if reverse else 1, :, d].transpose(0, 2, 1)
-        self.inputs = self.inputs.reshape(self.steps, width, self.columns)
+        self.inputs = self.inputs.reshape(self.steps, width * dirs, self.batch)
 
     def _state(self, value: np.ndarray | None) -> np.ndarray:
-        """An initial state as [hidden, directions * batch] (zeros when absent)."""
-        hidden = self.weights.hidden
+        """An initial state as [hidden * directions, batch] (zeros when absent)."""
+        rows = self.weights.hidden * self.weights.dirs
         if value is None or value.size == 0:
-            return np.zeros((hidden, self.columns), self.dtype)
+            return np.zeros((rows, self.batch), self.dtype)
         value = np.swapaxes(value, 0, 1) if self.layout else value  # [dirs, batch, hidden]
-        return np.ascontiguousarray(value.transpose(2, 0, 1)).reshape(hidden, self.columns)
+        return np.ascontiguousarray(value.transpose(2, 0, 1)).reshape(rows, self.batch)
 
     def buffer(self, rows: int) -> np.ndarray:
-        return np.empty((rows, self.columns), self.dtype)
+        """``rows`` rows of every direction: [rows * directions, batch]."""
+        return np.empty((rows * self.weights.dirs, self.batch), self.dtype)
 
     def per_column(self, values: np.ndarray) -> np.ndarray:
-        """Per-direction ``values`` [dirs, n] as [n, directions * batch]."""
-        return np.ascontiguousarray(np.repeat(values.T[:, :, None], self.batch, axis=2)).reshape(-1, self.columns)
+        """Per-direction ``values`` [dirs, n] as [n * directions, batch]."""
+        return np.ascontiguousarray(np.repeat(values.T[:, :, None], self.batch, axis=2)).reshape(-1, self.batch)
 
     def product(self, rows: slice = slice(None)) -> Callable[[np.ndarray, np.ndarray], None]:
         """``(h, out)``: ``out`` = the recurrent product of the gate rows ``rows`` with ``h``."""
@@ -222,12 +240,12 @@ class _Setup:
             recurrent = np.ascontiguousarray(recurrent)
 
             def product(h: np.ndarray, out: np.ndarray) -> None:
-                np.dot(recurrent, h.reshape(-1, batch), out=out.reshape(-1, batch))
+                np.dot(recurrent, h, out=out)
             return product
         per_direction = np.ascontiguousarray(weights.recurrent[:, rows])
 
         def product_each(h: np.ndarray, out: np.ndarray) -> None:
-            h, out = h.reshape(len(h), dirs, batch), out.reshape(len(out), dirs, batch)
+            h, out = h.reshape(-1, dirs, batch), out.reshape(-1, dirs, batch)
             for d in range(dirs):
                 np.matmul(per_direction[d], h[:, d], out=out[:, d])
         return product_each
@@ -237,18 +255,19 @@ class _Setup:
         new ``h`` into ``out`` and returns the new state. Returns ``Y`` and the final states."""
         weights, steps, batch = self.weights, self.steps, self.batch
         hidden, dirs = weights.hidden, weights.dirs
-        ys = np.empty((steps, hidden, self.columns), self.dtype)
+        ys = np.empty((steps, hidden * dirs, batch), self.dtype)
         state = self.states
         if self.lens is None:
             for inputs, out in zip(self.inputs, ys):
                 state = step(inputs, state, out)
-        else:
+        else:  # masks over [hidden, directions, batch] views of the states
             times = np.array([np.arange(steps)[::-1] if r else np.arange(steps) for r in weights.reverse]).T
-            active = (times[:, :, None] < self.lens).reshape(steps, 1, self.columns)
+            active = (times[:, :, None] < self.lens).reshape(steps, 1, dirs, batch)
             for inputs, out, on in zip(self.inputs, ys, active):
                 new = step(inputs, state, out)
-                state = [np.where(on, n, s) for n, s in zip(new, state)]
-                np.copyto(out, 0, where=~on)
+                state = [np.where(on, n.reshape(hidden, dirs, batch), s.reshape(hidden, dirs, batch)).reshape(-1, batch)
+                         for n, s in zip(new, state)]
+                np.copyto(out.reshape(hidden, dirs, batch), 0, where=~on)
         y = np.empty((steps, dirs, batch, hidden), self.dtype)
         by_direction = ys.reshape(steps, hidden, dirs, batch)
         for d, reverse in enumerate(weights.reverse):  # back to time order, [batch, hidden]
@@ -261,89 +280,99 @@ class _Setup:
 
 
 def _lstm_step(weights: _Weights, setup: _Setup) -> Callable[..., list[np.ndarray]]:
-    hidden, gate = weights.hidden, weights.gate
+    rows = weights.hidden * weights.dirs  # one gate's rows
     product = setup.product()
-    z = setup.buffer(4 * hidden)
-    i, o, f, g = (z[k * hidden:(k + 1) * hidden] for k in range(4))
-    ifo = z[:3 * hidden]
+    z = setup.buffer(4 * weights.hidden)
+    i, o, f, g = (z[k * rows:(k + 1) * rows] for k in range(4))
+    ifo = z[:3 * rows]
     peep = None if weights.peep is None else [setup.per_column(weights.peep[:, k]) for k in range(3)]
     # halved sigmoids on i, o, f and a tanh on c: one tanh for all four, then 0.5 * t + 0.5
     one_tanh = peep is None and weights.fused and weights.tanh[1]
-    half = np.asarray(0.5, setup.dtype)
-    h_act, tanh_h = weights.acts[2], weights.tanh[2]
+    f_act, g_act, h_act = weights.gate(0), weights.gate(1), weights.acts[2]  # (no clip on h, as onnxruntime)
+    tanh_h, half = weights.tanh[2], _half(setup.dtype)
+    cells = setup.buffer(weights.hidden), setup.buffer(weights.hidden)  # the final state is copied out
+    add, multiply, tanh = np.add, np.multiply, np.tanh
 
     def step(inputs, state, out):
         h, c = state
         product(h, z)
-        np.add(z, inputs, out=z)
+        add(z, inputs, z)
         if one_tanh:
-            np.tanh(z, out=z)
-            np.multiply(ifo, half, out=ifo)
-            np.add(ifo, half, out=ifo)
+            tanh(z, z)
+            multiply(ifo, half, ifo)
+            add(ifo, half, ifo)
         else:
             if peep is None:
-                gate(ifo, 0)
+                f_act(ifo)
             else:
-                np.add(i, peep[0] * c, out=i)
-                np.add(f, peep[2] * c, out=f)
-                gate(i, 0), gate(f, 0)
-            gate(g, 1)
-        c_new = f * c
-        np.multiply(g, i, out=g)
-        c_new += g
+                add(i, peep[0] * c, i)
+                add(f, peep[2] * c, f)
+                f_act(i), f_act(f)
+            g_act(g)
+        c_new = cells[0] if c is cells[1] else cells[1]  # the two cell buffers take turns
+        multiply(f, c, c_new)
+        multiply(g, i, g)
+        add(c_new, g, c_new)
         if peep is not None:
-            np.add(o, peep[1] * c_new, out=o)
-            gate(o, 0)
-        activated = np.tanh(c_new) if tanh_h else h_act(c_new.copy())  # (no clip here, as onnxruntime)
-        return [np.multiply(activated, o, out=out), c_new]
+            add(o, peep[1] * c_new, o)
+            f_act(o)
+        if tanh_h:
+            tanh(c_new, g)  # (g is read for the last time above)
+        else:
+            np.copyto(g, c_new)
+            h_act(g)
+        return [multiply(g, o, out), c_new]
 
     return step
 
 
 def _gru_step(weights: _Weights, setup: _Setup) -> Callable[..., list[np.ndarray]]:
-    hidden, gate = weights.hidden, weights.gate
+    hidden = weights.hidden
+    rows = hidden * weights.dirs  # one gate's rows
+    f_act, g_act = weights.gate(0), weights.gate(1)
     before_reset = weights.before_reset
     if before_reset:  # r * (h Rh + Rbh): one product for the three gates
         z = setup.buffer(3 * hidden)
-        zr, candidate = z[:2 * hidden], z[2 * hidden:]
+        zr, candidate = z[:2 * rows], z[2 * rows:]
         product = setup.product()
         candidate_bias = setup.per_column(weights.recurrent_bias[:, 2 * hidden:])
     else:  # (r * h) Rh: the h gate's product waits for r
         zr, candidate, reset_h = setup.buffer(2 * hidden), setup.buffer(hidden), setup.buffer(hidden)
         product = setup.product(slice(0, 2 * hidden))
         candidate_product = setup.product(slice(2 * hidden, 3 * hidden))
-    update, reset = zr[:hidden], zr[hidden:]
+    update, reset = zr[:rows], zr[rows:]
+    add, multiply, subtract = np.add, np.multiply, np.subtract
+    gates, rest = slice(0, 2 * rows), slice(2 * rows, None)
 
     def step(inputs, state, out):
         (h,) = state
         if before_reset:
             product(h, z)
-            np.add(zr, inputs[:2 * hidden], out=zr)
-            gate(zr, 0)
-            np.add(candidate, candidate_bias, out=candidate)
-            np.multiply(candidate, reset, out=candidate)
+            add(zr, inputs[gates], zr)
+            f_act(zr)
+            add(candidate, candidate_bias, candidate)
+            multiply(candidate, reset, candidate)
         else:
             product(h, zr)
-            np.add(zr, inputs[:2 * hidden], out=zr)
-            gate(zr, 0)
-            candidate_product(np.multiply(reset, h, out=reset_h), candidate)
-        np.add(candidate, inputs[2 * hidden:], out=candidate)
-        gate(candidate, 1)
-        h_new = np.subtract(h, candidate, out=out)  # (1 - z) * candidate + z * h  ==  candidate + z * (h - candidate)
-        h_new *= update
-        h_new += candidate
-        return [h_new]
+            add(zr, inputs[gates], zr)
+            f_act(zr)
+            candidate_product(multiply(reset, h, reset_h), candidate)
+        add(candidate, inputs[rest], candidate)
+        g_act(candidate)
+        h_new = subtract(h, candidate, out)  # (1 - z) * candidate + z * h  ==  candidate + z * (h - candidate)
+        multiply(h_new, update, h_new)
+        return [add(h_new, candidate, h_new)]
 
     return step
 
 
 def _rnn_step(weights: _Weights, setup: _Setup) -> Callable[..., list[np.ndarray]]:
-    product, gate = setup.product(), weights.gate
+    product, act, add = setup.product(), weights.gate(0), np.add
 
     def step(inputs, state, out):
         product(state[0], out)
-        out += inputs
-        return [gate(out, 0)]
+        add(out, inputs, out)
+        return [act(out)]
 
     return step
 
