@@ -27,7 +27,22 @@ from subgraph.ir import Node
 from subgraph.ops.registry import native_dtypes
 
 __all__ = ["NEWEST_OPSET", "ONNX_DTYPES", "ONNX_DTYPE_NAMES", "opset", "onnx_dtype", "onnx_dtype_code", "normalize_axis", "normalize_axes",
-           "int_list", "node_error", "input_dtype", "dtype_in", "float_inputs", "quiet", "ignoring_fp_conditions"]
+           "int_list", "node_error", "input_dtype", "dtype_in", "float_inputs", "quiet", "ignoring_fp_conditions", "clip"]
+
+try:  # numpy's clip ufunc itself (np.clip is a Python wrapper around it)
+    from numpy._core.umath import clip as _clip_ufunc
+except ImportError:  # numpy 1.x keeps it in numpy.core; anything else: the public wrapper
+    try:
+        from numpy.core.umath import clip as _clip_ufunc
+    except ImportError:
+        _clip_ufunc = np.clip
+
+#: ``clip(x, low, high[, out])``: ``min(max(x, low), high)`` with NaN propagated, numpy's clip
+#: ufunc called directly. ``np.clip``'s wrapper costs 3-5 us a call (a 16 x 64 activation's
+#: whole clip takes 1); and a maximum or minimum against a scalar misses numpy's SIMD loops,
+#: which a clip takes: ``clip(x, 0, inf)`` is ReLU in 14 us on 64 Ki float32 where
+#: ``np.maximum(x, 0)`` takes 45.
+clip = _clip_ufunc
 
 #: Stand-in opset for a node outside any graph: the newest semantics apply.
 NEWEST_OPSET = 1 << 30
