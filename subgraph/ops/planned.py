@@ -13,7 +13,8 @@ LSTM, GRU and RNN with constant weights get them transposed, halved and folded o
 (:func:`~subgraph.ops.recurrent.planned_recurrent`).
 
 A depthwise Conv that runs as a banded matrix product gets its band built once; one on a
-tiny image (2x2, or 4x4 to 2x2) its dense per-channel pixel map, a product with no taps.
+small image (2x2 to 8x8, or 16x16 under a 5x5 kernel) its per-channel pixel map, one small
+matrix product per channel with no taps.
 
 A Conv with constant weights whose dilated kernel reaches past a small input (DeepLabV3's
 ASPP: 3x3 taps 12 to 36 apart over a 4x4 map) runs without the taps that read only
@@ -120,20 +121,19 @@ def planned_kernel(node: Node) -> Kernel:
 
 
 def _planned_conv(node: Node, kernel: Kernel, planned_in: tuple[int, ...]) -> Kernel:
-    """A Conv whose kernel taps read only padding without them (:func:`trimmed_conv`), unless a
-    depthwise Conv on a tiny image takes its dense pixel map (:func:`planned_dense_depthwise`);
-    one that narrows the channels by kn2row with its weights rearranged once
+    """A depthwise Conv on a small image by its pixel map (:func:`planned_dense_depthwise`); else
+    a Conv whose kernel taps read only padding without them (:func:`trimmed_conv`); one that narrows the channels by kn2row with its weights rearranged once
     (:func:`~subgraph.ops.kn2row.kn2row_fits`); the generic kernel where it runs the Conv flat
     (:func:`~subgraph.ops.conv.flat_fits`); else a depthwise one with its banded matrix built
     once (:func:`planned_banded_depthwise`)."""
-    trimmed = trimmed_conv(node)
-    if trimmed is None:
+    planned = planned_dense_depthwise(node, planned_in)
+    trimmed = None if planned is not None else trimmed_conv(node)
+    if planned is None and trimmed is None:
         fits = _fits(node, planned_in)
         if fits is kn2row_fits:  # its weights rearranged once
             return _kn2row(node, kernel, planned_in)
         if fits is flat_fits:  # the generic kernel's flat formulation wins there
             return kernel
-    planned = planned_dense_depthwise(node, planned_in)
     if planned is None:
         if trimmed is not None:
             return _trimmed(node, kernel, planned_in, *trimmed)

@@ -122,13 +122,16 @@ def test_a_slice_step_of_zero_is_left_to_the_generic_kernel_s_error():
 
 @pytest.mark.parametrize("x_shape, kernel, attrs, plan", [
     ((1, 16, 12, 10), 3, {"pads": [1, 1, 1, 1], "strides": [1, 2]}, "_depthwise_banded"),  # uneven strides
-    ((2, 24, 15, 9), 5, {"pads": [2, 1, 2, 3], "strides": [2, 1]}, "_depthwise_banded"),  # uneven pads, a stride
-    ((1, 8, 11, 7), 3, {"pads": [2, 2, 2, 2], "dilations": [2, 2]}, "_depthwise_banded"),
+    ((2, 24, 15, 9), 3, {"pads": [2, 1, 2, 3], "strides": [2, 1]}, "_depthwise_banded"),  # uneven pads, a stride
+    ((1, 8, 13, 9), 3, {"pads": [2, 2, 2, 2], "dilations": [2, 2]}, "_depthwise_banded"),
     ((1, 576, 2, 2), 3, {"pads": [1, 1, 1, 1]}, "_depthwise_dense"),                     # a 2x2 map
     ((2, 96, 4, 4), 3, {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "_depthwise_dense"),   # 4x4 to 2x2
     ((1, 128, 2, 2), 5, {"pads": [2, 2, 2, 2]}, "_depthwise_dense"),                    # EfficientNet's 5x5
     ((1, 40, 2, 3), 3, {"pads": [1, 0, 2, 1], "dilations": [2, 1]}, "_depthwise_dense"),  # uneven, dilated
     ((1, 32, 8), 3, {"pads": [1, 1]}, "_depthwise_dense"),                               # 1-D
+    ((1, 24, 8, 8), 3, {"pads": [1, 1, 1, 1]}, "_depthwise_dense"),                      # 8x8: 64 pixels, 9 taps
+    ((1, 8, 16, 16), 5, {"pads": [2, 2, 2, 2], "strides": [2, 2]}, "_depthwise_dense"),   # 16x16 under 5x5
+    ((1, 8, 4, 4), 7, {"pads": [3, 3, 3, 3]}, "_depthwise_dense"),                      # ConvNeXt's 7x7 on 4x4
 ])
 def test_depthwise_plan_is_made_once_with_the_generic_results(x_shape, kernel, attrs, plan, monkeypatch):
     """A depthwise Conv on a narrow image gets its banded matrix at plan time, one on a tiny
@@ -160,6 +163,22 @@ def test_depthwise_plan_is_made_once_with_the_generic_results(x_shape, kernel, a
     wider = RNG.standard_normal(x_shape[:-1] + (x_shape[-1] + 1,)).astype(np.float32)
     np.testing.assert_allclose(planned(node, wider, node.inputs[1].data, bias),
                                KERNELS["Conv"](node, wider, w, bias), rtol=1e-5)
+
+
+@pytest.mark.parametrize("x_shape, kernel, channels, dense", [
+    ((1, 4, 8, 8), 3, 4, True),       # 64 input pixels for 9 taps
+    ((1, 4, 10, 10), 3, 4, False),    # 100 for 9: more than 10 zeros a tap
+    ((1, 4, 16, 16), 3, 4, False),    # 256 for 9
+    ((1, 128, 8, 8), 5, 128, False),  # 64 for 25, but a map of 2 MiB
+])
+def test_a_depthwise_pixel_map_only_while_it_is_small_and_dense_enough(x_shape, kernel, channels, dense):
+    from subgraph.ops.conv import planned_dense_depthwise
+
+    g = Graph("g", opset={"": 17})
+    x = g.add_input("x", x_shape, "float32")
+    w = g.add_constant("w", np.ones((channels, 1, kernel, kernel), np.float32))
+    node = g.add_node("Conv", [x, w], attrs={"group": channels, "pads": [kernel // 2] * 4})
+    assert (planned_dense_depthwise(node, x_shape) is not None) is dense
 
 
 @pytest.mark.parametrize("x_shape, w_shape, attrs", [
