@@ -81,10 +81,11 @@ def _shrink(node: Node, x: np.ndarray) -> np.ndarray:
 
 @register_kernel("Sigmoid")
 def _sigmoid(node: Node, x: np.ndarray) -> np.ndarray:
+    denominator = np.negative(x)  # one new array; exp, + 1 and 1 / d in place
     with quiet(over="ignore"):  # exp(-x) -> inf gives the right limit 0
-        denominator = np.exp(-x)
+        np.exp(denominator, denominator)
     denominator += 1
-    return np.reciprocal(denominator, out=denominator)
+    return np.reciprocal(denominator, denominator)
 
 
 @register_kernel("HardSigmoid")
