@@ -73,6 +73,7 @@ class _Writer:
         self.lines: list[str] = []
         self.node_at: dict[int, int] = {}  # source line number -> node index
         self.args: list[tuple[str | None, ...]] = []  # per node, the identifiers of its inputs
+        self.planned: dict[int, tuple] = {}  # node index -> (shape, dtype) of its one static output
         for value in graph.inputs:
             self._name(value.name, "v")
         for value in graph.initializers.values():
@@ -152,7 +153,7 @@ class _Writer:
             if not check:
                 test = f"{out}.__class__ is not ndarray"
             elif shape is not None:
-                self.scope[f"t{i}"] = (shape, dtype)
+                self.scope[f"t{i}"] = self.planned[i] = (shape, dtype)
                 test = f"{out}.__class__ is not ndarray or ({out}.shape, {out}.dtype) != t{i}"
             else:
                 self.scope[f"w{i}"], self.scope["fits"] = (value, fixed), fits
@@ -177,7 +178,13 @@ class _Writer:
 
     def _fix(self, i: int, result: Any) -> np.ndarray:
         """A single output that is not an array of its planned shape and dtype: converted,
-        or refused with the interpreter's message."""
+        or refused with the interpreter's message. A numpy scalar of the planned dtype (what
+        a ufunc returns on 0-d arrays: ReduceSum, Sqrt, Greater on a scalar) becomes its 0-d
+        array here, without the interpreter's general path (2 us a node)."""
+        if isinstance(result, np.generic):
+            planned = self.planned.get(i)
+            if planned is not None and planned[0] == () and result.dtype == planned[1]:
+                return np.asarray(result)
         return self._store(i, result)[0]
 
     def _failure(self, exc: Exception, frame: dict[str, Any]) -> ExecutionError:
