@@ -175,3 +175,24 @@ def test_a_profiling_executor_keeps_interpreting():
         executor.run({"x": X})
         assert list(executor.stats.node_times) == ["1", "2", "3", "4", "5", "6", "7"]
     assert executor._straight is None
+
+
+def test_a_numpy_scalar_for_a_0d_output_becomes_its_array_or_the_interpreter_s_error():
+    """A ufunc on 0-d arrays returns a numpy scalar: of the planned dtype it is the 0-d array
+    on later runs as on the first; of another dtype, the interpreter's message."""
+    g = Graph("scalar")
+    x = g.add_input("x", (4,), "float32")
+    total = g.add_node("ReduceSum", [x], name="total", attrs={"keepdims": 0}).outputs[0]
+    g.set_outputs([g.add_node("Sqrt", [total], name="root").outputs[0]])
+    infer_shapes(g)
+    feeds = {"x": np.abs(X)}
+    ex = Executor(g)
+    first = ex.run(feeds)["root"]
+    later = ex.run(feeds)["root"]
+    assert type(later) is np.ndarray and later.shape == () and later.dtype == np.float32
+    assert later == first == np.float32(np.sqrt(np.abs(X).sum()))
+
+    wrong = Executor(g, kernel_for=on_call("root", 2, lambda n, v: np.float64(1.0)))
+    wrong.run(feeds)
+    with pytest.raises(ExecutionError, match=r"node 'root' \(Sqrt\) produced %root with dtype float64, expected float32"):
+        wrong.run(feeds)
