@@ -48,7 +48,7 @@ import numpy as np
 
 from subgraph.system import usable_cpus
 
-__all__ = ["CHUNK_MACS", "SERIAL_MACS", "matmul"]
+__all__ = ["BLAS_SERIAL_MACS", "CHUNK_MACS", "SERIAL_MACS", "matmul"]
 
 #: products with fewer multiply-adds than this run on one BLAS thread (~0.1 ms of work)
 SERIAL_MACS = 1 << 22
@@ -57,7 +57,7 @@ SERIAL_MACS = 1 << 22
 CHUNK_MACS = 1 << 21
 
 #: below this OpenBLAS itself stays on one thread (``GEMM_MULTITHREAD_THRESHOLD``): nothing to switch
-_BLAS_SERIAL_MACS = 1 << 18
+BLAS_SERIAL_MACS = 1 << 18
 
 _state: dict[str, Any] = {}
 _lock = threading.Lock()
@@ -199,7 +199,7 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return matmul(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + b.shape[-1:])
     # numpy calls BLAS once per matrix of a stack: the size of one product decides
     macs = a.shape[-2] * a.shape[-1] * b.shape[-1]
-    if macs <= _BLAS_SERIAL_MACS:
+    if macs <= BLAS_SERIAL_MACS:
         return np.matmul(a, b)
     if _cores_free():
         return np.matmul(a, b)  # the BLAS's own threads, each on a core of its own

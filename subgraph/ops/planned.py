@@ -44,6 +44,7 @@ import numpy as np
 from subgraph.errors import SubgraphError
 from subgraph.ir import Node
 from subgraph.ops.common import normalize_axis
+from subgraph.ops.blas import BLAS_SERIAL_MACS
 from subgraph.ops.conv import flat_fits, planned_banded_depthwise, planned_dense_depthwise, trimmed_conv
 from subgraph.ops.index import check_indices, index_limits
 from subgraph.ops.kn2row import kn2row_conv, kn2row_fits, kn2row_weights
@@ -83,6 +84,8 @@ def planned_kernel(node: Node) -> Kernel:
     kernel = KERNELS[node.op]
     if node.op in ("LSTM", "GRU", "RNN"):
         return planned_recurrent(node) or kernel
+    if node.op in ("MatMul", "Gemm"):
+        return _planned_product(node, kernel) or kernel
     if not node.inputs or node.inputs[0] is None or not node.outputs or not _constant_rest(node):
         return kernel
     planned_in, planned_out = _static(node.inputs[0]), _static(node.outputs[0])
@@ -118,6 +121,69 @@ def planned_kernel(node: Node) -> Kernel:
     if node.op == "Conv":
         return _planned_conv(node, kernel, planned_in)
     return kernel
+
+
+def _planned_product(node: Node, kernel: Kernel) -> Kernel | None:
+    """A MatMul or Gemm of static float operands small enough for one BLAS thread
+    (:data:`~subgraph.ops.blas.BLAS_SERIAL_MACS`) as the one ``np.matmul`` the generic
+    kernel would make, its checks done once; ``None`` for every other product.
+
+    On a transformer's 16 x 64 rows the generic kernels' Python (operand checks, the
+    machine-load logic of :func:`~subgraph.ops.blas.matmul`, Gemm's attributes) cost 3-4 us
+    a product, as much as the product itself. Same calls, same numbers; operands of other
+    shapes or dtypes go to the generic kernel.
+    """
+    if node.domain or len(node.inputs) < 2 or any(v is None for v in node.inputs[:2]):
+        return None
+    shapes = [_static(v) for v in node.inputs]
+    out = _static(node.outputs[0]) if node.outputs else None
+    dtype = node.inputs[0].dtype
+    if (out is None or any(s is None for s in shapes) or dtype is None or dtype.kind != "f"
+            or any(v is not None and v.dtype != dtype for v in node.inputs)):
+        return None
+    a_shape, b_shape = shapes[0], shapes[1]
+    if len(a_shape) < 2 or len(b_shape) < 2:
+        return None
+    if node.op == "Gemm":
+        return _planned_gemm(node, kernel, shapes, out, dtype)
+    if a_shape[-1] != b_shape[-2]:
+        return None  # the generic kernel's message
+    stacked = len(b_shape) == 2 and len(a_shape) > 2  # one product of every row, as blas.matmul makes it
+    rows = int(np.prod(a_shape[:-1])) if stacked else a_shape[-2]
+    if rows * a_shape[-1] * b_shape[-1] > BLAS_SERIAL_MACS:
+        return None
+    flat = (rows, a_shape[-1])
+
+    def product(node: Node, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if a.shape == a_shape and b.shape == b_shape and a.dtype == dtype and b.dtype == dtype:
+            return np.matmul(a.reshape(flat), b).reshape(out) if stacked else np.matmul(a, b)
+        return kernel(node, a, b)
+    return product
+
+
+def _planned_gemm(node: Node, kernel: Kernel, shapes: list, out: tuple[int, ...], dtype: np.dtype) -> Kernel | None:
+    """:func:`_planned_product` of a 2-D Gemm with ``alpha`` 1 and ``beta`` 1 (or no C)."""
+    (a_shape, b_shape), c_shape = shapes[:2], (shapes[2] if len(shapes) > 2 else None)
+    trans_a, trans_b = bool(node.attrs.get("transA", 0)), bool(node.attrs.get("transB", 0))
+    beta = node.attrs.get("beta", 1.0)
+    with_c = c_shape is not None and beta != 0.0
+    if (len(a_shape) != 2 or len(b_shape) != 2 or len(out) != 2 or node.attrs.get("alpha", 1.0) != 1.0
+            or (with_c and (beta != 1.0 or len(c_shape) > 2
+                            or any(d not in (1, e) for d, e in zip(reversed(c_shape), reversed(out)))))):
+        return None
+    depth = a_shape[0] if trans_a else a_shape[1]
+    if (b_shape[1] if trans_b else b_shape[0]) != depth or out[0] * depth * out[1] > BLAS_SERIAL_MACS:
+        return None
+
+    def gemm(node: Node, a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None) -> np.ndarray:
+        if (a.shape == a_shape and b.shape == b_shape and a.dtype == dtype and b.dtype == dtype
+                and (c is None or (c.shape == c_shape and c.dtype == dtype))):
+            y = np.matmul(a.T if trans_a else a, b.T if trans_b else b)
+            if with_c:
+                np.add(y, c, out=y)
+            return y
+        return kernel(node, a, b) if c is None else kernel(node, a, b, c)
+    return gemm
 
 
 def _planned_conv(node: Node, kernel: Kernel, planned_in: tuple[int, ...]) -> Kernel:

@@ -214,3 +214,46 @@ def test_a_channel_narrowing_conv_gets_its_weights_rearranged_once(x_shape, w_sh
     wider = RNG.standard_normal(x_shape[:-1] + (x_shape[-1] + 1,)).astype(np.float32)
     np.testing.assert_allclose(planned(node, wider, node.inputs[1].data, bias), KERNELS["Conv"](node, wider, w, bias),
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op, a_shape, b_shape, c_shape, attrs", [
+    ("MatMul", (16, 64), (64, 32), None, {}),
+    ("MatMul", (2, 16, 64), (64, 32), None, {}),               # a stack by one matrix: one product of all rows
+    ("MatMul", (1, 4, 16, 8), (1, 4, 8, 16), None, {}),        # attention's batched product
+    ("Gemm", (16, 64), (32, 64), (32,), {"transB": 1}),          # a linear layer
+    ("Gemm", (64, 16), (64, 32), (16, 1), {"transA": 1}),        # C a column
+    ("Gemm", (16, 64), (64, 32), None, {}),
+    ("Gemm", (16, 64), (64, 32), (16, 32), {"beta": 0.0}),       # C not added
+])
+def test_a_small_product_is_planned_with_the_generic_results(op, a_shape, b_shape, c_shape, attrs):
+    """MatMul and Gemm of static float operands under BLAS_SERIAL_MACS call np.matmul directly;
+    the numbers are the generic kernel's, and operands of other shapes take the generic kernel."""
+    g = Graph("g", opset={"": 17})
+    a = g.add_input("a", a_shape, "float32")
+    b = g.add_constant("b", RNG.standard_normal(b_shape).astype(np.float32))
+    inputs = [a, b] + ([g.add_constant("c", RNG.standard_normal(c_shape).astype(np.float32))] if c_shape else [])
+    node = g.add_node(op, inputs, name="n", attrs=attrs)
+    g.set_outputs(node.outputs)
+    infer_shapes(g)
+    planned = planned_kernel(node)
+    assert planned is not KERNELS[op]
+    data = RNG.standard_normal(a_shape).astype(np.float32)
+    args = [v.data for v in inputs[1:]]
+    np.testing.assert_array_equal(planned(node, data, *args), KERNELS[op](node, data, *args))
+    other = RNG.standard_normal((3,) + a_shape[1:] if op == "MatMul" and len(a_shape) == 3 else a_shape
+                                ).astype(np.float64)  # another dtype (or shape): the generic kernel
+    np.testing.assert_array_equal(planned(node, other, *args), KERNELS[op](node, other, *args))
+
+
+@pytest.mark.parametrize("op, a_shape, b_shape, attrs", [
+    ("MatMul", (512, 512), (512, 64), {}),          # 16 Mi multiply-adds: blas.matmul's thread logic
+    ("Gemm", (16, 64), (64, 32), {"alpha": 2.0}),
+    ("MatMul", (64,), (64, 32), {}),                # a vector
+])
+def test_products_the_plan_leaves_to_the_generic_kernel(op, a_shape, b_shape, attrs):
+    g = Graph("g", opset={"": 17})
+    a = g.add_input("a", a_shape, "float32")
+    node = g.add_node(op, [a, g.add_constant("b", np.ones(b_shape, np.float32))], name="n", attrs=attrs)
+    g.set_outputs(node.outputs)
+    infer_shapes(g)
+    assert planned_kernel(node) is KERNELS[op]
