@@ -24,7 +24,7 @@ from subgraph.ir import Node
 from subgraph.ops.registry import KERNELS, any_dtype, register_kernel  # noqa: F401  (KERNELS: doctest)
 from subgraph.ops.common import clip, dtype_in, node_error, opset, quiet
 
-__all__ = ["erf", "legacy_broadcast"]
+__all__ = ["binary_ufunc", "erf", "legacy_broadcast"]
 
 _UNARY = {
     "Abs": np.abs, "Neg": np.negative, "Exp": np.exp, "Log": np.log, "Sqrt": np.sqrt,
@@ -123,6 +123,24 @@ def legacy_broadcast(node: Node, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _binary(node: Node, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return _BINARY[node.op](a, legacy_broadcast(node, a, b))
+
+
+def binary_ufunc(node: Node) -> np.ufunc | None:
+    """The ufunc the kernel of ``node`` (Add, Mul, Equal...) calls as it is, when its operands
+    need no opset < 7 alignment; ``None`` for any other node.
+
+    Examples
+    --------
+    >>> from subgraph.ir import Graph
+    >>> g = Graph("g")
+    >>> x = g.add_input("x", (2,), "float32")
+    >>> binary_ufunc(g.add_node("Add", [x, x])) is np.add
+    True
+    """
+    ufunc = _BINARY.get(node.op)
+    if ufunc is None or node.domain or (node.attrs.get("broadcast", 0) and "axis" in node.attrs and opset(node) < 7):
+        return None
+    return ufunc
 
 
 register_kernel(*_BINARY)(_binary)

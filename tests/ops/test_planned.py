@@ -257,3 +257,17 @@ def test_products_the_plan_leaves_to_the_generic_kernel(op, a_shape, b_shape, at
     g.set_outputs(node.outputs)
     infer_shapes(g)
     assert planned_kernel(node) is KERNELS[op]
+
+
+def test_a_binary_op_is_its_ufunc_unless_its_operands_need_the_old_alignment():
+    g = Graph("g", opset={"": 17})
+    x = g.add_input("x", (2, 3), "float32")
+    node = g.add_node("Mul", [x, g.add_input("y", (3,), "float32")], name="n")
+    planned = planned_kernel(node)
+    a, b = RNG.standard_normal((2, 3)).astype(np.float32), RNG.standard_normal(3).astype(np.float32)
+    assert planned is not KERNELS["Mul"]
+    np.testing.assert_array_equal(planned(node, a, b), KERNELS["Mul"](node, a, b))
+    old = Graph("old", opset={"": 6})
+    x = old.add_input("x", (2, 3), "float32")
+    legacy = old.add_node("Mul", [x, old.add_input("y", (2,), "float32")], attrs={"broadcast": 1, "axis": 0})
+    assert planned_kernel(legacy) is KERNELS["Mul"]  # y aligned to axis 0: the generic kernel's work
