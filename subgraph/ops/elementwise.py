@@ -118,10 +118,15 @@ def legacy_broadcast(node: Node, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     >>> legacy_broadcast(node, np.zeros((2, 3, 4)), np.ones(3)).shape
     (3, 1)
     """
-    if not node.attrs.get("broadcast", 0) or "axis" not in node.attrs or opset(node) >= 7:  # cheapest test first
+    if not _legacy_axis(node):
         return b
     axis = node.attrs["axis"] + (a.ndim if node.attrs["axis"] < 0 else 0)
     return b.reshape(b.shape + (1,) * (a.ndim - axis - b.ndim))
+
+
+def _legacy_axis(node: Node) -> bool:
+    """Whether ``node`` uses the opset < 7 ``broadcast=1, axis=k`` form (cheapest test first)."""
+    return bool(node.attrs.get("broadcast", 0)) and "axis" in node.attrs and opset(node) < 7
 
 
 def _binary(node: Node, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -141,7 +146,7 @@ def binary_ufunc(node: Node) -> np.ufunc | None:
     True
     """
     ufunc = _BINARY.get(node.op)
-    if ufunc is None or node.domain or (node.attrs.get("broadcast", 0) and "axis" in node.attrs and opset(node) < 7):
+    if ufunc is None or node.domain or _legacy_axis(node):
         return None
     return ufunc
 
