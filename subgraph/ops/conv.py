@@ -269,12 +269,12 @@ def _pixel_map(w: np.ndarray, g: Geometry, size: tuple[int, ...]) -> np.ndarray:
 _CHANNELS_LAST_PIXEL_PAIRS = 64
 
 
-def _depthwise_dense(x: np.ndarray, pixel_map: np.ndarray, out: tuple[int, ...]) -> np.ndarray:
+def _depthwise_dense(x: np.ndarray, pixel_map: np.ndarray, out: tuple[int, ...], channels_last: bool) -> np.ndarray:
     """``y[n, c] = pixel_map[c] @ x[n, c]`` over flattened pixels, shaped ``(N, M) + out``;
-    ``pixel_map`` is :func:`_pixel_map`'s, or its ``(P_out, P_in, M)`` transpose for the
-    channels-last form."""
+    ``pixel_map`` is :func:`_pixel_map`'s, or (``channels_last``) its ``(P_out, P_in, M)``
+    transpose."""
     n, m = x.shape[:2]
-    if pixel_map.shape[0] == m:
+    if not channels_last:
         return np.matmul(pixel_map, x.reshape(n, m, -1, 1)).reshape((n, m) + out)
     pixels = x.reshape(n, 1, m, -1).transpose(0, 1, 3, 2)  # (N, 1, P_in, M), a view
     y = np.add.reduce(pixel_map * pixels, axis=2)  # (N, P_out, M)
@@ -307,11 +307,12 @@ def planned_dense_depthwise(node: Node, x_shape: tuple[int, ...]) -> Callable[..
             <= _DENSE_MAP_BYTES):
         return None
     pixel_map = _pixel_map(w, g, x_shape[2:])
-    if out * pixels <= _CHANNELS_LAST_PIXEL_PAIRS and w.shape[0] > out:  # (the shapes tell the forms apart)
+    channels_last = out * pixels <= _CHANNELS_LAST_PIXEL_PAIRS and w.shape[0] > out  # rows of many channels
+    if channels_last:
         pixel_map = np.ascontiguousarray(pixel_map.transpose(1, 2, 0))
 
     def run(x: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
-        y = _depthwise_dense(x, pixel_map, g.out)
+        y = _depthwise_dense(x, pixel_map, g.out, channels_last)
         if bias is not None:
             y += bias.reshape((-1,) + (1,) * len(g.out))
         return y
