@@ -17,6 +17,7 @@ array([0.25, 0.25, 0.25, 0.25], dtype=float32)
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -29,18 +30,21 @@ from subgraph.ops.elementwise import erf
 __all__: list[str] = []
 
 
-#: per float dtype, ReLU's bounds for :func:`~subgraph.ops.common.clip`
-_RELU_BOUNDS: dict[np.dtype, tuple[np.ndarray, np.ndarray]] = {}
+@functools.lru_cache(maxsize=None)
+def _bounds(dtype: np.dtype, low: float, high: float) -> tuple[np.ndarray, np.ndarray]:
+    """``low`` and ``high`` as 0-d arrays of ``dtype`` for :func:`~subgraph.ops.common.clip`,
+    made once per dtype (read-only: every call shares them)."""
+    pair = np.asarray(low, dtype), np.asarray(high, dtype)
+    for bound in pair:
+        bound.flags.writeable = False
+    return pair
 
 
 @register_kernel("Relu")
 def _relu(node: Node, x: np.ndarray) -> np.ndarray:
     if x.dtype.kind != "f":
         return np.maximum(x, 0)
-    bounds = _RELU_BOUNDS.get(x.dtype)
-    if bounds is None:
-        bounds = _RELU_BOUNDS.setdefault(x.dtype, (np.zeros((), x.dtype), np.asarray(np.inf, x.dtype)))
-    return clip(x, *bounds)  # a clip runs numpy's SIMD loop: 2-3x np.maximum(x, 0) from 16 Ki elements
+    return clip(x, *_bounds(x.dtype, 0.0, np.inf))  # numpy's SIMD clip loop: 2-3x np.maximum(x, 0) from 16 Ki
 
 
 @register_kernel("LeakyRelu")
@@ -94,14 +98,14 @@ def _hard_sigmoid(node: Node, x: np.ndarray) -> np.ndarray:
     beta = np.asarray(node.attrs.get("beta", 0.5), x.dtype)
     y = x * alpha
     y += beta
-    return clip(y, np.zeros((), x.dtype), np.ones((), x.dtype), y)
+    return clip(y, *_bounds(x.dtype, 0.0, 1.0), y)
 
 
 @register_kernel("HardSwish")
 def _hard_swish(node: Node, x: np.ndarray) -> np.ndarray:
     y = x * np.asarray(1 / 6, x.dtype)  # one new array, the other passes in place
     y += np.asarray(0.5, x.dtype)
-    clip(y, np.zeros((), x.dtype), np.ones((), x.dtype), y)
+    clip(y, *_bounds(x.dtype, 0.0, 1.0), y)
     y *= x
     return y
 
