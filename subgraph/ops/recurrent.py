@@ -178,6 +178,10 @@ class _Weights:
         self.peep = None  # LSTM's i, o, f: [dirs, 3, hidden], halved with their gates
         if p is not None and p.size:
             self.peep = (p.reshape(dirs, 3 * hidden) * scale[:, :3 * hidden]).reshape(dirs, 3, hidden)
+        # what a call would otherwise rebuild from the weights, made on first use (read-only)
+        self._products: dict[tuple[int | None, int | None], Callable[[np.ndarray, np.ndarray], None]] = {}
+        self._columns: dict[tuple[str, int], np.ndarray] = {}
+        self._states: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}  # by id: value, state
 
     def gate(self, k: int) -> Activation:
         """Activation ``k``, in place (clipping first when the op says so)."""
@@ -190,6 +194,70 @@ class _Weights:
             return act(values)
         return clipped
 
+    def product(self, rows: slice = slice(None)) -> Callable[[np.ndarray, np.ndarray], None]:
+        """``(h, out)``: ``out`` = the recurrent product of the gate rows ``rows`` with ``h``
+        (its matrix made once)."""
+        key = (rows.start, rows.stop)
+        product = self._products.get(key)
+        if product is None:
+            product = self._products[key] = self._product(rows)
+        return product
+
+    def _product(self, rows: slice) -> Callable[[np.ndarray, np.ndarray], None]:
+        dirs = self.dirs
+        if self.block:
+            recurrent = self.recurrent.reshape(self.width, -1)[rows].reshape(-1, self.hidden * dirs)
+            recurrent = np.ascontiguousarray(recurrent)
+
+            def product(h: np.ndarray, out: np.ndarray) -> None:
+                np.dot(recurrent, h, out=out)
+            return product
+        per_direction = np.ascontiguousarray(self.recurrent[:, rows])
+
+        def product_each(h: np.ndarray, out: np.ndarray) -> None:
+            h, out = h.reshape(-1, dirs, h.shape[-1]), out.reshape(-1, dirs, out.shape[-1])
+            for d in range(dirs):
+                np.matmul(per_direction[d], h[:, d], out=out[:, d])
+        return product_each
+
+    def per_column(self, name: str, batch: int) -> np.ndarray:
+        """Per-direction values [dirs, n] (``name``: ``"peep0"``-``"peep2"``, LSTM's i, o, f
+        peepholes, or ``"candidate"``, GRU's h-gate recurrent bias) as [n * directions,
+        batch], made once per batch."""
+        key = (name, batch)
+        columns = self._columns.get(key)
+        if columns is None:
+            values = (self.recurrent_bias[:, 2 * self.hidden:] if name == "candidate"
+                      else self.peep[:, int(name[-1])])
+            columns = np.ascontiguousarray(np.repeat(values.T[:, :, None], batch, axis=2)).reshape(-1, batch)
+            columns.flags.writeable = False
+            self._columns[key] = columns
+        return columns
+
+    def state(self, value: np.ndarray | None, layout: int, batch: int, dtype: np.dtype) -> np.ndarray:
+        """An initial state ``[dirs, batch, hidden]`` (``[batch, dirs, hidden]`` in layout
+        1) as the steps read it, ``[hidden * directions, its batch]``, read-only; zeros of
+        ``batch`` columns when absent. Zeros and the node's constant states (see
+        :meth:`keep_state`) are made once."""
+        if value is None or value.size == 0:
+            key = (f"zeros {np.dtype(dtype).str}", batch)
+            zeros = self._columns.get(key)
+            if zeros is None:
+                zeros = self._columns[key] = np.zeros((self.hidden * self.dirs, batch), dtype)
+                zeros.flags.writeable = False
+            return zeros
+        kept = self._states.get((id(value), layout))
+        if kept is not None and kept[0] is value:
+            return kept[1]
+        value = np.swapaxes(value, 0, 1) if layout else value  # [dirs, batch, hidden]
+        state = np.ascontiguousarray(value.transpose(2, 0, 1)).reshape(self.hidden * self.dirs, -1)
+        state.flags.writeable = False  # (the steps never write a state they are given)
+        return state
+
+    def keep_state(self, value: np.ndarray, layout: int) -> None:
+        """Prepare the constant initial state ``value`` now, for every call given it."""
+        self._states[(id(value), layout)] = (value, self.state(value, layout, 0, value.dtype))
+
 
 class _Setup:
     """One call's sequence: layout, lengths, initial states, and the projected input of
@@ -199,56 +267,31 @@ class _Setup:
     def __init__(self, node: Node, x: np.ndarray, weights: _Weights, lens: np.ndarray | None,
                  initial: list[np.ndarray | None]) -> None:
         self.weights = weights
-        self.layout = int(node.attrs.get("layout", 0))
-        x = np.swapaxes(x, 0, 1) if self.layout else x  # [seq, batch, input]
+        self.layout = layout = int(node.attrs.get("layout", 0))
+        x = np.swapaxes(x, 0, 1) if layout else x  # [seq, batch, input]
         self.dtype = x.dtype
-        self.steps, self.batch = x.shape[:2]
+        self.steps, self.batch = steps, batch = x.shape[:2]
         dirs, width = weights.dirs, weights.width
-        self.columns = dirs * self.batch
-        self.lens = (None if lens is None or lens.size == 0 or np.all(lens >= self.steps)
+        self.lens = (None if lens is None or lens.size == 0 or np.all(lens >= steps)
                      else lens.astype(np.int64).reshape(-1))
-        self.states = [self._state(s) for s in initial]
-        projected = x.reshape(self.steps * self.batch, -1) @ weights.input
+        self.states = [weights.state(s, layout, batch, self.dtype) for s in initial]
+        for state in self.states:
+            if state.shape[1] != batch:
+                raise ValueError(f"an initial state has batch {state.shape[1]}, the input {batch}")
+        projected = x.reshape(steps * batch, -1) @ weights.input
         projected += weights.input_bias  # (while contiguous: a strided add costs numpy far more)
-        projected = projected.reshape(self.steps, self.batch, dirs, width)
-        self.inputs = np.empty((self.steps, width, dirs, self.batch), self.dtype)
-        for d, reverse in enumerate(weights.reverse):
-            self.inputs[:, :, d] = projected[::-1 if reverse else 1, :, d].transpose(0, 2, 1)
-        self.inputs = self.inputs.reshape(self.steps, width * dirs, self.batch)
-
-    def _state(self, value: np.ndarray | None) -> np.ndarray:
-        """An initial state as [hidden * directions, batch] (zeros when absent)."""
-        rows = self.weights.hidden * self.weights.dirs
-        if value is None or value.size == 0:
-            return np.zeros((rows, self.batch), self.dtype)
-        value = np.swapaxes(value, 0, 1) if self.layout else value  # [dirs, batch, hidden]
-        return np.ascontiguousarray(value.transpose(2, 0, 1)).reshape(rows, self.batch)
+        projected = projected.reshape(steps, batch, dirs, width)
+        if dirs == 1:
+            self.inputs = np.ascontiguousarray(projected[::-1 if weights.reverse[0] else 1, :, 0].transpose(0, 2, 1))
+        else:
+            inputs = np.empty((steps, width, dirs, batch), self.dtype)
+            for d, reverse in enumerate(weights.reverse):
+                inputs[:, :, d] = projected[::-1 if reverse else 1, :, d].transpose(0, 2, 1)
+            self.inputs = inputs.reshape(steps, width * dirs, batch)
 
     def buffer(self, rows: int) -> np.ndarray:
         """``rows`` rows of every direction: [rows * directions, batch]."""
         return np.empty((rows * self.weights.dirs, self.batch), self.dtype)
-
-    def per_column(self, values: np.ndarray) -> np.ndarray:
-        """Per-direction ``values`` [dirs, n] as [n * directions, batch]."""
-        return np.ascontiguousarray(np.repeat(values.T[:, :, None], self.batch, axis=2)).reshape(-1, self.batch)
-
-    def product(self, rows: slice = slice(None)) -> Callable[[np.ndarray, np.ndarray], None]:
-        """``(h, out)``: ``out`` = the recurrent product of the gate rows ``rows`` with ``h``."""
-        weights, batch, dirs = self.weights, self.batch, self.weights.dirs
-        if weights.block:
-            recurrent = weights.recurrent.reshape(weights.width, -1)[rows].reshape(-1, weights.hidden * dirs)
-            recurrent = np.ascontiguousarray(recurrent)
-
-            def product(h: np.ndarray, out: np.ndarray) -> None:
-                np.dot(recurrent, h, out=out)
-            return product
-        per_direction = np.ascontiguousarray(weights.recurrent[:, rows])
-
-        def product_each(h: np.ndarray, out: np.ndarray) -> None:
-            h, out = h.reshape(-1, dirs, batch), out.reshape(-1, dirs, batch)
-            for d in range(dirs):
-                np.matmul(per_direction[d], h[:, d], out=out[:, d])
-        return product_each
 
     def run(self, node: Node, step: Callable[..., list[np.ndarray]]) -> tuple[np.ndarray, ...]:
         """``step(inputs, state, out)`` for every step, all directions at once; it writes the
@@ -268,11 +311,15 @@ class _Setup:
                 state = [np.where(on, n.reshape(hidden, dirs, batch), s.reshape(hidden, dirs, batch)).reshape(-1, batch)
                          for n, s in zip(new, state)]
                 np.copyto(out.reshape(hidden, dirs, batch), 0, where=~on)
-        y = np.empty((steps, dirs, batch, hidden), self.dtype)
         by_direction = ys.reshape(steps, hidden, dirs, batch)
-        for d, reverse in enumerate(weights.reverse):  # back to time order, [batch, hidden]
-            y[:, d] = by_direction[::-1 if reverse else 1, :, d].transpose(0, 2, 1)
-        finals = [np.ascontiguousarray(s.reshape(hidden, dirs, batch).transpose(1, 2, 0)) for s in state]
+        if dirs == 1:  # back to time order, [batch, hidden]
+            y = np.ascontiguousarray(by_direction[::-1 if weights.reverse[0] else 1, :, 0].transpose(0, 2, 1))[:, None]
+        else:
+            y = np.empty((steps, dirs, batch, hidden), self.dtype)
+            for d, reverse in enumerate(weights.reverse):
+                y[:, d] = by_direction[::-1 if reverse else 1, :, d].transpose(0, 2, 1)
+        # (copies: with no steps, a state is still the read-only initial one)
+        finals = [np.array(s.reshape(hidden, dirs, batch).transpose(1, 2, 0), order="C") for s in state]
         if self.layout:
             y = np.ascontiguousarray(np.transpose(y, (2, 0, 1, 3)))
             finals = [np.ascontiguousarray(np.swapaxes(s, 0, 1)) for s in finals]
@@ -281,11 +328,11 @@ class _Setup:
 
 def _lstm_step(weights: _Weights, setup: _Setup) -> Callable[..., list[np.ndarray]]:
     rows = weights.hidden * weights.dirs  # one gate's rows
-    product = setup.product()
+    product = weights.product()
     z = setup.buffer(4 * weights.hidden)
     i, o, f, g = (z[k * rows:(k + 1) * rows] for k in range(4))
     ifo = z[:3 * rows]
-    peep = None if weights.peep is None else [setup.per_column(weights.peep[:, k]) for k in range(3)]
+    peep = None if weights.peep is None else [weights.per_column(f"peep{k}", setup.batch) for k in range(3)]
     # halved sigmoids on i, o, f and a tanh on c: one tanh for all four, then 0.5 * t + 0.5
     one_tanh = peep is None and weights.fused and weights.tanh[1]
     f_act, g_act, h_act = weights.gate(0), weights.gate(1), weights.acts[2]  # (no clip on h, as onnxruntime)
@@ -334,12 +381,12 @@ def _gru_step(weights: _Weights, setup: _Setup) -> Callable[..., list[np.ndarray
     if before_reset:  # r * (h Rh + Rbh): one product for the three gates
         z = setup.buffer(3 * hidden)
         zr, candidate = z[:2 * rows], z[2 * rows:]
-        product = setup.product()
-        candidate_bias = setup.per_column(weights.recurrent_bias[:, 2 * hidden:])
+        product = weights.product()
+        candidate_bias = weights.per_column("candidate", setup.batch)
     else:  # (r * h) Rh: the h gate's product waits for r
         zr, candidate, reset_h = setup.buffer(2 * hidden), setup.buffer(hidden), setup.buffer(hidden)
-        product = setup.product(slice(0, 2 * hidden))
-        candidate_product = setup.product(slice(2 * hidden, 3 * hidden))
+        product = weights.product(slice(0, 2 * hidden))
+        candidate_product = weights.product(slice(2 * hidden, 3 * hidden))
     update, reset = zr[:rows], zr[rows:]
     add, multiply, subtract = np.add, np.multiply, np.subtract
     gates, rest = slice(0, 2 * rows), slice(2 * rows, None)
@@ -367,7 +414,7 @@ def _gru_step(weights: _Weights, setup: _Setup) -> Callable[..., list[np.ndarray
 
 
 def _rnn_step(weights: _Weights, setup: _Setup) -> Callable[..., list[np.ndarray]]:
-    product, act, add = setup.product(), weights.gate(0), np.add
+    product, act, add = weights.product(), weights.gate(0), np.add
 
     def step(inputs, state, out):
         product(state[0], out)
@@ -405,6 +452,9 @@ def planned_recurrent(node: Node) -> Kernel | None:
     planned = [None if v is None else v.data for v in given]
     try:
         weights = _Weights(node, *planned[:3], planned[3] if len(planned) > 3 else None)
+        for i in (5, 6)[:_STATES[node.op]]:
+            if i < len(node.inputs) and node.inputs[i] is not None and node.inputs[i].data is not None:
+                weights.keep_state(node.inputs[i].data, int(node.attrs.get("layout", 0)))
     except (ValueError, IndexError, KeyError, TypeError):  # the generic kernel raises it on the run
         return None
 

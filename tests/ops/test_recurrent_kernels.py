@@ -117,3 +117,31 @@ def test_custom_activation_parameters_stay_on_onnx_reference():
     node = graph.add_node("RNN", [x, x, x], attrs={"hidden_size": 2, "activations": ["LeakyRelu"],
                                                    "activation_alpha": [0.1]}, outputs=2)
     assert node_path(node) == "reference"
+
+
+@pytest.mark.parametrize("op, states", [("LSTM", True), ("GRU", True), ("RNN", False)])
+def test_outputs_are_fresh_arrays_though_states_are_prepared_once(op, states):
+    """The planned kernel keeps the node's constant initial states (and zeros) in the steps'
+    layout, read-only; every call's outputs are arrays of its own, writable, sharing nothing."""
+    model, feeds, want, outputs = cell(op, {}, lens=False, states=states)
+    graph = subgraph.from_onnx(model)
+    node = graph.node("cell")
+    kernel = recurrent.planned_recurrent(node)
+    arrays = [feeds["x"]] + [None if v is None else v.data for v in node.inputs[1:]]
+    first = kernel(node, *arrays)
+    for value in first:
+        assert value.flags.writeable and value.flags.c_contiguous
+        value[...] = 7.0
+    second = kernel(node, *arrays)
+    for name, value, reference in zip(outputs, second, want):
+        np.testing.assert_allclose(value, reference, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_an_initial_state_of_another_batch_is_refused_naming_the_node():
+    model, feeds, _, _ = cell("GRU", {}, lens=False, states=True)
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "batch"
+    graph = subgraph.from_onnx(model)
+    x = np.concatenate([feeds["x"], feeds["x"]], axis=1)  # batch 6 against h0's 3
+    with pytest.raises(subgraph.SubgraphError, match=r"cell.*GRU|GRU.*cell") as info:
+        subgraph.run(graph, {"x": x})
+    assert "batch 3, the input 6" in str(info.value)
