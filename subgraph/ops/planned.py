@@ -45,7 +45,8 @@ from subgraph.errors import SubgraphError
 from subgraph.ir import Node
 from subgraph.ops.blas import BLAS_SERIAL_MACS
 from subgraph.ops.common import normalize_axis
-from subgraph.ops.conv import flat_fits, planned_banded_depthwise, planned_dense_depthwise, trimmed_conv
+from subgraph.ops.conv import (flat_fits, planned_banded_depthwise, planned_dense_depthwise, planned_pointwise,
+                               trimmed_conv)
 from subgraph.ops.elementwise import binary_ufunc
 from subgraph.ops.index import check_indices, index_limits
 from subgraph.ops.kn2row import kn2row_conv, kn2row_fits, kn2row_weights
@@ -191,13 +192,13 @@ def _planned_gemm(node: Node, kernel: Kernel, shapes: list, out: tuple[int, ...]
 
 
 def _planned_conv(node: Node, kernel: Kernel, planned_in: tuple[int, ...]) -> Kernel:
-    """A depthwise Conv on a small image by its pixel map (:func:`planned_dense_depthwise`);
-    else a Conv whose kernel taps read only padding without them (:func:`trimmed_conv`); one
+    """A 1x1 Conv as one product by its weights shaped once (:func:`planned_pointwise`); a
+    depthwise Conv on a small image by its pixel map (:func:`planned_dense_depthwise`); else a Conv whose kernel taps read only padding without them (:func:`trimmed_conv`); one
     that narrows the channels by kn2row with its weights rearranged once
     (:func:`~subgraph.ops.kn2row.kn2row_fits`); the generic kernel where it runs the Conv flat
     (:func:`~subgraph.ops.conv.flat_fits`); else a depthwise one with its banded matrix built
     once (:func:`planned_banded_depthwise`)."""
-    planned = planned_dense_depthwise(node, planned_in)
+    planned = planned_pointwise(node, planned_in) or planned_dense_depthwise(node, planned_in)
     trimmed = None if planned is not None else trimmed_conv(node)
     if planned is None and trimmed is None:
         fits = _fits(node, planned_in)
@@ -213,11 +214,11 @@ def _planned_conv(node: Node, kernel: Kernel, planned_in: tuple[int, ...]) -> Ke
         return kernel
     planned_w = node.inputs[1].data
 
-    def depthwise(node: Node, x: np.ndarray, w: np.ndarray, *rest: Any) -> np.ndarray:
+    def conv(node: Node, x: np.ndarray, w: np.ndarray, *rest: Any) -> np.ndarray:
         if x.shape == planned_in and w is planned_w and x.dtype == np.float32:
             return planned(x, rest[0] if rest else None)
         return kernel(node, x, w, *rest)
-    return depthwise
+    return conv
 
 
 def _fits(node: Node, planned_in: tuple[int, ...]) -> Any:

@@ -216,6 +216,65 @@ def test_a_channel_narrowing_conv_gets_its_weights_rearranged_once(x_shape, w_sh
                                rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("x_shape, out_channels, bias, block", [
+    ((1, 32, 16, 16), 16, True, True),      # MobileNet's 1x1: a bias block of 16 KiB
+    ((2, 24, 4, 4), 144, True, True),       # batch 2: the block broadcast over images
+    ((1, 8, 5), 12, True, True),            # 1-D
+    ((1, 16, 8, 8), 8, False, False),       # no bias
+    ((1, 4, 160, 160), 8, True, False),     # a block of 800 KiB: the bias column instead
+])
+def test_a_pointwise_conv_is_one_product_by_weights_shaped_once(x_shape, out_channels, bias, block):
+    """A 1x1 Conv (stride 1, no pads, one group) runs as ``W @ X`` with the generic kernel's
+    numbers, its constant bias added from a block made once while that stays small; other
+    weights, another bias or another shape run the generic kernel."""
+    from subgraph.ops import conv as conv_module
+
+    w = RNG.standard_normal((out_channels, x_shape[1]) + (1,) * (len(x_shape) - 2)).astype(np.float32)
+    b = RNG.standard_normal(out_channels).astype(np.float32)
+    g = Graph("g", opset={"": 17})
+    inputs = [g.add_input("x", x_shape, "float32"), g.add_constant("w", w)] + ([g.add_constant("b", b)] if bias else [])
+    node = g.add_node("Conv", inputs, name="n")
+    g.set_outputs(node.outputs)
+    infer_shapes(g)
+    assert conv_module.planned_pointwise(node, x_shape) is not None
+    planned = planned_kernel(node)
+    data = RNG.standard_normal(x_shape).astype(np.float32)
+    rest = [b] if bias else []
+    want = KERNELS["Conv"](node, data, w, *rest)
+    got = planned(node, data, node.inputs[1].data, *(node.inputs[2].data,) if bias else ())
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert got.shape == want.shape == g.outputs[0].shape and got.dtype == np.float32
+    np.testing.assert_allclose(Executor(g).run({"x": data})[g.outputs[0].name], want, rtol=1e-5, atol=1e-5)
+    adds = conv_module._planned_bias(node, (int(np.prod(x_shape[2:])),))
+    arrays = [c.cell_contents for c in adds.__closure__ if isinstance(c.cell_contents, np.ndarray)]
+    assert any(a.shape == (out_channels, np.prod(x_shape[2:])) for a in arrays) is block  # the block, made once
+    if bias:  # another bias array: its own column
+        other_bias = b + 1
+        np.testing.assert_allclose(planned(node, data, node.inputs[1].data, other_bias),
+                                   KERNELS["Conv"](node, data, w, other_bias), rtol=1e-5, atol=1e-5)
+    other = w * 2
+    np.testing.assert_allclose(planned(node, data, other, *rest), KERNELS["Conv"](node, data, other, *rest),
+                               rtol=1e-5, atol=1e-5)
+    wider = RNG.standard_normal(x_shape[:-1] + (x_shape[-1] + 1,)).astype(np.float32)
+    np.testing.assert_allclose(planned(node, wider, node.inputs[1].data, *rest), KERNELS["Conv"](node, wider, w, *rest),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("w_shape, attrs", [
+    ((8, 16, 3, 3), {"pads": [1, 1, 1, 1]}),    # a 3x3 kernel
+    ((8, 16, 1, 1), {"strides": [2, 2]}),       # strided
+    ((8, 16, 1, 1), {"pads": [1, 1, 1, 1]}),    # padded
+    ((8, 4, 1, 1), {"group": 4}),               # grouped
+])
+def test_only_a_plain_pointwise_conv_is_planned_as_one_product(w_shape, attrs):
+    from subgraph.ops.conv import planned_pointwise
+
+    g = Graph("g", opset={"": 17})
+    node = g.add_node("Conv", [g.add_input("x", (1, 16, 8, 8), "float32"),
+                               g.add_constant("w", np.ones(w_shape, np.float32))], attrs=attrs)
+    assert planned_pointwise(node, (1, 16, 8, 8)) is None
+
+
 @pytest.mark.parametrize("op, a_shape, b_shape, c_shape, attrs", [
     ("MatMul", (16, 64), (64, 32), None, {}),
     ("MatMul", (2, 16, 64), (64, 32), None, {}),               # a stack by one matrix: one product of all rows
