@@ -27,7 +27,8 @@ from subgraph.ir import Node
 from subgraph.ops.registry import native_dtypes
 
 __all__ = ["NEWEST_OPSET", "ONNX_DTYPES", "ONNX_DTYPE_NAMES", "opset", "onnx_dtype", "onnx_dtype_code", "normalize_axis", "normalize_axes",
-           "int_list", "node_error", "input_dtype", "dtype_in", "float_inputs", "quiet", "ignoring_fp_conditions", "clip"]
+           "int_list", "node_error", "input_dtype", "dtype_in", "float_inputs", "quiet", "ignoring_fp_conditions", "clip",
+           "CHANNEL_BLOCK_BYTES", "channel_operand"]
 
 try:  # numpy's clip ufunc itself (np.clip is a Python wrapper around it)
     from numpy._core.umath import clip as _clip_ufunc
@@ -43,6 +44,35 @@ except ImportError:  # numpy 1.x keeps it in numpy.core; anything else: the publ
 #: which a clip takes: ``clip(x, 0, inf)`` is ReLU in 14 us on 64 Ki float32 where
 #: ``np.maximum(x, 0)`` takes 45.
 clip = _clip_ufunc
+
+#: per-channel constants (a Conv's bias, a BatchNormalization's scale and shift) are applied
+#: from a block of one image's shape, made once, while the block is this small: numpy
+#: broadcasts a per-channel column one channel row at a time (about 20 ns a row beside the
+#: arithmetic), so on small maps the block's one contiguous pass wins (an add over 960
+#: channels of 2x2: 1.2 against 21 us; 16 channels of 32x32: 2.0 against 4.6)
+CHANNEL_BLOCK_BYTES = 256 << 10
+
+
+def channel_operand(values: np.ndarray, spatial: tuple[int, ...]) -> np.ndarray:
+    """Per-channel ``values`` ``[C]`` as an operand for arrays ``(N, C) + spatial``: a
+    read-only block ``(C,) + spatial`` while it stays within :data:`CHANNEL_BLOCK_BYTES`,
+    else the column ``(C, 1, ...)``. Made once per node, at plan time.
+
+    Examples
+    --------
+    >>> channel_operand(np.array([1.0, 2.0], np.float32), (3,))
+    array([[1., 1., 1.],
+           [2., 2., 2.]], dtype=float32)
+    >>> channel_operand(np.ones(2, np.float32), (1024, 1024)).shape
+    (2, 1, 1)
+    """
+    column = values.reshape((-1,) + (1,) * len(spatial))
+    if values.nbytes * int(np.prod(spatial)) > CHANNEL_BLOCK_BYTES:
+        return column
+    block = np.ascontiguousarray(np.broadcast_to(column, values.shape + tuple(spatial)))
+    block.flags.writeable = False
+    return block
+
 
 #: Stand-in opset for a node outside any graph: the newest semantics apply.
 NEWEST_OPSET = 1 << 30

@@ -38,7 +38,7 @@ from numpy.lib.stride_tricks import as_strided
 from subgraph.ir import Node
 from subgraph.ops.blas import BLAS_SERIAL_MACS, matmul
 from subgraph.ops.registry import register_kernel
-from subgraph.ops.common import float_inputs, node_error
+from subgraph.ops.common import channel_operand, float_inputs, node_error
 from subgraph.ops.kn2row import kn2row_conv, kn2row_fits, kn2row_weights
 from subgraph.ops.window import (Geometry, cut_columns, live_taps, node_geometry, pad_spatial, trimmed_pads,
                                  windows)
@@ -282,27 +282,17 @@ def _depthwise_dense(x: np.ndarray, pixel_map: np.ndarray, out: tuple[int, ...],
     return np.ascontiguousarray(y.transpose(0, 2, 1)).reshape((n, m) + out)
 
 
-#: a planned Conv adds its constant bias from a block of one image's output, made once, while the
-#: block is this small: numpy broadcasts a per-channel column one channel row at a time (about
-#: 20 ns a row beside the arithmetic), so on small maps the block's single contiguous add wins
-#: (960 channels of 2x2: 1.2 against 21 us)
-_BIAS_BLOCK_BYTES = 256 << 10
-
-
 def _planned_bias(node: Node, out: tuple[int, ...]) -> Callable[[np.ndarray, np.ndarray | None], np.ndarray]:
     """``add(y, bias)``: ``y += bias`` per channel over outputs of spatial shape ``out``, in
-    place; the node's constant bias from a block made once (:data:`_BIAS_BLOCK_BYTES`)."""
+    place; the node's constant bias as :func:`~subgraph.ops.common.channel_operand` made it."""
     constant = node.inputs[2].data if len(node.inputs) > 2 and node.inputs[2] is not None else None
     column = (-1,) + (1,) * len(out)
-    block = None
-    if (constant is not None and constant.ndim == 1 and constant.dtype == np.float32
-            and constant.nbytes * math.prod(out) <= _BIAS_BLOCK_BYTES):
-        block = np.ascontiguousarray(np.broadcast_to(constant.reshape(column), constant.shape + out))
-        block.flags.writeable = False
+    planned = (channel_operand(constant, out) if constant is not None and constant.ndim == 1
+               and constant.dtype == np.float32 else None)
 
     def add(y: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
         if bias is not None:
-            np.add(y, block if bias is constant and block is not None else bias.reshape(column), y)
+            np.add(y, planned if bias is constant and planned is not None else bias.reshape(column), y)
         return y
     return add
 

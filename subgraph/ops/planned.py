@@ -12,9 +12,12 @@ generic kernel, so results and errors are the generic kernel's in every case.
 LSTM, GRU and RNN with constant weights get them transposed, halved and folded once
 (:func:`~subgraph.ops.recurrent.planned_recurrent`).
 
-A depthwise Conv that runs as a banded matrix product gets its band built once; one on a
-small image (2x2 to 8x8, or 16x16 under a 5x5 kernel) its per-channel pixel map, one small
-matrix product per channel with no taps.
+A 1x1 Conv is one product by its weights shaped once. A depthwise Conv that runs as a
+banded matrix product gets its band built once; one on a small image (2x2 to 8x8, or 16x16
+under a 5x5 kernel) its per-channel pixel map, one small matrix product per channel with no
+taps. These add a constant bias, and a BatchNormalization with constant parameters applies
+its folded scale and shift, from blocks of the output's shape made once where they are
+small (:func:`~subgraph.ops.common.channel_operand`).
 
 A Conv with constant weights whose dilated kernel reaches past a small input (DeepLabV3's
 ASPP: 3x3 taps 12 to 36 apart over a 4x4 map) runs without the taps that read only
@@ -50,6 +53,7 @@ from subgraph.ops.conv import (flat_fits, planned_banded_depthwise, planned_dens
 from subgraph.ops.elementwise import binary_ufunc
 from subgraph.ops.index import check_indices, index_limits
 from subgraph.ops.kn2row import kn2row_conv, kn2row_fits, kn2row_weights
+from subgraph.ops.norm import planned_batch_norm
 from subgraph.ops.recurrent import planned_recurrent
 from subgraph.ops.registry import KERNELS, Kernel
 from subgraph.ops.tensor import slice_index
@@ -125,6 +129,8 @@ def planned_kernel(node: Node) -> Kernel:
         return sliced
     if node.op == "Conv":
         return _planned_conv(node, kernel, planned_in)
+    if node.op == "BatchNormalization":
+        return _planned_batch_norm(node, kernel, planned_in)
     return kernel
 
 
@@ -219,6 +225,20 @@ def _planned_conv(node: Node, kernel: Kernel, planned_in: tuple[int, ...]) -> Ke
             return planned(x, rest[0] if rest else None)
         return kernel(node, x, w, *rest)
     return conv
+
+
+def _planned_batch_norm(node: Node, kernel: Kernel, planned_in: tuple[int, ...]) -> Kernel:
+    """A BatchNormalization with its parameters folded once (:func:`planned_batch_norm`)."""
+    planned = planned_batch_norm(node, planned_in)
+    if planned is None:
+        return kernel
+    params = [v.data for v in node.inputs[1:5]]
+
+    def batch_norm(node: Node, x: np.ndarray, *rest: np.ndarray) -> np.ndarray:
+        if x.shape == planned_in and x.dtype == np.float32 and all(a is b for a, b in zip(rest, params)):
+            return planned(x)
+        return kernel(node, x, *rest)
+    return batch_norm
 
 
 def _fits(node: Node, planned_in: tuple[int, ...]) -> Any:

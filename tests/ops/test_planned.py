@@ -330,3 +330,42 @@ def test_a_binary_op_is_its_ufunc_unless_its_operands_need_the_old_alignment():
     x = old.add_input("x", (2, 3), "float32")
     legacy = old.add_node("Mul", [x, old.add_input("y", (2,), "float32")], attrs={"broadcast": 1, "axis": 0})
     assert planned_kernel(legacy) is KERNELS["Mul"]  # y aligned to axis 0: the generic kernel's work
+
+
+@pytest.mark.parametrize("x_shape", [(1, 1024, 2, 2), (2, 64, 8, 8), (1, 8, 300, 300), (3, 16)])
+def test_a_batch_norm_folds_its_constants_once_with_the_generic_numbers(x_shape):
+    """Scale and shift folded at plan time (blocks on small maps, columns on large ones, a row
+    on 2-D inputs): bit-equal to the generic kernel; other parameters or shapes run it."""
+    channels = x_shape[1]
+    params = [RNG.standard_normal(channels).astype(np.float32) for _ in range(4)]
+    params[3] = np.abs(params[3]) + 0.1  # variances
+    g = Graph("g", opset={"": 15})
+    x = g.add_input("x", x_shape, "float32")
+    node = g.add_node("BatchNormalization", [x] + [g.add_constant(f"p{i}", p) for i, p in enumerate(params)],
+                      attrs={"epsilon": 1e-3}, name="n")
+    g.set_outputs(node.outputs)
+    infer_shapes(g)
+    planned = planned_kernel(node)
+    assert planned is not KERNELS["BatchNormalization"]
+    data = RNG.standard_normal(x_shape).astype(np.float32)
+    constants = [v.data for v in node.inputs[1:]]
+    want = KERNELS["BatchNormalization"](node, data, *params)
+    got = planned(node, data, *constants)
+    np.testing.assert_array_equal(got, want)
+    assert got.shape == x_shape and got.dtype == np.float32 and got.flags.writeable
+    np.testing.assert_array_equal(Executor(g).run({"x": data})[g.outputs[0].name], want)
+    other = [constants[0] * 2] + constants[1:]
+    np.testing.assert_array_equal(planned(node, data, *other), KERNELS["BatchNormalization"](node, data, *other))
+    taller = RNG.standard_normal((x_shape[0] + 1,) + x_shape[1:]).astype(np.float32)
+    np.testing.assert_array_equal(planned(node, taller, *constants), KERNELS["BatchNormalization"](node, taller, *params))
+
+
+def test_a_batch_norm_with_a_parameter_from_the_data_is_not_planned():
+    g = Graph("g", opset={"": 15})
+    x = g.add_input("x", (1, 4, 2, 2), "float32")
+    scale = g.add_input("scale", (4,), "float32")
+    node = g.add_node("BatchNormalization", [x, scale] + [g.add_constant(f"p{i}", np.ones(4, np.float32))
+                                                          for i in range(3)], name="n")
+    g.set_outputs(node.outputs)
+    infer_shapes(g)
+    assert planned_kernel(node) is KERNELS["BatchNormalization"]
