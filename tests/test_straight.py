@@ -196,3 +196,28 @@ def test_a_numpy_scalar_for_a_0d_output_becomes_its_array_or_the_interpreter_s_e
     wrong.run(feeds)
     with pytest.raises(ExecutionError, match=r"node 'root' \(Sqrt\) produced %root with dtype float64, expected float32"):
         wrong.run(feeds)
+
+
+@pytest.mark.parametrize("result, message", [
+    (lambda halves: halves, None),                                          # the tuple, unpacked as it is
+    (lambda halves: list(halves), None),                                    # a list: the interpreter's path
+    (lambda halves: (halves[0], halves[1], halves[1]), None),               # one more: the interpreter keeps two
+    (lambda halves: (halves[0],), r"node 'split' \(Split\) returned 1 output\(s\), expected 2"),
+    (lambda halves: (halves[0], halves[1][:, :2]), r"node 'split' \(Split\) produced %\S+ with shape \[2, 2\], expected \[2, 3\]"),
+    (lambda halves: (halves[0].astype(np.float64), halves[1]), r"node 'split' \(Split\) produced %\S+ with dtype float64"),
+])
+def test_a_node_of_several_outputs_is_checked_on_later_runs(result, message):
+    """A tuple of arrays of the planned shapes and dtypes is taken as it is on later runs;
+    anything else gets the interpreter's conversion, or its message."""
+    graph = mixed_graph()
+    split = op_kernel(graph.node("split"))
+    executor = Executor(graph, kernel_for=on_call("split", 2, lambda n, x: result(tuple(split(n, x)))))
+    feeds = {"x": np.linspace(-2, 2, 12, dtype=np.float32).reshape(2, 6)}
+    first = executor.run(feeds)
+    if message is None:
+        later = executor.run(feeds)
+        for name, value in first.items():
+            np.testing.assert_array_equal(later[name], value)
+    else:
+        with pytest.raises(ExecutionError, match=message):
+            executor.run(feeds)

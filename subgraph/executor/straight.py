@@ -163,7 +163,19 @@ class _Writer:
         else:
             outs = [self._name(name, "v") for _value, name, *_ in writes]
             target = f"{', '.join(outs)}," if outs else "_"
-            self._line(f"{target} = store({i}, k{i}(n{i}{call_args}))", 3, node=i)
+            if outs and check and all(shape is not None for _value, _name, shape, *_ in writes):
+                # a tuple of arrays of the planned shapes and dtypes is unpacked as it is;
+                # anything else goes through the interpreter's checks (2-4 us a node)
+                for j, (_value, _name, shape, dtype, _fixed) in enumerate(writes):
+                    self.scope[f"t{i}_{j}"] = (shape, dtype)
+                tests = " and ".join(f"r[{j}].__class__ is ndarray and (r[{j}].shape, r[{j}].dtype) == t{i}_{j}"
+                                     for j in range(len(outs)))
+                self._line(f"r = k{i}(n{i}{call_args})", 3, node=i)
+                self._line(f"{target} = r if r.__class__ is tuple and len(r) == {len(outs)} and {tests} "
+                           f"else store({i}, r)", 3, node=i)
+                self._line("del r", 3)
+            else:
+                self._line(f"{target} = store({i}, k{i}(n{i}{call_args}))", 3, node=i)
         if not self.static and outs:
             self._line(f"live += {' + '.join(o + '.nbytes' for o in outs)}", 3)
             self._line("if live > peak: peak = live", 3)
