@@ -199,8 +199,9 @@ def _planned_gemm(node: Node, kernel: Kernel, shapes: list, out: tuple[int, ...]
 
 def _planned_conv(node: Node, kernel: Kernel, planned_in: tuple[int, ...]) -> Kernel:
     """A 1x1 Conv as one product by its weights shaped once (:func:`planned_pointwise`); a
-    depthwise Conv on a small image by its pixel map (:func:`planned_dense_depthwise`); else a Conv whose kernel taps read only padding without them (:func:`trimmed_conv`); one
-    that narrows the channels by kn2row with its weights rearranged once
+    depthwise Conv on a small image by its pixel map (:func:`planned_dense_depthwise`); else a
+    Conv whose kernel taps read only padding without them (:func:`trimmed_conv`); one that
+    narrows the channels by kn2row with its weights rearranged once
     (:func:`~subgraph.ops.kn2row.kn2row_fits`); the generic kernel where it runs the Conv flat
     (:func:`~subgraph.ops.conv.flat_fits`); else a depthwise one with its banded matrix built
     once (:func:`planned_banded_depthwise`)."""

@@ -227,12 +227,18 @@ class _Weights:
         key = (name, batch)
         columns = self._columns.get(key)
         if columns is None:
+            self._bound_columns()
             values = (self.recurrent_bias[:, 2 * self.hidden:] if name == "candidate"
                       else self.peep[:, int(name[-1])])
             columns = np.ascontiguousarray(np.repeat(values.T[:, :, None], batch, axis=2)).reshape(-1, batch)
             columns.flags.writeable = False
             self._columns[key] = columns
         return columns
+
+    def _bound_columns(self) -> None:
+        """Batches that vary call after call do not pile up: past 64 entries, start over."""
+        if len(self._columns) >= 64:
+            self._columns.clear()
 
     def state(self, value: np.ndarray | None, layout: int, batch: int, dtype: np.dtype) -> np.ndarray:
         """An initial state ``[dirs, batch, hidden]`` (``[batch, dirs, hidden]`` in layout
@@ -243,6 +249,7 @@ class _Weights:
             key = (f"zeros {np.dtype(dtype).str}", batch)
             zeros = self._columns.get(key)
             if zeros is None:
+                self._bound_columns()
                 zeros = self._columns[key] = np.zeros((self.hidden * self.dirs, batch), dtype)
                 zeros.flags.writeable = False
             return zeros
