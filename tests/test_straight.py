@@ -221,3 +221,41 @@ def test_a_node_of_several_outputs_is_checked_on_later_runs(result, message):
     else:
         with pytest.raises(ExecutionError, match=message):
             executor.run(feeds)
+
+
+@pytest.mark.parametrize("wrap, message", [
+    (lambda y: (y,), None),                                   # an If's or a Loop's one-element tuple
+    (lambda y: [y], None),
+    (lambda y: (y.astype(np.float64),), r"node '7' \(Relu\) produced %7 with dtype float64, expected float32"),
+    (lambda y: (y[:2],), r"node '7' \(Relu\) produced %7 with shape \[2\], expected \[4\]"),
+    (lambda y: (y, y), None),                                 # more than one: the interpreter keeps the first
+])
+def test_a_one_element_sequence_for_one_output_is_its_array_or_the_interpreter_s_error(wrap, message):
+    relu = op_kernel(seed_example().node("7"))
+    executor = Executor(seed_example(), kernel_for=on_call("7", 2, lambda n, x: wrap(relu(n, x))))
+    first = executor.run({"x": X})["7"]
+    if message is None:
+        later = executor.run({"x": X})["7"]
+        assert type(later) is np.ndarray
+        np.testing.assert_array_equal(later, first)
+    else:
+        with pytest.raises(ExecutionError, match=message):
+            executor.run({"x": X})
+
+
+def test_a_numpy_scalar_for_an_unshaped_output_becomes_its_array(monkeypatch):
+    """Values declared without shape or dtype (an If branch's body) are checked by ``fits``:
+    a numpy scalar there is its 0-d array on later runs, without the interpreter's path."""
+    g = Graph("unshaped")
+    a = g.add_input("a", (4,), "float32")
+    total = g.add_node("ReduceSum", [a], name="total", attrs={"keepdims": 0}).outputs[0]
+    g.set_outputs([g.add_node("Reciprocal", [total], name="inverse").outputs[0]])  # no shape inference
+    ex = Executor(g)
+    feeds = {"a": np.full(4, 0.5, np.float32)}
+    assert ex.run(feeds)["inverse"] == np.float32(0.5)
+    stored = []
+    real = ex._store
+    monkeypatch.setattr(ex, "_store", lambda *args: stored.append(args[0].name) or real(*args))
+    later = ex.run(feeds)["inverse"]
+    assert type(later) is np.ndarray and later.shape == () and later.dtype == np.float32 and later == np.float32(0.5)
+    assert stored == []

@@ -74,6 +74,7 @@ class _Writer:
         self.node_at: dict[int, int] = {}  # source line number -> node index
         self.args: list[tuple[str | None, ...]] = []  # per node, the identifiers of its inputs
         self.planned: dict[int, tuple] = {}  # node index -> (shape, dtype) of its one static output
+        self.loose: dict[int, tuple] = {}  # node index -> (value, fixed dims) of its one symbolic output
         for value in graph.inputs:
             self._name(value.name, "v")
         for value in graph.initializers.values():
@@ -156,7 +157,8 @@ class _Writer:
                 self.scope[f"t{i}"] = self.planned[i] = (shape, dtype)
                 test = f"{out}.__class__ is not ndarray or ({out}.shape, {out}.dtype) != t{i}"
             else:
-                self.scope[f"w{i}"], self.scope["fits"] = (value, fixed), fits
+                self.scope[f"w{i}"] = self.loose[i] = (value, fixed)
+                self.scope["fits"] = fits
                 test = f"{out}.__class__ is not ndarray or not fits({out}, *w{i})"
             self._line(f"if {test}: {out} = fix({i}, {out})", 3, node=i)
             outs = [out]
@@ -190,13 +192,23 @@ class _Writer:
 
     def _fix(self, i: int, result: Any) -> np.ndarray:
         """A single output that is not an array of its planned shape and dtype: converted,
-        or refused with the interpreter's message. A numpy scalar of the planned dtype (what
-        a ufunc returns on 0-d arrays: ReduceSum, Sqrt, Greater on a scalar) becomes its 0-d
-        array here, without the interpreter's general path (2 us a node)."""
+        or refused with the interpreter's message. Two common cases are taken here, without
+        the interpreter's general path (2-4 us a node): a numpy scalar (what a ufunc returns
+        on 0-d arrays: ReduceSum, Sqrt, Greater on a scalar, in a branch body too) becomes its
+        0-d array, and a one-element tuple or list (an If's or a Loop's outputs) its array,
+        when that array is what the plan expects."""
+        array = result
         if isinstance(result, np.generic):
-            planned = self.planned.get(i)
-            if planned is not None and planned[0] == () and result.dtype == planned[1]:
-                return np.asarray(result)
+            array = np.asarray(result)
+        elif result.__class__ in (tuple, list) and len(result) == 1:
+            array = result[0]
+        if array.__class__ is np.ndarray and array is not result:
+            if not self.executor.check_shapes:
+                return array
+            planned, loose = self.planned.get(i), self.loose.get(i)
+            if (planned is not None and (array.shape, array.dtype) == planned) or (
+                    loose is not None and fits(array, *loose)):
+                return array
         return self._store(i, result)[0]
 
     def _failure(self, exc: Exception, frame: dict[str, Any]) -> ExecutionError:
