@@ -44,7 +44,7 @@ from subgraph.ops.window import (Geometry, cut_columns, live_taps, node_geometry
                                  windows)
 
 __all__ = ["conv", "conv_transpose", "flat_fits", "planned_banded_depthwise", "planned_dense_depthwise",
-           "planned_pointwise", "trimmed_conv"]
+           "planned_flat", "planned_pointwise", "trimmed_conv"]
 
 
 @register_kernel("Conv", supports=float_inputs)
@@ -179,21 +179,58 @@ def _flat_conv(x: np.ndarray, w: np.ndarray, groups: int, g: Geometry, bias: np.
     row read padding or the next row; they are computed and dropped when the bias is
     added. The padded image gets the extra bottom rows the last of them read.
     """
-    n, channels, height, width = x.shape
-    m, per_group = w.shape[:2]
-    (kh, kw), stride, (oh, ow) = g.kernel, g.strides[0], g.out
-    wp = width + g.begin[1] + g.end[1]
-    length = oh * wp
-    reach = (kh - 1) * wp + kw - 1 + stride * (length - 1) + 1  # flat elements the last tap reads
-    rows = max(-(-reach // wp), height + g.begin[0] + g.end[0])
-    padded = np.ascontiguousarray(pad_spatial(x, g.begin, (rows - height - g.begin[0], g.end[1])))
-    st = padded.strides
-    item = st[3]
-    taps = as_strided(padded, (n, channels, kh, kw, length), (st[0], st[1], wp * item, item, stride * item),
-                      writeable=False)
-    depth = per_group * kh * kw
-    cols = taps.reshape(n, groups, depth, length)  # the one copy
-    return cut_columns(matmul(w.reshape(groups, m // groups, depth), cols).reshape(n, m, oh, wp), ow, bias)
+    layout = _FlatLayout(x.shape, w.shape, groups, g, x.dtype)
+    return layout.run(x, w.reshape(layout.weights_shape), bias)
+
+
+class _FlatLayout:
+    """:func:`_flat_conv`'s arithmetic of shapes and strides for one input shape, worked out
+    once (a planned Conv keeps it: its Python is a tenth of a small layer's call)."""
+
+    def __init__(self, x_shape: tuple[int, ...], w_shape: tuple[int, ...], groups: int, g: Geometry,
+                 dtype: np.dtype) -> None:
+        n, channels, height, width = x_shape
+        m, per_group = w_shape[:2]
+        (kh, kw), stride, (oh, ow) = g.kernel, g.strides[0], g.out
+        wp = width + g.begin[1] + g.end[1]
+        length = oh * wp
+        reach = (kh - 1) * wp + kw - 1 + stride * (length - 1) + 1  # flat elements the last tap reads
+        rows = max(-(-reach // wp), height + g.begin[0] + g.end[0])
+        self.begin, self.end = g.begin, (rows - height - g.begin[0], g.end[1])
+        item = np.dtype(dtype).itemsize
+        image, plane = channels * rows * wp * item, rows * wp * item
+        # the taps of the padded image (N, C, rows, Wp), as a view of its buffer
+        self.taps = ((n, channels, kh, kw, length), (image, plane, wp * item, item, stride * item))
+        depth = per_group * kh * kw
+        self.columns = (n, groups, depth, length)
+        self.weights_shape = (groups, m // groups, depth)
+        self.rows_shape, self.width = (n, m, oh, wp), ow
+
+    def run(self, x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+        padded = np.ascontiguousarray(pad_spatial(x, self.begin, self.end))
+        taps = np.ndarray(self.taps[0], padded.dtype, padded, 0, self.taps[1])  # (as_strided costs 5-8 us more)
+        cols = taps.reshape(self.columns)  # the one copy
+        return cut_columns(matmul(weights, cols).reshape(self.rows_shape), self.width, bias)
+
+
+def planned_flat(node: Node, x_shape: tuple[int, ...]) -> Callable[..., np.ndarray] | None:
+    """For a Conv with constant float32 weights that :func:`conv` runs flat on inputs of
+    ``x_shape`` (:func:`flat_fits`), ``(x, bias) -> y`` with the checks, the geometry, the
+    layout and the weights' shape worked out once; ``None`` for every other Conv."""
+    w = node.inputs[1].data if len(node.inputs) > 1 and node.inputs[1] is not None else None
+    groups = int(node.attrs.get("group", 1))
+    if (w is None or w.dtype != np.float32 or w.ndim != 4 or len(x_shape) != 4 or x_shape[1] != w.shape[1] * groups
+            or w.shape[0] % groups or tuple(node.attrs.get("kernel_shape", w.shape[2:])) != w.shape[2:]):
+        return None
+    g = node_geometry(node, x_shape[2:], w.shape[2:])
+    if kn2row_fits(x_shape, w.shape, groups, g) or not flat_fits(x_shape, w.shape, groups, g):
+        return None  # (conv asks kn2row first)
+    layout = _FlatLayout(x_shape, w.shape, groups, g, w.dtype)
+    weights = w.reshape(layout.weights_shape)
+
+    def run(x: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+        return layout.run(x, weights, bias)
+    return run
 
 
 def _banded(x_shape: tuple[int, ...], w: np.ndarray, g: Geometry) -> bool:

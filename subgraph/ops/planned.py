@@ -48,8 +48,8 @@ from subgraph.errors import SubgraphError
 from subgraph.ir import Node
 from subgraph.ops.blas import BLAS_SERIAL_MACS
 from subgraph.ops.common import normalize_axis
-from subgraph.ops.conv import (flat_fits, planned_banded_depthwise, planned_dense_depthwise, planned_pointwise,
-                               trimmed_conv)
+from subgraph.ops.conv import (flat_fits, planned_banded_depthwise, planned_dense_depthwise, planned_flat,
+                               planned_pointwise, trimmed_conv)
 from subgraph.ops.elementwise import binary_ufunc
 from subgraph.ops.index import check_indices, index_limits
 from subgraph.ops.kn2row import kn2row_conv, kn2row_fits, kn2row_weights
@@ -202,8 +202,8 @@ def _planned_conv(node: Node, kernel: Kernel, planned_in: tuple[int, ...]) -> Ke
     depthwise Conv on a small image by its pixel map (:func:`planned_dense_depthwise`); else a
     Conv whose kernel taps read only padding without them (:func:`trimmed_conv`); one that
     narrows the channels by kn2row with its weights rearranged once
-    (:func:`~subgraph.ops.kn2row.kn2row_fits`); the generic kernel where it runs the Conv flat
-    (:func:`~subgraph.ops.conv.flat_fits`); else a depthwise one with its banded matrix built
+    (:func:`~subgraph.ops.kn2row.kn2row_fits`); one that runs flat with its layout worked out
+    once (:func:`~subgraph.ops.conv.planned_flat`); else a depthwise one with its banded matrix built
     once (:func:`planned_banded_depthwise`)."""
     planned = planned_pointwise(node, planned_in) or planned_dense_depthwise(node, planned_in)
     trimmed = None if planned is not None else trimmed_conv(node)
@@ -211,8 +211,10 @@ def _planned_conv(node: Node, kernel: Kernel, planned_in: tuple[int, ...]) -> Ke
         fits = _fits(node, planned_in)
         if fits is kn2row_fits:  # its weights rearranged once
             return _kn2row(node, kernel, planned_in)
-        if fits is flat_fits:  # the generic kernel's flat formulation wins there
-            return kernel
+        if fits is flat_fits:  # the flat formulation, its layout worked out once
+            planned = planned_flat(node, planned_in)
+            if planned is None:
+                return kernel
     if planned is None:
         if trimmed is not None:
             return _trimmed(node, kernel, planned_in, *trimmed)

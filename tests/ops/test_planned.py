@@ -369,3 +369,37 @@ def test_a_batch_norm_with_a_parameter_from_the_data_is_not_planned():
     g.set_outputs(node.outputs)
     infer_shapes(g)
     assert planned_kernel(node) is KERNELS["BatchNormalization"]
+
+
+@pytest.mark.parametrize("x_shape, w_shape, attrs", [
+    ((1, 48, 3, 3), (192, 48, 3, 3), {"pads": [1, 1, 1, 1]}),                 # SqueezeNet's 3x3 on 3x3
+    ((2, 8, 12, 10), (8, 8, 3, 3), {"pads": [1, 0, 2, 1]}),                    # batch 2, uneven pads
+    ((1, 16, 9, 9), (32, 4, 3, 3), {"pads": [1, 1, 1, 1], "group": 4}),         # grouped
+    ((1, 24, 32, 32), (24, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 24, "strides": [2, 2]}),  # depthwise, stride 2
+])
+def test_a_flat_conv_keeps_its_layout_with_the_generic_numbers(x_shape, w_shape, attrs, monkeypatch):
+    """A Conv that runs flat gets its layout and checks worked out once: bit-equal to the
+    generic kernel, whose geometry is not asked again; other weights or shapes run it."""
+    import subgraph.ops.conv as conv_module
+
+    w = RNG.standard_normal(w_shape).astype(np.float32)
+    bias = RNG.standard_normal(w_shape[0]).astype(np.float32)
+    g = Graph("g", opset={"": 17})
+    node = g.add_node("Conv", [g.add_input("x", x_shape, "float32"), g.add_constant("w", w), g.add_constant("b", bias)],
+                      name="n", attrs=attrs)
+    g.set_outputs(node.outputs)
+    infer_shapes(g)
+    assert conv_module.planned_flat(node, x_shape) is not None
+    planned = planned_kernel(node)
+    data = RNG.standard_normal(x_shape).astype(np.float32)
+    want = KERNELS["Conv"](node, data, w, bias)
+    asked = []
+    real = conv_module.node_geometry
+    monkeypatch.setattr(conv_module, "node_geometry", lambda *a: asked.append(1) or real(*a))
+    got = planned(node, data, node.inputs[1].data, node.inputs[2].data)
+    np.testing.assert_array_equal(got, want)
+    assert asked == [] and got.shape == g.outputs[0].shape
+    np.testing.assert_array_equal(planned(node, data, w * 2, bias), KERNELS["Conv"](node, data, w * 2, bias))
+    taller = RNG.standard_normal(x_shape[:2] + (x_shape[2] + 1, x_shape[3])).astype(np.float32)
+    np.testing.assert_array_equal(planned(node, taller, node.inputs[1].data, bias), KERNELS["Conv"](node, taller, w, bias))
+    assert asked  # the generic kernel's own geometry for those
