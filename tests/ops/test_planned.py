@@ -29,6 +29,18 @@ def _graph(op: str, x_shape: tuple[int, ...], constant: np.ndarray | None, attrs
     return g, node
 
 
+def _conv(x_shape: tuple[int, ...], w: np.ndarray, bias: np.ndarray | None, attrs: dict | None = None):
+    """A one-Conv graph of constant weights (and bias), its shapes inferred: ``(graph, node)``."""
+    g = Graph("g", opset={"": 17})
+    inputs = [g.add_input("x", x_shape, "float32"), g.add_constant("w", w)]
+    if bias is not None:
+        inputs.append(g.add_constant("b", bias))
+    node = g.add_node("Conv", inputs, name="n", attrs=attrs)
+    g.set_outputs(node.outputs)
+    infer_shapes(g)
+    return g, node
+
+
 CASES = {
     "reshape": ("Reshape", (2, 3, 4), np.array([4, 0, -1]), None),
     "flatten": ("Flatten", (2, 3, 4), None, {"axis": 2}),
@@ -192,11 +204,7 @@ def test_a_channel_narrowing_conv_gets_its_weights_rearranged_once(x_shape, w_sh
 
     w = RNG.standard_normal(w_shape).astype(np.float32)
     bias = RNG.standard_normal(w_shape[0]).astype(np.float32)
-    g = Graph("g", opset={"": 17})
-    node = g.add_node("Conv", [g.add_input("x", x_shape, "float32"), g.add_constant("w", w), g.add_constant("b", bias)],
-                      name="n", attrs=attrs)
-    g.set_outputs(node.outputs)
-    infer_shapes(g)
+    g, node = _conv(x_shape, w, bias, attrs)
     made = []
     real = planned_module.kn2row_weights
     monkeypatch.setattr(planned_module, "kn2row_weights", lambda w: made.append(w.shape) or real(w))
@@ -231,11 +239,7 @@ def test_a_pointwise_conv_is_one_product_by_weights_shaped_once(x_shape, out_cha
 
     w = RNG.standard_normal((out_channels, x_shape[1]) + (1,) * (len(x_shape) - 2)).astype(np.float32)
     b = RNG.standard_normal(out_channels).astype(np.float32)
-    g = Graph("g", opset={"": 17})
-    inputs = [g.add_input("x", x_shape, "float32"), g.add_constant("w", w)] + ([g.add_constant("b", b)] if bias else [])
-    node = g.add_node("Conv", inputs, name="n")
-    g.set_outputs(node.outputs)
-    infer_shapes(g)
+    g, node = _conv(x_shape, w, b if bias else None)
     assert conv_module.planned_pointwise(node, x_shape) is not None
     planned = planned_kernel(node)
     data = RNG.standard_normal(x_shape).astype(np.float32)
@@ -384,11 +388,7 @@ def test_a_flat_conv_keeps_its_layout_with_the_generic_numbers(x_shape, w_shape,
 
     w = RNG.standard_normal(w_shape).astype(np.float32)
     bias = RNG.standard_normal(w_shape[0]).astype(np.float32)
-    g = Graph("g", opset={"": 17})
-    node = g.add_node("Conv", [g.add_input("x", x_shape, "float32"), g.add_constant("w", w), g.add_constant("b", bias)],
-                      name="n", attrs=attrs)
-    g.set_outputs(node.outputs)
-    infer_shapes(g)
+    g, node = _conv(x_shape, w, bias, attrs)
     assert conv_module.planned_flat(node, x_shape) is not None
     planned = planned_kernel(node)
     data = RNG.standard_normal(x_shape).astype(np.float32)
