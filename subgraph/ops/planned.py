@@ -22,7 +22,8 @@ small (:func:`~subgraph.ops.common.channel_operand`).
 A Conv with constant weights whose dilated kernel reaches past a small input (DeepLabV3's
 ASPP: 3x3 taps 12 to 36 apart over a 4x4 map) runs without the taps that read only
 padding, planned the same way; one that narrows the channels (:mod:`~subgraph.ops.kn2row`)
-gets its weights rearranged per kernel row once.
+gets its weights rearranged per kernel row once; one that runs flat (3x3 on small maps) keeps
+its layout and checks worked out once.
 
 Examples
 --------
