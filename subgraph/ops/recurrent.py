@@ -81,7 +81,7 @@ def _half(dtype: np.dtype) -> np.ndarray:
 _ACTIVATIONS: dict[str, Activation] = {
     "sigmoid": _sigmoid,
     "tanh": lambda v: np.tanh(v, v),
-    "relu": lambda v: np.maximum(v, 0, v),
+    "relu": lambda v: np.maximum(v, 0, out=v),
 }
 _DEFAULTS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh"), "RNN": ("Tanh",)}
 #: per gate (in ONNX's weight order), the index of its activation: LSTM i, o, f, c; GRU z, r, h
