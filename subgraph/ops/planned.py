@@ -41,6 +41,7 @@ Examples
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import numpy as np
@@ -54,8 +55,9 @@ from subgraph.ops.conv import (flat_fits, planned_banded_depthwise, planned_dens
 from subgraph.ops.elementwise import binary_ufunc
 from subgraph.ops.index import check_indices, index_limits
 from subgraph.ops.kn2row import kn2row_conv, kn2row_fits, kn2row_weights
-from subgraph.ops.norm import planned_batch_norm
+from subgraph.ops.norm import planned_batch_norm, planned_layer_norm
 from subgraph.ops.recurrent import planned_recurrent
+from subgraph.ops.reduce import planned_mean
 from subgraph.ops.registry import KERNELS, Kernel
 from subgraph.ops.tensor import slice_index
 from subgraph.ops.window import node_geometry
@@ -130,9 +132,29 @@ def planned_kernel(node: Node) -> Kernel:
         return sliced
     if node.op == "Conv":
         return _planned_conv(node, kernel, planned_in)
-    if node.op == "BatchNormalization":
-        return _planned_batch_norm(node, kernel, planned_in)
+    if node.op == "BatchNormalization":  # its parameters folded once
+        return _planned_float32(node, kernel, planned_in, planned_batch_norm(node, planned_in))
+    if node.op in ("GlobalAveragePool", "ReduceMean"):
+        return _planned_float32(node, kernel, planned_in, planned_mean(node, planned_in))
+    if node.op in ("LayerNormalization", "RMSNormalization"):
+        return _planned_float32(node, kernel, planned_in, planned_layer_norm(node, planned_in))
     return kernel
+
+
+def _planned_float32(node: Node, kernel: Kernel, planned_in: tuple[int, ...], planned: Any) -> Kernel:
+    """``planned(x)`` for a float32 ``x`` of the planned shape whose other inputs are the
+    node's constants (checked by identity); the generic ``kernel`` for anything else."""
+    if planned is None:
+        return kernel
+    constants = [None if v is None else v.data for v in node.inputs[1:]]
+    count, float32, same = len(constants), np.dtype(np.float32), operator.is_
+
+    def run(node: Node, x: np.ndarray, *rest: Any) -> np.ndarray:
+        if (x.shape == planned_in and x.dtype == float32 and len(rest) == count
+                and all(map(same, rest, constants))):
+            return planned(x)
+        return kernel(node, x, *rest)
+    return run
 
 
 def _planned_product(node: Node, kernel: Kernel) -> Kernel | None:
@@ -229,20 +251,6 @@ def _planned_conv(node: Node, kernel: Kernel, planned_in: tuple[int, ...]) -> Ke
             return planned(x, rest[0] if rest else None)
         return kernel(node, x, w, *rest)
     return conv
-
-
-def _planned_batch_norm(node: Node, kernel: Kernel, planned_in: tuple[int, ...]) -> Kernel:
-    """A BatchNormalization with its parameters folded once (:func:`planned_batch_norm`)."""
-    planned = planned_batch_norm(node, planned_in)
-    if planned is None:
-        return kernel
-    params = [v.data for v in node.inputs[1:5]]
-
-    def batch_norm(node: Node, x: np.ndarray, *rest: np.ndarray) -> np.ndarray:
-        if x.shape == planned_in and x.dtype == np.float32 and all(a is b for a, b in zip(rest, params)):
-            return planned(x)
-        return kernel(node, x, *rest)
-    return batch_norm
 
 
 def _fits(node: Node, planned_in: tuple[int, ...]) -> Any:

@@ -403,3 +403,91 @@ def test_a_flat_conv_keeps_its_layout_with_the_generic_numbers(x_shape, w_shape,
     taller = RNG.standard_normal(x_shape[:2] + (x_shape[2] + 1, x_shape[3])).astype(np.float32)
     np.testing.assert_array_equal(planned(node, taller, node.inputs[1].data, bias), KERNELS["Conv"](node, taller, w, bias))
     assert asked  # the generic kernel's own geometry for those
+
+
+def _one_node(op: str, x_shape: tuple[int, ...], constants: list, attrs: dict | None = None, opset: int = 23,
+              outputs: int = 1):
+    """A one-node graph: input ``x`` then ``constants`` (``None``: absent; a ``(shape, dtype)``
+    tuple: another graph input), its shapes inferred: ``(graph, node)``."""
+    g = Graph("g", opset={"": opset})
+    inputs = [g.add_input("x", x_shape, "float32")]
+    for i, c in enumerate(constants):
+        inputs.append(None if c is None else g.add_input(f"c{i}", *c) if isinstance(c, tuple)
+                      else g.add_constant(f"c{i}", c))
+    node = g.add_node(op, inputs, attrs=attrs, name="n", outputs=outputs)
+    g.set_outputs(node.outputs)
+    infer_shapes(g)
+    return g, node
+
+
+@pytest.mark.parametrize("op, x_shape, constants, attrs, opset, axes", [
+    ("GlobalAveragePool", (1, 576, 2, 2), [], None, 17, (2, 3)),        # a squeeze-excitation block's
+    ("GlobalAveragePool", (2, 16, 56, 56), [], None, 17, (2, 3)),
+    ("GlobalAveragePool", (1, 8, 5, 4, 3), [], None, 17, (2, 3, 4)),    # 3-D
+    ("ReduceMean", (1, 96, 7, 7), [], {"axes": [2, 3]}, 17, (2, 3)),
+    ("ReduceMean", (1, 96, 7, 7), [], {"axes": [-1, -2], "keepdims": 0}, 17, (2, 3)),
+    ("ReduceMean", (4, 16, 64), [np.array([-1])], None, 18, (2,)),     # axes as a constant input
+])
+def test_a_mean_over_trailing_axes_is_one_product_by_an_averaging_column(op, x_shape, constants, attrs, opset, axes):
+    g, node = _one_node(op, x_shape, constants, attrs, opset)
+    planned = planned_kernel(node)
+    assert planned is not KERNELS[op]
+    data = (RNG.standard_normal(x_shape) + 0.5).astype(np.float32)
+    rest = [v.data for v in node.inputs[1:]]
+    want = KERNELS[op](node, data, *rest)
+    got = planned(node, data, *rest)
+    assert got.shape == want.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)  # float32 sums, in BLAS's order
+    exact = data.astype(np.float64).mean(axis=axes).reshape(want.shape)
+    np.testing.assert_allclose(got, exact, rtol=2e-6, atol=1e-7)
+    wider = RNG.standard_normal((x_shape[0] + 1,) + x_shape[1:]).astype(np.float32)
+    np.testing.assert_array_equal(planned(node, wider, *rest), KERNELS[op](node, wider, *rest))
+
+
+@pytest.mark.parametrize("op, x_shape, constants, attrs, opset", [
+    ("ReduceMean", (1, 96, 7, 7), [], {"axes": [1]}, 17),                 # not the trailing axes
+    ("ReduceMean", (1, 96, 7, 7), [], {"axes": [1, 3]}, 17),
+    ("ReduceMean", (4, 16, 64), [((1,), "int64")], None, 18),              # axes from the data
+    ("ReduceMean", (4, 16, 64), [np.array([], np.int64)], {"noop_with_empty_axes": 1}, 18),
+    ("ReduceMean", (4, 0, 64), [], {"axes": [1, 2]}, 17),                  # no elements: NaN
+])
+def test_means_the_plan_leaves_to_the_generic_kernel(op, x_shape, constants, attrs, opset):
+    g, node = _one_node(op, x_shape, constants, attrs, opset)
+    assert planned_kernel(node) is KERNELS[op]
+
+
+@pytest.mark.parametrize("op, x_shape, axis, bias", [
+    ("LayerNormalization", (1, 16, 64), -1, True),     # a transformer's rows
+    ("LayerNormalization", (2, 3, 4, 5), -2, True),    # two normalised axes
+    ("LayerNormalization", (1, 197, 192), -1, False),  # no bias
+    ("RMSNormalization", (1, 16, 64), -1, False),
+    ("RMSNormalization", (2, 3, 4, 5), 1, False),
+])
+def test_a_normalisation_works_out_its_rows_once_with_the_generic_numbers(op, x_shape, axis, bias):
+    normalised = x_shape[axis % len(x_shape):]
+    constants = [RNG.standard_normal(normalised).astype(np.float32)]
+    if bias:
+        constants.append(RNG.standard_normal(normalised).astype(np.float32))
+    g, node = _one_node(op, x_shape, constants, {"axis": axis, "epsilon": 1e-3})
+    planned = planned_kernel(node)
+    assert planned is not KERNELS[op]
+    data = RNG.standard_normal(x_shape).astype(np.float32)
+    rest = [v.data for v in node.inputs[1:]]
+    want = KERNELS[op](node, data, *rest)
+    got = planned(node, data, *rest)
+    np.testing.assert_array_equal(got, want)
+    assert got.shape == x_shape and got.dtype == np.float32 and got.flags.writeable
+    np.testing.assert_array_equal(Executor(g).run({"x": data})[g.outputs[0].name], want)
+    other = [rest[0] * 2] + rest[1:]
+    np.testing.assert_array_equal(planned(node, data, *other), KERNELS[op](node, data, *other))
+    taller = RNG.standard_normal((x_shape[0] + 1,) + x_shape[1:]).astype(np.float32)
+    np.testing.assert_array_equal(planned(node, taller, *rest), KERNELS[op](node, taller, *rest))
+
+
+def test_normalisations_the_plan_leaves_to_the_generic_kernel():
+    scale = np.ones(64, np.float32)
+    _, from_data = _one_node("LayerNormalization", (1, 16, 64), [((64,), "float32")])
+    _, statistics = _one_node("LayerNormalization", (1, 16, 64), [scale], outputs=3)  # Mean, InvStdDev too
+    _, mismatched = _one_node("RMSNormalization", (1, 16, 64), [np.ones(3, np.float32)])  # the generic error
+    for node in (from_data, statistics, mismatched):
+        assert planned_kernel(node) is KERNELS[node.op]
