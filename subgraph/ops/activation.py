@@ -122,9 +122,14 @@ def _softsign(node: Node, x: np.ndarray) -> np.ndarray:
 
 @register_kernel("Swish")
 def _swish(node: Node, x: np.ndarray) -> np.ndarray:
-    alpha = np.asarray(node.attrs.get("alpha", 1.0), x.dtype)
-    with quiet(over="ignore"):
-        return x / (1 + np.exp(-alpha * x))
+    """``x / (1 + exp(-alpha * x))``: one new array, four passes (SiLU as Sigmoid then Mul
+    makes five and two arrays)."""
+    alpha = node.attrs.get("alpha", 1.0)
+    denominator = np.negative(x) if alpha == 1.0 else np.multiply(x, np.asarray(-alpha, x.dtype))
+    with quiet(over="ignore"):  # exp(-alpha x) -> inf gives the right limit, -0 or 0
+        np.exp(denominator, denominator)
+    denominator += 1
+    return np.divide(x, denominator, out=denominator)
 
 
 @register_kernel("Mish")

@@ -1,4 +1,4 @@
-"""GELU and RMS-normalisation chains fused into one op, exactly where they may be."""
+"""GELU, RMS-normalisation and SiLU chains fused into one op, exactly where they may be."""
 
 from __future__ import annotations
 
@@ -75,6 +75,16 @@ def rms_norm(inverse: str = "div", weight: bool = True, axes=(-1,)) -> Graph:
     return g
 
 
+def silu(x_first: bool = True) -> Graph:
+    """EfficientNet's and Llama's x * sigmoid(x), in both operand orders, then a Relu."""
+    g = Graph("silu", opset={"": 17})
+    x = g.add_input("x", SHAPE, "float32")
+    s = g.add_node("Sigmoid", [x], name="gate").outputs[0]
+    y = g.add_node("Mul", [x, s] if x_first else [s, x], name="silu").outputs[0]
+    g.set_outputs([g.add_node("Relu", [y], name="after").outputs[0]])
+    return g
+
+
 def _run(g: Graph, x: np.ndarray) -> np.ndarray:
     return Executor(g).run({"x": x})[g.outputs[0].name]
 
@@ -90,6 +100,8 @@ def _run(g: Graph, x: np.ndarray) -> np.ndarray:
     (lambda: rms_norm("div", False), "RMSNormalization", {"axis": -1, "epsilon": pytest.approx(1e-6)}, "normed"),
     (lambda: rms_norm("div", True, axes=(2,)), "RMSNormalization", {"axis": -1, "epsilon": pytest.approx(1e-6)},
      "weighted"),
+    (lambda: silu(True), "Swish", {}, "silu"),
+    (lambda: silu(False), "Swish", {}, "silu"),
 ])
 def test_a_chain_becomes_the_one_op_it_spells(build, op, attrs, last):
     g = build()
@@ -116,6 +128,7 @@ def _with_extra_reader(g: Graph, value_name: str) -> Graph:
     lambda: _with_extra_reader(gelu_erf(), "erf"),          # erf's result read outside the chain
     lambda: _with_extra_reader(rms_norm(), "sqrt"),
     lambda: _with_extra_reader(gelu_tanh(), "cube"),
+    lambda: _with_extra_reader(silu(), "gate"),             # the gate read elsewhere (squeeze-excitation)
 ])
 def test_a_value_read_outside_the_chain_keeps_it(build):
     g = build()
@@ -125,7 +138,7 @@ def test_a_value_read_outside_the_chain_keeps_it(build):
 @pytest.mark.parametrize("build, value", [
     (gelu_erf, "plus1"), (gelu_erf, "div"),
     (gelu_tanh, "cube"), (gelu_tanh, "k"), (gelu_tanh, "inner"), (gelu_tanh, "c"),
-    (rms_norm, "square"), (rms_norm, "sqrt"),
+    (rms_norm, "square"), (rms_norm, "sqrt"), (silu, "gate"),
 ])
 def test_a_chain_value_that_is_a_graph_output_keeps_it(build, value):
     g = build()
@@ -133,14 +146,30 @@ def test_a_chain_value_that_is_a_graph_output_keeps_it(build, value):
     assert fuse_elementwise(g) is g
 
 
-@pytest.mark.parametrize("change", ["constant", "axis"])
+@pytest.mark.parametrize("change", ["constant", "axis", "gated"])
 def test_a_chain_with_other_numbers_is_not_the_op(change):
     if change == "constant":  # 1 + erf(x / 2) is no GELU
         g = gelu_erf()
         g.initializers["sqrt2"].data = np.asarray(2.0, np.float32)
-    else:  # a mean over the middle axis is no RMS normalisation over the last
+    elif change == "axis":  # a mean over the middle axis is no RMS normalisation over the last
         g = rms_norm(axes=(1,))
+    else:  # y * sigmoid(x), a squeeze-excitation gate, is no SiLU
+        g = Graph("gate", opset={"": 17})
+        x, y = g.add_input("x", SHAPE, "float32"), g.add_input("y", SHAPE, "float32")
+        g.set_outputs([g.add_node("Mul", [y, g.add_node("Sigmoid", [x]).outputs[0]]).outputs[0]])
     assert fuse_elementwise(g) is g
+
+
+def test_swish_keeps_the_limits_of_x_times_sigmoid():
+    """``x / (1 + exp(-x))`` where ``exp(-x)`` overflows: -0 (or 0), never NaN, and quiet."""
+    g = fuse_elementwise(silu())
+    x = np.array([-1e4, -100.0, -1.0, 0.0, 1.0, 100.0, 1e4, np.inf, -np.inf, np.nan], np.float32)
+    x = np.resize(x, SHAPE).astype(np.float32)
+    with np.errstate(all="raise"):
+        got = _run(g, x)
+    with np.errstate(all="ignore"):
+        want = np.maximum(x.astype(np.float64) / (1 + np.exp(-x.astype(np.float64))), 0)
+    np.testing.assert_allclose(got, want.astype(np.float32), rtol=1e-6, atol=0)
 
 
 def test_the_numpy_device_fuses_unless_told_not_to():
