@@ -95,6 +95,11 @@ class _SubgraphRunner:
     def __call__(self, *arrays):
         return list(self.executor.run(dict(zip(self.names, arrays))).values())
 
+    def run_named(self, feeds):
+        """``{output name: array}`` from ``{input name: array}``: the subgraph's own executor,
+        for a model that is this one subgraph (:meth:`CompiledModel.run`)."""
+        return self.executor.run(feeds)
+
     def op_times(self) -> list[tuple[str, str, float]]:
         ops = {n.name: n.op for n in self.executor.graph.nodes}
         return [(name, ops[name], t) for name, t in self.executor.stats.node_times.items()]
