@@ -124,6 +124,15 @@ def _per_direction(functions: list[Activation]) -> Activation:
     return apply
 
 
+def _lstm_order(values: np.ndarray, hidden: int) -> np.ndarray:
+    """LSTM weights or biases ``[dirs, 4 * hidden, ...]`` with their gate blocks reordered from
+    ONNX's i, o, f, c to o, i, f, c: the step then finds ``[i; f]`` beside ``[c~; c]``."""
+    if values.shape[1] != 4 * hidden:
+        raise ValueError(f"LSTM weights of {values.shape[1]} rows, not 4 * hidden_size = {4 * hidden}")
+    blocks = values.reshape(values.shape[0], 4, hidden, *values.shape[2:])
+    return blocks[:, [1, 0, 2, 3]].reshape(values.shape)
+
+
 #: a block-diagonal recurrent matrix is used up to this many elements (1 MiB of float32)
 #: beyond, the directions' products run one by one (the zero blocks would double the work)
 BLOCK_ELEMENTS = 1 << 18
@@ -137,6 +146,11 @@ class _Weights:
     def __init__(self, node: Node, w: np.ndarray, r: np.ndarray, b: np.ndarray | None,
                  p: np.ndarray | None = None) -> None:
         self.hidden = hidden = int(node.attrs["hidden_size"])
+        if node.op == "LSTM":  # the gates as the step keeps them: o, i, f, c (ONNX: i, o, f, c)
+            w, r = _lstm_order(w, hidden), _lstm_order(r, hidden)
+            if b is not None and b.size:
+                b = np.concatenate([_lstm_order(b[:, :4 * hidden], hidden), _lstm_order(b[:, 4 * hidden:], hidden)],
+                                   axis=1)
         direction = _text(node.attrs.get("direction", "forward"))
         self.reverse = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}[direction]
         self.dirs = dirs = len(self.reverse)
@@ -202,6 +216,12 @@ class _Weights:
         if product is None:
             product = self._products[key] = self._product(rows)
         return product
+
+    def matrix(self) -> np.ndarray | None:
+        """The recurrent product's one matrix (block-diagonal over the directions), for a step
+        that calls ``np.dot(matrix, h, out=z)`` itself; ``None`` when the directions' products
+        run one by one (:meth:`product`)."""
+        return self.recurrent if self.block else None
 
     def _product(self, rows: slice) -> Callable[[np.ndarray, np.ndarray], None]:
         dirs = self.dirs
@@ -335,47 +355,53 @@ class _Setup:
 
 def _lstm_step(weights: _Weights, setup: _Setup) -> Callable[..., list[np.ndarray]]:
     rows = weights.hidden * weights.dirs  # one gate's rows
-    product = weights.product()
-    z = setup.buffer(4 * weights.hidden)
-    i, o, f, g = (z[k * rows:(k + 1) * rows] for k in range(4))
-    ifo = z[:3 * rows]
+    product, matrix = weights.product(), weights.matrix()
+    # the gates o, i, f, c~ and then the cell state c, one buffer: [i; f] * [c~; c] is one multiply
+    zc = setup.buffer(5 * weights.hidden)
+    z, cell = zc[:4 * rows], zc[4 * rows:]
+    o, i, f, g = (z[k * rows:(k + 1) * rows] for k in range(4))
+    oif, gates, values = z[:3 * rows], zc[rows:3 * rows], zc[3 * rows:]
+    products = setup.buffer(2 * weights.hidden)
+    gated, kept = products[:rows], products[rows:]
     peep = None if weights.peep is None else [weights.per_column(f"peep{k}", setup.batch) for k in range(3)]
-    # halved sigmoids on i, o, f and a tanh on c: one tanh for all four, then 0.5 * t + 0.5
+    # halved sigmoids on o, i, f and a tanh on c~: one tanh for all four, then 0.5 * t + 0.5
     one_tanh = peep is None and weights.fused and weights.tanh[1]
     f_act, g_act, h_act = weights.gate(0), weights.gate(1), weights.acts[2]  # (no clip on h, as onnxruntime)
     tanh_h, half = weights.tanh[2], _half(setup.dtype)
-    cells = setup.buffer(weights.hidden), setup.buffer(weights.hidden)  # the final state is copied out
-    add, multiply, tanh = np.add, np.multiply, np.tanh
+    add, multiply, tanh, dot = np.add, np.multiply, np.tanh, np.dot
 
     def step(inputs, state, out):
         h, c = state
-        product(h, z)
+        if c is not cell:  # the initial state, or one a sequence length kept
+            np.copyto(cell, c)
+        if matrix is None:
+            product(h, z)
+        else:  # (the call itself: a Python frame less a step)
+            dot(matrix, h, out=z)
         add(z, inputs, z)
         if one_tanh:
             tanh(z, z)
-            multiply(ifo, half, ifo)
-            add(ifo, half, ifo)
+            multiply(oif, half, oif)
+            add(oif, half, oif)
         else:
             if peep is None:
-                f_act(ifo)
+                f_act(oif)
             else:
-                add(i, peep[0] * c, i)
-                add(f, peep[2] * c, f)
+                add(i, peep[0] * cell, i)
+                add(f, peep[2] * cell, f)
                 f_act(i), f_act(f)
             g_act(g)
-        c_new = cells[0] if c is cells[1] else cells[1]  # the two cell buffers take turns
-        multiply(f, c, c_new)
-        multiply(g, i, g)
-        add(c_new, g, c_new)
+        multiply(gates, values, products)  # [i; f] * [c~; c]
+        add(gated, kept, cell)  # the new c
         if peep is not None:
-            add(o, peep[1] * c_new, o)
+            add(o, peep[1] * cell, o)
             f_act(o)
         if tanh_h:
-            tanh(c_new, g)  # (g is read for the last time above)
+            tanh(cell, g)  # (c~ is read for the last time above)
         else:
-            np.copyto(g, c_new)
+            np.copyto(g, cell)
             h_act(g)
-        return [multiply(g, o, out), c_new]
+        return [multiply(g, o, out), cell]
 
     return step
 
@@ -388,20 +414,23 @@ def _gru_step(weights: _Weights, setup: _Setup) -> Callable[..., list[np.ndarray
     if before_reset:  # r * (h Rh + Rbh): one product for the three gates
         z = setup.buffer(3 * hidden)
         zr, candidate = z[:2 * rows], z[2 * rows:]
-        product = weights.product()
+        product, matrix = weights.product(), weights.matrix()
         candidate_bias = weights.per_column("candidate", setup.batch)
     else:  # (r * h) Rh: the h gate's product waits for r
         zr, candidate, reset_h = setup.buffer(2 * hidden), setup.buffer(hidden), setup.buffer(hidden)
-        product = weights.product(slice(0, 2 * hidden))
+        product, matrix = weights.product(slice(0, 2 * hidden)), None
         candidate_product = weights.product(slice(2 * hidden, 3 * hidden))
     update, reset = zr[:rows], zr[rows:]
-    add, multiply, subtract = np.add, np.multiply, np.subtract
+    add, multiply, subtract, dot = np.add, np.multiply, np.subtract, np.dot
     gates, rest = slice(0, 2 * rows), slice(2 * rows, None)
 
     def step(inputs, state, out):
         (h,) = state
         if before_reset:
-            product(h, z)
+            if matrix is None:
+                product(h, z)
+            else:
+                dot(matrix, h, out=z)
             add(zr, inputs[gates], zr)
             f_act(zr)
             add(candidate, candidate_bias, candidate)
@@ -421,10 +450,13 @@ def _gru_step(weights: _Weights, setup: _Setup) -> Callable[..., list[np.ndarray
 
 
 def _rnn_step(weights: _Weights, setup: _Setup) -> Callable[..., list[np.ndarray]]:
-    product, act, add = weights.product(), weights.gate(0), np.add
+    product, matrix, act, add, dot = weights.product(), weights.matrix(), weights.gate(0), np.add, np.dot
 
     def step(inputs, state, out):
-        product(state[0], out)
+        if matrix is None:
+            product(state[0], out)
+        else:
+            dot(matrix, state[0], out=out)
         add(out, inputs, out)
         return [act(out)]
 
