@@ -24,7 +24,7 @@ import numpy as np
 
 from subgraph.ir import Node
 from subgraph.ops.registry import KERNELS, register_kernel  # noqa: F401  (KERNELS: doctest)
-from subgraph.ops.common import clip, dtype_in, float_inputs, normalize_axis, opset, quiet
+from subgraph.ops.common import clip, dtype_in, float_inputs, in_chunks, normalize_axis, opset, quiet
 from subgraph.ops.elementwise import erf
 
 __all__: list[str] = []
@@ -146,6 +146,10 @@ def _gelu_supported(node: Node) -> bool:
 @register_kernel("Gelu", supports=_gelu_supported)
 def _gelu(node: Node, x: np.ndarray) -> np.ndarray:
     approximate = node.attrs.get("approximate", "none")
+    return in_chunks(functools.partial(_gelu_values, approximate), x)  # (the erf's two dozen passes in the cache)
+
+
+def _gelu_values(approximate: str, x: np.ndarray) -> np.ndarray:
     half = np.asarray(0.5, x.dtype)
     if approximate == "tanh":
         inner = x * x

@@ -28,7 +28,7 @@ from subgraph.ops.registry import native_dtypes
 
 __all__ = ["NEWEST_OPSET", "ONNX_DTYPES", "ONNX_DTYPE_NAMES", "opset", "onnx_dtype", "onnx_dtype_code", "normalize_axis", "normalize_axes",
            "int_list", "node_error", "input_dtype", "dtype_in", "float_inputs", "quiet", "ignoring_fp_conditions", "clip",
-           "CHANNEL_BLOCK_BYTES", "channel_operand", "averaging_column"]
+           "CHANNEL_BLOCK_BYTES", "channel_operand", "averaging_column", "CHUNK_ELEMENTS", "in_chunks"]
 
 try:  # numpy's clip ufunc itself (np.clip is a Python wrapper around it)
     from numpy._core.umath import clip as _clip_ufunc
@@ -99,6 +99,35 @@ def averaging_column(count: int, dtype: np.dtype) -> np.ndarray:
         column.flags.writeable = False
         _AVERAGES[key] = column
     return column
+
+
+#: :func:`in_chunks` computes a many-pass element-wise function this many elements at a time
+#: (64 KiB of float32: the pass's arrays stay in the core's cache)
+CHUNK_ELEMENTS = 1 << 14
+
+
+def in_chunks(fn: Callable[[np.ndarray], np.ndarray], x: np.ndarray) -> np.ndarray:
+    """``fn(x)`` for an element-wise ``fn`` that keeps the dtype, computed over
+    :data:`CHUNK_ELEMENTS` elements at a time into one output when ``x`` is larger than two
+    chunks. An erf is two dozen numpy passes with four temporaries: over a whole
+    ConvNeXt activation (300 K elements) every pass streams from memory, 3.5 ms, where in
+    chunks each pass reads the cache, 1.2 ms; the per-chunk calls cost more than they save
+    below about 30 K elements. Same numbers either way.
+
+    Examples
+    --------
+    >>> x = np.linspace(-1, 1, 3 * CHUNK_ELEMENTS, dtype=np.float32)
+    >>> np.array_equal(in_chunks(np.square, x), np.square(x))
+    True
+    """
+    if x.size <= 2 * CHUNK_ELEMENTS:
+        return fn(x)
+    flat = x.reshape(-1)
+    out = np.empty(x.shape, x.dtype)
+    target = out.reshape(-1)
+    for start in range(0, flat.size, CHUNK_ELEMENTS):
+        target[start:start + CHUNK_ELEMENTS] = fn(flat[start:start + CHUNK_ELEMENTS])
+    return out
 
 
 #: Stand-in opset for a node outside any graph: the newest semantics apply.

@@ -22,7 +22,7 @@ import numpy as np
 
 from subgraph.ir import Node
 from subgraph.ops.registry import KERNELS, any_dtype, register_kernel  # noqa: F401  (KERNELS: doctest)
-from subgraph.ops.common import clip, dtype_in, node_error, opset, quiet
+from subgraph.ops.common import clip, dtype_in, in_chunks, node_error, opset, quiet
 
 __all__ = ["binary_ufunc", "erf", "legacy_broadcast"]
 
@@ -93,7 +93,7 @@ def erf(x: np.ndarray) -> np.ndarray:
 
 @register_kernel("Erf", supports=dtype_in("float16", "float32"))
 def _erf(node: Node, x: np.ndarray) -> np.ndarray:
-    return erf(x)
+    return in_chunks(erf, x)
 
 
 # ----------------------------------------------------------------- arithmetic
