@@ -99,10 +99,11 @@ def _gather(node: Node, data: np.ndarray, indices: np.ndarray) -> np.ndarray:
 
 @register_kernel("GatherElements", supports=any_dtype)
 def _gather_elements(node: Node, data: np.ndarray, indices: np.ndarray) -> np.ndarray:
-    _check(node, data, indices)
+    negative = _check(node, data, indices)
     axis = normalize_axis(node.attrs.get("axis", 0), data.ndim)
     indices = indices.astype(np.intp, copy=False)
-    indices = np.where(indices < 0, indices + data.shape[axis], indices)
+    if negative:  # (three numpy calls RoBERTa's position ids never need)
+        indices = np.where(indices < 0, indices + data.shape[axis], indices)
     return np.take_along_axis(data, indices, axis=axis)
 
 
