@@ -47,7 +47,7 @@ _FLOATS = (np.dtype("float16"), np.dtype("float32"))
 
 
 def fuse_elementwise(graph: Graph) -> Graph:
-    """A copy of ``graph`` with its GELU and RMS-normalisation chains fused (module
+    """A copy of ``graph`` with its GELU, RMS-normalisation and SiLU chains fused (module
     docstring); ``graph`` itself when it has none. ``graph`` is never modified.
 
     The fused node takes the name of the chain's last node and computes the same value

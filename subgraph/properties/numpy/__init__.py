@@ -25,7 +25,7 @@ class NumpyProperty(SubgraphProperty):
     It supports every node the executor can run: a numpy kernel, else ``onnx.reference``
     (:func:`~subgraph.ops.node_path` says which). Options: ``ops=[...]`` takes just those op
     types; ``reference=False`` takes only nodes with a numpy kernel (fast path only);
-    ``fuse=False`` runs GELU and RMS-normalisation chains op by op instead of as the one op
+    ``fuse=False`` runs GELU, RMS-normalisation and SiLU chains op by op instead of as the one op
     they spell (:func:`~subgraph.analysis.fusion.fuse_elementwise`).
 
     Examples
