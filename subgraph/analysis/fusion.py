@@ -1,6 +1,6 @@
 """Element-wise chains written out by exporters, fused back into the one op they spell.
 
-TorchScript and dynamo exports at opset 17 write GELU and RMS normalisation out op by op:
+TorchScript and dynamo exports at opset 17 write GELU, RMS normalisation and SiLU out op by op:
 
 * GELU, ``x * 0.5 * (1 + erf(x / sqrt(2)))``: Div, Erf, Add, Mul, Mul (BERT, ViT, Whisper);
 * its tanh form, ``x * 0.5 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x ** 3)))``: Mul, Pow,
