@@ -26,6 +26,7 @@ array([[0.  , 0.25, 0.75, 1.  ],
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -127,8 +128,31 @@ def axis_taps(rule: AxisRule, size: int, out: int, scale: float) -> tuple[np.nda
     return np.clip(index, 0, size - 1), weights
 
 
+#: a linear or cubic resize along one of the last two axes of at most this many input positions
+#: is one product by the axis's interpolation matrix (:func:`_matrix`): its zeros cost less
+#: than a take, a multiply and an add per tap (LR-ASPP's 128 x 4 x 4 -> 32 x 32: 480 -> 60 us)
+_MATRIX_SIZE = 64
+_MATRIX_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+@functools.lru_cache(maxsize=64)
+def _matrix(rule: AxisRule, size: int, out: int, scale: float, dtype: np.dtype) -> np.ndarray:
+    """``(out, size)``, read-only: row ``o`` holds output position ``o``'s tap weights at their
+    input positions (:func:`axis_taps`; taps clamped onto one edge pixel add up)."""
+    index, weights = axis_taps(rule, size, out, scale)
+    matrix = np.zeros((out, size), np.float64)
+    np.add.at(matrix, (np.arange(out)[:, None], index), weights)
+    matrix = matrix.astype(dtype)
+    matrix.flags.writeable = False
+    return matrix
+
+
 def _resize_axis(rule: AxisRule, data: np.ndarray, axis: int, out: int, scale: float) -> np.ndarray:
     size = data.shape[axis]
+    if (rule.mode != "nearest" and size <= _MATRIX_SIZE and axis >= data.ndim - 2
+            and data.dtype in _MATRIX_DTYPES):
+        matrix = _matrix(rule, size, out, scale, data.dtype)
+        return np.matmul(data, matrix.T) if axis == data.ndim - 1 else np.matmul(matrix, data)
     index, weights = axis_taps(rule, size, out, scale)
     if weights.shape[1] == 1:
         return np.take(data, index[:, 0], axis=axis)
