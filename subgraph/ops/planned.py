@@ -51,7 +51,7 @@ from subgraph.ir import Node
 from subgraph.ops.blas import BLAS_SERIAL_MACS
 from subgraph.ops.common import normalize_axis
 from subgraph.ops.conv import (flat_fits, planned_banded_depthwise, planned_dense_depthwise, planned_flat,
-                               planned_pointwise, trimmed_conv)
+                               planned_im2col, planned_pointwise, trimmed_conv)
 from subgraph.ops.elementwise import binary_ufunc
 from subgraph.ops.index import check_indices, index_limits
 from subgraph.ops.kn2row import kn2row_conv, kn2row_fits, kn2row_weights
@@ -227,7 +227,8 @@ def _planned_conv(node: Node, kernel: Kernel, planned_in: tuple[int, ...]) -> Ke
     narrows the channels by kn2row with its weights rearranged once
     (:func:`~subgraph.ops.kn2row.kn2row_fits`); one that runs flat with its layout worked out
     once (:func:`~subgraph.ops.conv.planned_flat`); else a depthwise one with its banded matrix built
-    once (:func:`planned_banded_depthwise`)."""
+    once (:func:`planned_banded_depthwise`), and one that runs by im2col with its window view
+    and weights worked out once (:func:`~subgraph.ops.conv.planned_im2col`)."""
     planned = planned_pointwise(node, planned_in) or planned_dense_depthwise(node, planned_in)
     trimmed = None if planned is not None else trimmed_conv(node)
     if planned is None and trimmed is None:
@@ -241,7 +242,7 @@ def _planned_conv(node: Node, kernel: Kernel, planned_in: tuple[int, ...]) -> Ke
     if planned is None:
         if trimmed is not None:
             return _trimmed(node, kernel, planned_in, *trimmed)
-        planned = planned_banded_depthwise(node, planned_in)
+        planned = planned_banded_depthwise(node, planned_in) or planned_im2col(node, planned_in)
     if planned is None:
         return kernel
     planned_w = node.inputs[1].data

@@ -491,3 +491,46 @@ def test_normalisations_the_plan_leaves_to_the_generic_kernel():
     _, mismatched = _one_node("RMSNormalization", (1, 16, 64), [np.ones(3, np.float32)])  # the generic error
     for node in (from_data, statistics, mismatched):
         assert planned_kernel(node) is KERNELS[node.op]
+
+
+@pytest.mark.parametrize("x_shape, w_shape, attrs", [
+    ((1, 3, 64, 64), (16, 3, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),   # MobileNet's stem
+    ((1, 3, 32, 32), (8, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}),    # ResNet's
+    ((1, 64, 16, 16), (32, 64, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ((1, 64, 16, 16), (32, 64, 1, 1), {"strides": [2, 2]}),                        # a downsampling 1x1
+    ((2, 5, 9, 11), (7, 5, 3, 2), {"strides": [2, 1], "pads": [1, 0, 2, 1]}),      # batch 2, uneven
+    ((1, 4, 12, 12), (6, 4, 3, 3), {"strides": [2, 2], "dilations": [2, 2], "pads": [2, 2, 2, 2]}),
+])
+def test_an_im2col_conv_keeps_its_window_view_and_weights_once(x_shape, w_shape, attrs, monkeypatch):
+    w = RNG.standard_normal(w_shape).astype(np.float32)
+    bias = RNG.standard_normal(w_shape[0]).astype(np.float32)
+    g, node = _conv(x_shape, w, bias, attrs)
+    planned = planned_kernel(node)
+    assert planned is not KERNELS["Conv"]
+    x = RNG.standard_normal(x_shape).astype(np.float32)
+    constants = [v.data for v in node.inputs[1:]]
+    want = KERNELS["Conv"](node, x, *constants)
+    import subgraph.ops.conv as conv_module
+    asked = []
+    real = conv_module.node_geometry
+    monkeypatch.setattr(conv_module, "node_geometry", lambda *a: asked.append(1) or real(*a))
+    got = planned(node, x, *constants)
+    np.testing.assert_array_equal(got, want)
+    assert asked == [] and got.shape == want.shape and got.dtype == np.float32 and got.flags.c_contiguous
+    strided = RNG.standard_normal(x_shape[:2] + (x_shape[3], x_shape[2])).astype(np.float32).transpose(0, 1, 3, 2)
+    np.testing.assert_array_equal(planned(node, strided, *constants), KERNELS["Conv"](node, strided, *constants))
+    other = [constants[0] * 2, constants[1]]
+    np.testing.assert_array_equal(planned(node, x, *other), KERNELS["Conv"](node, x, *other))
+    wider = RNG.standard_normal(x_shape[:3] + (x_shape[3] + 2,)).astype(np.float32)
+    np.testing.assert_array_equal(planned(node, wider, *constants), KERNELS["Conv"](node, wider, *constants))
+
+
+@pytest.mark.parametrize("x_shape, w_shape, attrs", [
+    ((1, 8, 6, 6), (8, 8, 3, 3), {"pads": [1, 1, 1, 1]}),                  # flat
+    ((1, 8, 16, 16), (8, 2, 3, 3), {"strides": [2, 2], "group": 4}),       # grouped
+    ((1, 8, 6, 6), (8, 8, 1, 1), None),                                     # pointwise
+])
+def test_convs_other_plans_take_are_not_im2col(x_shape, w_shape, attrs):
+    from subgraph.ops.conv import planned_im2col
+    _, node = _conv(x_shape, RNG.standard_normal(w_shape).astype(np.float32), None, attrs)
+    assert planned_im2col(node, x_shape) is None
