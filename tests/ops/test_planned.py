@@ -534,3 +534,20 @@ def test_convs_other_plans_take_are_not_im2col(x_shape, w_shape, attrs):
     from subgraph.ops.conv import planned_im2col
     _, node = _conv(x_shape, RNG.standard_normal(w_shape).astype(np.float32), None, attrs)
     assert planned_im2col(node, x_shape) is None
+
+
+@pytest.mark.parametrize("perm", [[2, 0, 1], None])
+def test_a_transpose_is_the_view_itself_with_the_generic_errors(perm):
+    g, node = _graph("Transpose", (2, 3, 4), None, None if perm is None else {"perm": perm})
+    planned = planned_kernel(node)
+    assert planned is not KERNELS["Transpose"]
+    x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    got = planned(node, x)
+    np.testing.assert_array_equal(got, KERNELS["Transpose"](node, x))
+    assert np.shares_memory(got, x)  # a view, as the generic kernel's
+    if perm is not None:  # a permutation of another rank: numpy's error, as the generic kernel's
+        with pytest.raises(ValueError) as planned_error:
+            planned(node, x[0])
+        with pytest.raises(ValueError) as generic_error:
+            KERNELS["Transpose"](node, x[0])
+        assert str(planned_error.value) == str(generic_error.value)
