@@ -9,6 +9,7 @@ import pytest
 import subgraph
 from subgraph.errors import InputError
 from subgraph.executor import Executor
+from subgraph.ir import Graph
 from subgraph.testing import seed_example
 
 X = np.array([-1.0, 2.0, 3.0, 0.5], np.float32)
@@ -52,3 +53,18 @@ def test_a_profiled_model_keeps_the_outer_executor():
     model = subgraph.compile_model(seed_example(), "HETERO:NUMPY", profile=True)
     model.run({"x": X})
     assert model._direct is False and [r.op for r in model.profiling_info()]
+
+
+def test_outputs_keep_the_model_s_names_when_a_fused_chain_makes_them():
+    """The NUMPY device fuses x * sigmoid(x) into one Swish whose value has another name; the
+    model's outputs are still keyed by the graph's own output names (Llama's and T5's last
+    value is such a chain)."""
+    g = Graph("silu_out", opset={"": 17})
+    x = g.add_input("x", (2, 8), "float32")
+    gate = g.add_node("Sigmoid", [x], name="gate").outputs[0]
+    g.set_outputs(g.add_node("Mul", [x, gate], name="silu").outputs)
+    model = subgraph.compile_model(g, "HETERO:NUMPY")
+    data = np.linspace(-3, 3, 16, dtype=np.float32).reshape(2, 8)
+    got = model.run({"x": data})
+    assert list(got) == [g.outputs[0].name]
+    np.testing.assert_allclose(got[g.outputs[0].name], data / (1 + np.exp(-data)), rtol=1e-6)

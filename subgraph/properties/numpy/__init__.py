@@ -61,7 +61,7 @@ class NumpyProperty(SubgraphProperty):
         graph = _unrolled(subgraph)
         if self.options.get("fuse", True):
             graph = fuse_elementwise(graph)
-        return _SubgraphRunner(graph, bool(self.options.get("profile", False)))
+        return _SubgraphRunner(graph, bool(self.options.get("profile", False)), [v.name for v in subgraph.outputs])
 
     def measure_cost(self, subgraph: Graph, kernel, inputs: list[np.ndarray]) -> float | None:
         """Median seconds of ``kernel(*inputs)`` (:func:`~subgraph.properties.base.time_kernel`)."""
@@ -88,9 +88,13 @@ class _SubgraphRunner:
     Nested fused nodes (a subgraph partitioned again) run through their own properties.
     """
 
-    def __init__(self, subgraph: Graph, profile: bool) -> None:
+    def __init__(self, subgraph: Graph, profile: bool, outputs: list[str] | None = None) -> None:
         self.executor = (ProfilingExecutor if profile else Executor)(subgraph, kernel_for=FusedKernels())
         self.names = [v.name for v in subgraph.inputs]
+        # the outputs' names as the caller's subgraph has them (a fused chain's last value is
+        # renamed): run_named's keys; None when they are the executed graph's own
+        ran = [v.name for v in subgraph.outputs]
+        self._renamed = None if outputs is None or outputs == ran else list(outputs)
 
     def __call__(self, *arrays):
         return list(self.executor.run(dict(zip(self.names, arrays))).values())
@@ -98,7 +102,8 @@ class _SubgraphRunner:
     def run_named(self, feeds):
         """``{output name: array}`` from ``{input name: array}``: the subgraph's own executor,
         for a model that is this one subgraph (:meth:`CompiledModel.run`)."""
-        return self.executor.run(feeds)
+        results = self.executor.run(feeds)
+        return results if self._renamed is None else dict(zip(self._renamed, results.values()))
 
     def op_times(self) -> list[tuple[str, str, float]]:
         ops = {n.name: n.op for n in self.executor.graph.nodes}
