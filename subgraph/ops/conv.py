@@ -347,15 +347,24 @@ def planned_pointwise(node: Node, x_shape: tuple[int, ...]) -> Callable[..., np.
     g = node_geometry(node, x_shape[2:], w.shape[2:])
     if any(s != 1 for s in g.strides) or any(g.begin) or any(g.end):
         return None
-    n, channels, pixels, m = x_shape[0], x_shape[1], math.prod(x_shape[2:]), w.shape[0]
-    weights = np.ascontiguousarray(w.reshape(m, channels))
-    product = np.matmul if m * channels * pixels <= BLAS_SERIAL_MACS else matmul
-    columns = (n, channels, pixels) if n > 1 else (channels, pixels)
-    out = (n, m) + g.out
+    return _by_weights(node, w, x_shape[0], x_shape[1], g.out)  # (x is its own columns)
+
+
+def _by_weights(node: Node, w: np.ndarray, n: int, depth: int, out: tuple[int, ...]
+                ) -> Callable[[np.ndarray, np.ndarray | None], np.ndarray]:
+    """``(source, bias) -> y``: ``source`` read as ``depth`` rows of columns per image (one
+    reshape: a view of a pointwise Conv's input, the copy of an im2col view), multiplied by
+    the constant weights shaped ``(M, depth)`` once, the bias added (:func:`_planned_bias`)
+    and shaped ``(N, M) + out``."""
+    m, pixels = w.shape[0], math.prod(out)
+    weights = np.ascontiguousarray(w.reshape(m, depth))
+    product = np.matmul if m * depth * pixels <= BLAS_SERIAL_MACS else matmul
+    columns = (n, depth, pixels) if n > 1 else (depth, pixels)
+    shape = (n, m) + tuple(out)
     add_bias = _planned_bias(node, (pixels,))
 
-    def run(x: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
-        return add_bias(product(weights, x.reshape(columns)), bias).reshape(out)
+    def run(source: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+        return add_bias(product(weights, source.reshape(columns)), bias).reshape(shape)
     return run
 
 
@@ -376,7 +385,6 @@ def planned_im2col(node: Node, x_shape: tuple[int, ...]) -> Callable[..., np.nda
             or (math.prod(g.kernel) == 1 and all(s == 1 for s in g.strides) and not any(g.begin + g.end))):
         return None  # another formulation (conv asks them first), or the pointwise plan
     n, channels = x_shape[:2]
-    m, depth, pixels = w.shape[0], channels * math.prod(g.kernel), math.prod(g.out)
     padded = (n, channels) + tuple(size + b + e for size, b, e in zip(x_shape[2:], g.begin, g.end))
     item = np.dtype(np.float32).itemsize
     plane, row = padded[2] * padded[3] * item, padded[3] * item
@@ -384,16 +392,11 @@ def planned_im2col(node: Node, x_shape: tuple[int, ...]) -> Callable[..., np.nda
     view = ((n, channels) + g.kernel + g.out,
             (channels * plane, plane, row * g.dilations[0], item * g.dilations[1], row * g.strides[0],
              item * g.strides[1]))
-    weights = np.ascontiguousarray(w.reshape(m, depth))
-    product = np.matmul if m * depth * pixels <= BLAS_SERIAL_MACS else matmul
-    columns = (n, depth, pixels) if n > 1 else (depth, pixels)
-    out = (n, m) + g.out
-    add_bias = _planned_bias(node, (pixels,))
+    by_weights = _by_weights(node, w, n, channels * math.prod(g.kernel), g.out)
 
     def run(x: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
         image = np.ascontiguousarray(pad_spatial(x, g.begin, g.end))
-        cols = np.ndarray(view[0], np.float32, image, 0, view[1]).reshape(columns)  # the one copy
-        return add_bias(product(weights, cols), bias).reshape(out)
+        return by_weights(np.ndarray(view[0], np.float32, image, 0, view[1]), bias)  # (its reshape: the one copy)
     return run
 
 
