@@ -217,21 +217,12 @@ class _Weights:
             product = self._products[key] = self._product(rows)
         return product
 
-    def matrix(self) -> np.ndarray | None:
-        """The recurrent product's one matrix (block-diagonal over the directions), for a step
-        that calls ``np.dot(matrix, h, out=z)`` itself; ``None`` when the directions' products
-        run one by one (:meth:`product`)."""
-        return self.recurrent if self.block else None
-
     def _product(self, rows: slice) -> Callable[[np.ndarray, np.ndarray], None]:
         dirs = self.dirs
         if self.block:
             recurrent = self.recurrent.reshape(self.width, -1)[rows].reshape(-1, self.hidden * dirs)
-            recurrent = np.ascontiguousarray(recurrent)
-
-            def product(h: np.ndarray, out: np.ndarray) -> None:
-                np.dot(recurrent, h, out=out)
-            return product
+            # np.dot itself with the matrix bound (partial is C): no Python frame a step
+            return functools.partial(np.dot, np.ascontiguousarray(recurrent))
         per_direction = np.ascontiguousarray(self.recurrent[:, rows])
 
         def product_each(h: np.ndarray, out: np.ndarray) -> None:
@@ -355,7 +346,7 @@ class _Setup:
 
 def _lstm_step(weights: _Weights, setup: _Setup) -> Callable[..., list[np.ndarray]]:
     rows = weights.hidden * weights.dirs  # one gate's rows
-    product, matrix = weights.product(), weights.matrix()
+    product = weights.product()
     # the gates o, i, f, c~ and then the cell state c, one buffer: [i; f] * [c~; c] is one multiply
     zc = setup.buffer(5 * weights.hidden)
     z, cell = zc[:4 * rows], zc[4 * rows:]
@@ -368,16 +359,13 @@ def _lstm_step(weights: _Weights, setup: _Setup) -> Callable[..., list[np.ndarra
     one_tanh = peep is None and weights.fused and weights.tanh[1]
     f_act, g_act, h_act = weights.gate(0), weights.gate(1), weights.acts[2]  # (no clip on h, as onnxruntime)
     tanh_h, half = weights.tanh[2], _half(setup.dtype)
-    add, multiply, tanh, dot = np.add, np.multiply, np.tanh, np.dot
+    add, multiply, tanh = np.add, np.multiply, np.tanh
 
     def step(inputs, state, out):
         h, c = state
         if c is not cell:  # the initial state, or one a sequence length kept
             np.copyto(cell, c)
-        if matrix is None:
-            product(h, z)
-        else:  # (the call itself: a Python frame less a step)
-            dot(matrix, h, out=z)
+        product(h, z)
         add(z, inputs, z)
         if one_tanh:
             tanh(z, z)
@@ -414,23 +402,20 @@ def _gru_step(weights: _Weights, setup: _Setup) -> Callable[..., list[np.ndarray
     if before_reset:  # r * (h Rh + Rbh): one product for the three gates
         z = setup.buffer(3 * hidden)
         zr, candidate = z[:2 * rows], z[2 * rows:]
-        product, matrix = weights.product(), weights.matrix()
+        product = weights.product()
         candidate_bias = weights.per_column("candidate", setup.batch)
     else:  # (r * h) Rh: the h gate's product waits for r
         zr, candidate, reset_h = setup.buffer(2 * hidden), setup.buffer(hidden), setup.buffer(hidden)
-        product, matrix = weights.product(slice(0, 2 * hidden)), None
+        product = weights.product(slice(0, 2 * hidden))
         candidate_product = weights.product(slice(2 * hidden, 3 * hidden))
     update, reset = zr[:rows], zr[rows:]
-    add, multiply, subtract, dot = np.add, np.multiply, np.subtract, np.dot
+    add, multiply, subtract = np.add, np.multiply, np.subtract
     gates, rest = slice(0, 2 * rows), slice(2 * rows, None)
 
     def step(inputs, state, out):
         (h,) = state
         if before_reset:
-            if matrix is None:
-                product(h, z)
-            else:
-                dot(matrix, h, out=z)
+            product(h, z)
             add(zr, inputs[gates], zr)
             f_act(zr)
             add(candidate, candidate_bias, candidate)
@@ -450,13 +435,10 @@ def _gru_step(weights: _Weights, setup: _Setup) -> Callable[..., list[np.ndarray
 
 
 def _rnn_step(weights: _Weights, setup: _Setup) -> Callable[..., list[np.ndarray]]:
-    product, matrix, act, add, dot = weights.product(), weights.matrix(), weights.gate(0), np.add, np.dot
+    product, act, add = weights.product(), weights.gate(0), np.add
 
     def step(inputs, state, out):
-        if matrix is None:
-            product(state[0], out)
-        else:
-            dot(matrix, state[0], out=out)
+        product(state[0], out)
         add(out, inputs, out)
         return [act(out)]
 
