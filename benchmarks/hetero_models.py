@@ -70,8 +70,8 @@ def plain_tvm(model, feeds):
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
 
-    from subgraph.properties.tvm.pipeline import relax_pipeline
-    from subgraph.properties.tvm.target import as_target
+    from subgraph.properties.tvm.lowering.passes import relax_pipeline
+    from subgraph.properties.tvm.runtime.target import as_target
 
     start = time.perf_counter()
     mod = from_onnx(model, shape_dict={k: list(v.shape) for k, v in feeds.items()},
@@ -112,8 +112,8 @@ def main() -> None:
 
     import zoo
     from subgraph import compile_model, from_onnx, run
-    from subgraph.properties.tvm.tuner import tune_graphs
-    from subgraph.properties.tvm.tuning_db import TuningDatabase, default_database_path
+    from subgraph.properties.tvm.build.tuner import tune_graphs
+    from subgraph.properties.tvm.build.tuning_db import TuningDatabase, default_database_path
 
     peak = nominal_peak_gflops(args.threads)
     print(f"{args.threads} thread(s) everywhere; median of {args.repeat} runs, ms; tuning budget "

@@ -1,7 +1,7 @@
 """The cost of the index checks of compiled TVM subgraphs: the same model with and without them.
 
 A TVM subgraph whose index op (Gather, GatherND, ScatterND...) takes its indices from a graph
-input checks them on every call (:attr:`~subgraph.properties.tvm.runtime.TVMFunction.index_checks`;
+input checks them on every call (:attr:`~subgraph.properties.tvm.runtime.function.TVMFunction.index_checks`;
 TVM's kernels would read out of bounds). This script compiles each model twice with
 ``HETERO:TVM,NUMPY``, once as shipped and once with the TVM option ``index_checks=False``
 (same library, from the same cache), and times both in the same process, runs alternating,
@@ -43,10 +43,9 @@ def _load(name: str) -> tuple[Any, dict, str]:
 
         model = zoo.get_model(name)
         return subgraph.from_onnx(model), zoo.example_inputs(model), "zoo"
-    import zoo.corpus
-
     import torch
 
+    import zoo.corpus
     from zoo.corpus.export import cached_paths
 
     exporters = zoo.corpus.entry(name).exporters

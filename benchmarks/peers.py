@@ -123,9 +123,9 @@ def stage_run(name: str, threads: int, runs: int, warmup: int, tuned: bool, budg
     """Compile (into the empty or the tuned cache) and time every path of one model."""
     import numpy as np
     import tvm  # noqa: F401 - imported before the compile is timed
+    from corpus import _compare
 
     import subgraph
-    from corpus import _compare
 
     sample, exporter = load_sample(name)
     result: dict = {"model": name, "exporter": exporter, "ms": {}, "mismatch": {}}
@@ -210,7 +210,7 @@ def stage_cached(name: str) -> dict:
 def stage_tune(name: str, budget: float) -> dict:
     """``subgraph tune``'s search over the model's TVM subgraphs, into the cache's tuning database."""
     import subgraph
-    from subgraph.properties.tvm.tuner import tune_graphs
+    from subgraph.properties.tvm.build.tuner import tune_graphs
 
     sample, _ = load_sample(name)
     graph = subgraph.from_onnx(sample.model, sample.input_shapes)

@@ -5,7 +5,7 @@
 
 Each whole zoo model is imported with TVM's ONNX frontend and built with every candidate
 (TVM's default pipeline with and without ``mcpu``, ``dlight.cpu`` rules only, and the
-``tvm`` property's ``cpu`` schedule from :mod:`subgraph.properties.tvm.pipeline`); onnxruntime runs
+``tvm`` property's ``cpu`` schedule from :mod:`subgraph.properties.tvm.lowering.passes`); onnxruntime runs
 the same model with the same number of intra-op threads in the same process. Each thread
 count runs in its own process (TVM reads ``TVM_NUM_THREADS`` once). Outputs are compared
 with onnxruntime's (rtol 1e-4, atol 1e-5 * max|ref|); a mismatch prints a WARNING line.
@@ -48,8 +48,8 @@ def run(models: list[str], threads: int, repeat: int, labels: list[str] | None =
     from tvm.relax.frontend.onnx import from_onnx
 
     import zoo
-    from subgraph.properties.tvm.pipeline import relax_pipeline
-    from subgraph.properties.tvm.target import host_target
+    from subgraph.properties.tvm.lowering.passes import relax_pipeline
+    from subgraph.properties.tvm.runtime.target import host_target
 
     for name in models:
         model = zoo.get_model(name)

@@ -9,7 +9,7 @@ thread settings once, when its pool starts), all with ``--threads`` threads, and
 median of the calls made in ``--seconds`` (at least 5):
 
 - ``tvm``: ``compile_model(graph, "HETERO:TVM,NUMPY")`` with the settings
-  :func:`~subgraph.properties.tvm.target.use_all_cpus` gives TVM (workers not bound to cores);
+  :func:`~subgraph.properties.tvm.runtime.target.use_all_cpus` gives TVM (workers not bound to cores);
 - ``tvm bind=1 spin=300000``: TVM's own defaults (workers bound to cores, spinning 300000
   yields before they sleep), what ``use_all_cpus`` left TVM before;
 - ``tvm bind=B spin=S``: ``TVM_BIND_THREADS=B``, ``TVM_THREAD_POOL_SPIN_COUNT=S``

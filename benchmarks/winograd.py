@@ -7,7 +7,7 @@ Each case is two 3x3 convolutions of stride 1 (+ bias + ReLU each) in a row, so 
 reads the first's NHWC output as inside a model: a RetinaNet head's 256 channels on 16x16
 and 8x8, ResNet's stages, a 512-channel 8x8 map, 96 channels on 32x32. The TVM property
 compiles it twice in one process, once with the Winograd rewrite
-(:mod:`~subgraph.properties.tvm.winograd`) and once with it off (``MIN_TILES`` out of
+(:mod:`~subgraph.properties.tvm.lowering.winograd`) and once with it off (``MIN_TILES`` out of
 reach); onnxruntime and OpenVINO's CPU plugin run the same model with the same thread count.
 The four take turns in blocks of calls, so a host whose speed drifts slows them alike.
 Prints medians in ms and the ratios; every output is checked against onnxruntime's.
@@ -55,7 +55,7 @@ def _measure(name: str, threads: int, rounds: int) -> tuple[dict[str, float], li
     from peers import ort_session, ov_compiled
 
     import subgraph
-    from subgraph.properties.tvm import winograd
+    from subgraph.properties.tvm.lowering import winograd
 
     cin, cout, n = CASES[name]
     model, output = _model(cin, cout, n)

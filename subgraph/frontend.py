@@ -30,12 +30,12 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from subgraph.analysis.constants import fold_constants as fold
 from subgraph.analysis.shape_inference import infer_shapes
 from subgraph.errors import ShapeError, UnsupportedOpError
 from subgraph.ir import Graph
 from subgraph.onnx.reader import read_onnx
 from subgraph.ops import op_path
+from subgraph.transform.constants import fold_constants as fold
 
 if TYPE_CHECKING:
     import onnx
@@ -57,7 +57,7 @@ def from_onnx(path_or_model: str | os.PathLike | onnx.ModelProto,
     fold_constants : bool
         Replace every value computable from constants and static shapes (shape arithmetic,
         ``Constant`` nodes ...) by a constant and drop the nodes nothing reads
-        (:func:`~subgraph.analysis.constants.fold_constants`), as onnxruntime and OpenVINO do
+        (:func:`~subgraph.transform.constants.fold_constants`), as onnxruntime and OpenVINO do
         when they load a model. ``False`` keeps the file's nodes one for one.
 
     Returns

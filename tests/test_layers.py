@@ -44,6 +44,32 @@ def test_no_import_cycles_between_the_parts(import_graph):
     assert sorted(parts.predecessors("cli")) == ["__main__"]
 
 
+def test_no_import_cycles_between_modules(import_graph):
+    """No module reaches itself through imports, those inside functions counted (grimp sees
+    them): a package's ``__init__`` counts as the module that re-exports its children."""
+    modules = nx.DiGraph()
+    for module in import_graph.modules:
+        modules.add_node(module)
+        for imported in import_graph.find_modules_directly_imported_by(module):
+            if imported.startswith("subgraph"):
+                modules.add_edge(module, imported)
+    modules.remove_node("subgraph")  # the facade's lazy names resolve through importlib, not imports
+    assert "subgraph.properties.tvm.build.compiler" in modules
+    assert [cycle for cycle in nx.simple_cycles(modules) if len(cycle) > 1] == []
+
+
+def test_the_tvm_backend_stages_are_folders_in_the_contract():
+    """The TVM backend's stages are its sub-folders, each named in the layer contract."""
+    config = configparser.ConfigParser()
+    config.read(Path(__file__).resolve().parents[1] / "setup.cfg")
+    layers = config["importlinter:contract:tvm-backend"]["layers"].split()
+    stages = {name for layer in layers for name in layer.split("|") if name}
+    backend = Path(__file__).resolve().parents[1] / "subgraph" / "properties" / "tvm"
+    folders = {p.name for p in backend.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert stages == folders and 1 < len(folders) <= 5
+    assert sorted(p.name for p in backend.glob("*.py")) == ["__init__.py"]
+
+
 def private_imports(source: str) -> list[str]:
     """``from subgraph.x import _name`` (and relative forms) in ``source``: dunders are public."""
     found = []

@@ -24,7 +24,7 @@ def test_the_suite_caches_under_a_temporary_folder_of_its_own():
 
 def test_the_tvm_backend_and_subprocesses_use_it():
     pytest.importorskip("tvm")
-    from subgraph.properties.tvm.cache import default_cache_dir
+    from subgraph.properties.tvm.build.cache import default_cache_dir
 
     assert default_cache_dir() == Path(os.environ["SUBGRAPH_CACHE_DIR"])
     code = "import os; print(os.environ['SUBGRAPH_CACHE_DIR'])"

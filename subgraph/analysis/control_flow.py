@@ -23,7 +23,7 @@ Examples
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -33,11 +33,13 @@ from subgraph.ir import Graph, Node
 __all__ = ["fixed_trips", "keeps_going", "loop_carried_hints", "true_constant"]
 
 
-def loop_carried_hints(graph: Graph, types: dict[str, Any], hints: dict[str, Any]) -> bool:
+def loop_carried_hints(graph: Graph, types: dict[str, Any], hints: dict[str, Any],
+                       infer: Callable[[Graph], Any]) -> bool:
     """Add to ``hints`` the type of each Loop-carried output whose initial value (typed in
     ``types`` or statically) and declared body output agree on a static type, and of each
     scan output of a Loop that makes :func:`fixed_trips` trips over a static body output
-    (``(trips, *shape)``); True if any is new."""
+    (``(trips, *shape)``); True if any is new. ``infer`` types a copy of a body in place
+    (shape inference hands itself in: this module is below it, not beside it)."""
     progress = False
     for node in graph.nodes:
         body = node.attrs.get("body")
@@ -54,7 +56,7 @@ def loop_carried_hints(graph: Graph, types: dict[str, Any], hints: dict[str, Any
             if out.name in hints or shape is None or dtype is None:
                 continue
             inner = body.outputs[1 + k]
-            if (inner.shape, inner.dtype) == (shape, dtype) or _inferred(node, body, given, inferred, 1 + k) == (
+            if (inner.shape, inner.dtype) == (shape, dtype) or _inferred(node, body, given, inferred, 1 + k, infer) == (
                     shape, dtype):
                 hints[out.name] = (shape, np.dtype(dtype))
                 progress = True
@@ -64,18 +66,19 @@ def loop_carried_hints(graph: Graph, types: dict[str, Any], hints: dict[str, Any
                 continue
             inner = body.outputs[k]
             static = inner.shape is not None and inner.dtype is not None and all(isinstance(d, int) for d in inner.shape)
-            shape, dtype = (inner.shape, inner.dtype) if static else _inferred(node, body, given, inferred, k)
+            shape, dtype = (inner.shape, inner.dtype) if static else _inferred(node, body, given, inferred, k, infer)
             if shape is not None and dtype is not None and all(isinstance(d, int) for d in shape):
                 hints[out.name] = ((trips, *shape), np.dtype(dtype))
                 progress = True
     return progress
 
 
-def _inferred(node: Node, body: Graph, given: list[tuple], cache: dict[str, list], k: int) -> tuple:
+def _inferred(node: Node, body: Graph, given: list[tuple], cache: dict[str, list], k: int,
+              infer: Callable[[Graph], Any]) -> tuple:
     """Body output ``k``'s type inferred from the types the node gives the body (inferred
     once per node, kept in ``cache``)."""
     if "types" not in cache:
-        cache["types"] = _body_types(node, body, given) or []
+        cache["types"] = _body_types(node, body, given, infer) or []
     types = cache["types"]
     return types[k] if types else (None, None)
 
@@ -132,12 +135,10 @@ def _type(value: Any, types: dict[str, Any]) -> tuple:
     return (value.shape, value.dtype) if value.producer is None else types.get(value.name, (None, None))
 
 
-def _body_types(node: Node, body: Graph, given: list[tuple]) -> list[tuple] | None:
+def _body_types(node: Node, body: Graph, given: list[tuple], infer: Callable[[Graph], Any]) -> list[tuple] | None:
     """The types of a Loop body's outputs when its inputs have the types the node gives them
     (the iteration number and condition as the body declares them, else scalars), or
     ``None`` when the body's shapes cannot be inferred statically."""
-    from subgraph.analysis.shape_inference import infer_shapes
-
     explicit = len(node.inputs) - node.implicit
     formal = [((), np.dtype(np.int64)), ((), np.dtype(bool))] + given[2:explicit]
     work = body.copy()
@@ -148,7 +149,7 @@ def _body_types(node: Node, body: Graph, given: list[tuple]) -> list[tuple] | No
             return None
         value.shape, value.dtype = tuple(shape), np.dtype(dtype)
     try:
-        infer_shapes(work)
+        infer(work)
     except SubgraphError:
         return None
     return [(v.shape, v.dtype) for v in work.outputs]

@@ -301,7 +301,7 @@ def _output_rules(graph: Graph, types: dict[str, _Type], hints: dict[str, _Type]
                 # opsets 7-11 type the mask like the input, opset 12 on as bool
                 hints[mask.name] = (shape, inferred[1] or np.dtype(bool))
                 progress = True
-    progress = loop_carried_hints(graph, types, hints) or progress
+    progress = loop_carried_hints(graph, types, hints, infer_shapes) or progress
     types.update(hints)
     return progress
 

@@ -400,8 +400,8 @@ def _compile(graph: Any, args: argparse.Namespace, options: dict[str, dict[str, 
 
 
 def _run(args: argparse.Namespace) -> int:
-    from subgraph.executor import run
     from subgraph.cli.report import compare_outputs, format_outputs
+    from subgraph.executor import run
 
     graph, label, devices, options, manual = _setup(args)
     feeds = read_inputs(args.inputs, graph) if args.inputs else random_inputs(graph, args.seed)
@@ -448,10 +448,10 @@ def _run(args: argparse.Namespace) -> int:
 
 def _tune(args: argparse.Namespace) -> int:
     from subgraph.api import partition_model
-    from subgraph.properties.tvm.tuner import tune_graphs
-    from subgraph.properties.tvm.tuning_db import open_database
     from subgraph.cli.progress import TuneProgress
     from subgraph.cli.report import format_tuning
+    from subgraph.properties.tvm.build.tuner import tune_graphs
+    from subgraph.properties.tvm.build.tuning_db import open_database
 
     graph, label, devices, options, _ = _setup(args)
     if "TVM" not in devices:

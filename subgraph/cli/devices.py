@@ -24,7 +24,7 @@ __all__ = ["format_local", "format_tracker", "devices_command"]
 def _available(device: str) -> str:
     if device not in ("TVM", "REMOTE"):
         return "yes"
-    from subgraph.properties.tvm.support import tvm_installed
+    from subgraph.properties.tvm.intake.support import tvm_installed
 
     return "yes" if tvm_installed() else "no: apache-tvm is not installed"
 

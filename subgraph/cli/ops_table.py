@@ -1,6 +1,6 @@
 """The op support table of the built-in devices (``subgraph ops``, docs/ops.md), read from
 the registries: NUMPY's kernels and their predicates (:mod:`subgraph.ops`), onnx.reference
-for the rest, and the TVM backend's measured table (:mod:`subgraph.properties.tvm.support`).
+for the rest, and the TVM backend's measured table (:mod:`subgraph.properties.tvm.intake.support`).
 """
 
 from __future__ import annotations
@@ -52,7 +52,12 @@ def support_table() -> list[OpSupport]:
     """One row per op that has a numpy kernel or that the TVM backend's table names, sorted."""
     from subgraph.ops import KERNELS
     from subgraph.ops.reference import reference_supports
-    from subgraph.properties.tvm.support import EXCLUDED_OPS, SUPPORTED_OPS, UNROLLED_OPS, op_conditions
+    from subgraph.properties.tvm.intake.support import (
+        EXCLUDED_OPS,
+        SUPPORTED_OPS,
+        UNROLLED_OPS,
+        op_conditions,
+    )
 
     rows = []
     for op in sorted({*KERNELS, *SUPPORTED_OPS, *UNROLLED_OPS, *EXCLUDED_OPS}):

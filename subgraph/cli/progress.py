@@ -121,7 +121,7 @@ class CompileProgress(_Display):
 
 
 class TuneProgress(_Display):
-    """The ``progress`` callback of :func:`~subgraph.properties.tvm.tuner.tune_graphs`, used as a
+    """The ``progress`` callback of :func:`~subgraph.properties.tvm.build.tuner.tune_graphs`, used as a
     context manager: functions tuned of all and seconds spent of the budget."""
 
     def __init__(self, budget: float, out: Console | None = None) -> None:

@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 
 from subgraph.analysis.shape_inference import estimated_elements
-from subgraph.analysis.specialize import bind_dims
 from subgraph.errors import ExecutionError, InputError, ShapeError, SubgraphError
 from subgraph.ir import Graph, Node
 from subgraph.ir.limits import MAX_TENSOR_BYTES
+from subgraph.transform.specialize import bind_dims
 
 __all__ = ["check_feeds", "bind_feeds", "fixed_dims", "fits", "check_allocation", "node_failure"]
 

@@ -21,21 +21,29 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from subgraph.analysis.inputs import random_inputs
-from subgraph.analysis.specialize import specialize
 from subgraph.errors import DeviceError, SubgraphError
-from subgraph.hetero.devices import (FALLBACK_DEVICE, assign_affinity, check_device_options, decline_reason, model_graph,
-                                     device_properties_for, parse_devices, takes)
+from subgraph.hetero.devices import (
+    FALLBACK_DEVICE,
+    assign_affinity,
+    check_device_options,
+    decline_reason,
+    device_properties_for,
+    model_graph,
+    parse_devices,
+    takes,
+)
 from subgraph.hetero.dynamic import MAX_SPECIALIZATIONS, SpecializingModel
 from subgraph.hetero.measured import measure_node
 from subgraph.hetero.model import CompiledModel, SubgraphInfo
 from subgraph.hetero.pipeline import time_stages
 from subgraph.hetero.split import PipelinePlan, measure_node_costs, plan_pipeline, transfer_function
 from subgraph.hetero.workers import compile_in_workers, worth_workers
-from subgraph.system import usable_cpus
 from subgraph.ir import Graph, Node, is_static_shape
 from subgraph.partition import partition_graph
 from subgraph.properties import FusedKernel, FusedKernels, SubgraphProperty
 from subgraph.properties.runtime import property_of
+from subgraph.system import usable_cpus
+from subgraph.transform.specialize import specialize
 
 if TYPE_CHECKING:
     import onnx
@@ -165,7 +173,7 @@ def compile_model(graph: Graph | str | os.PathLike | onnx.ModelProto, device: st
         callback raised.
     KeyboardInterrupt
         Ctrl-C, passed on as is, also from inside a TVM build (which then stops at once and
-        leaves no cache entry; :mod:`~subgraph.properties.tvm.interrupt`).
+        leaves no cache entry; :mod:`~subgraph.properties.tvm.runtime.interrupt`).
 
     Examples
     --------

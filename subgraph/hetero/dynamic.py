@@ -3,7 +3,7 @@
 :func:`~subgraph.hetero.compile_model` on a graph whose inputs have symbolic dimensions
 returns a :class:`SpecializingModel`. Each call binds the dimensions from the feeds;
 the first call with a new signature (input shapes and dtypes) specializes the graph
-(:func:`~subgraph.analysis.specialize.specialize`: shapes inferred, shape arithmetic
+(:func:`~subgraph.transform.specialize.specialize`: shapes inferred, shape arithmetic
 folded), partitions and compiles it; later calls with that signature reuse it. At most
 ``max_specializations`` are kept, the least recently used dropped first: TensorRT's
 engine profiles and torch.compile's recompiles, bounded the way torch bounds its cache.
@@ -17,12 +17,12 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from subgraph.analysis.specialize import Signature, specialize
 from subgraph.errors import DeviceError
 from subgraph.executor import bind_feeds
 from subgraph.hetero.asynchronous import AsyncRequest
 from subgraph.hetero.model import CompiledModel, ProfileRecord, SubgraphInfo
 from subgraph.ir import Graph
+from subgraph.transform.specialize import Signature, specialize
 
 __all__ = ["SpecializingModel", "MAX_SPECIALIZATIONS"]
 

@@ -8,13 +8,13 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 
-from subgraph.analysis.constants import fold_constants
 from subgraph.analysis.shape_inference import infer_shapes
 from subgraph.errors import ShapeError
 from subgraph.executor import run
 from subgraph.frontend import from_onnx
 from subgraph.ir import Graph
 from subgraph.onnx.reader import read_onnx
+from subgraph.transform.constants import fold_constants
 from zoo import control_flow as cf
 
 

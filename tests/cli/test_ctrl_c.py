@@ -34,13 +34,13 @@ import pathlib, signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)  # in case this test's runner ignores SIGINT
 marker, step, argv = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
 if step == "build":
-    import subgraph.properties.tvm.compiler as owner
+    import subgraph.properties.tvm.build.compiler as owner
     name = "build"
 elif step == "bench":
     import subgraph.cli.progress as owner
     name = "bench_runs"
 else:
-    import subgraph.properties.tvm.tuner as tuner
+    import subgraph.properties.tvm.build.tuner as tuner
     owner, name = tuner.TileBench, "run"
 real = getattr(owner, name)
 def probe(*args, **kwargs):
@@ -136,11 +136,11 @@ import os, signal, threading, time
 signal.signal(signal.SIGINT, signal.default_int_handler)
 import numpy as np
 import subgraph
-from subgraph.properties.tvm import interrupt
+from subgraph.properties.tvm.runtime import interrupt
 graph = subgraph.from_onnx({str(resnet)!r})
 options = {{"TVM": {{"cache_dir": {str(tmp_path / "cache")!r}}}}}
 started = threading.Event()
-import subgraph.properties.tvm.compiler as compiler
+import subgraph.properties.tvm.build.compiler as compiler
 real = compiler.build
 def build(*args, **kwargs):
     started.set()

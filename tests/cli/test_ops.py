@@ -13,7 +13,7 @@ pytest.importorskip("onnx")
 
 from subgraph.cli.ops_table import format_markdown, support_table  # noqa: E402
 from subgraph.ops import KERNELS  # noqa: E402
-from subgraph.properties.tvm.support import EXCLUDED_OPS, SUPPORTED_OPS, UNROLLED_OPS  # noqa: E402
+from subgraph.properties.tvm.intake.support import EXCLUDED_OPS, SUPPORTED_OPS, UNROLLED_OPS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 

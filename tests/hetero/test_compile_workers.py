@@ -73,7 +73,7 @@ def test_two_workers_build_what_one_process_builds(tmp_path, always_workers):
     before = str(graph)
     x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
     models, outputs = {}, {}
-    from subgraph.properties.tvm.cache import clear_memory_cache
+    from subgraph.properties.tvm.build.cache import clear_memory_cache
 
     for n in (1, 2):
         clear_memory_cache()  # each compile starts from its own empty cache

@@ -11,7 +11,7 @@ ort = pytest.importorskip("onnxruntime")
 
 from subgraph.frontend import from_onnx
 from subgraph.hetero import compile_model, query_model
-from subgraph.properties.tvm.support import unsupported_reason
+from subgraph.properties.tvm.intake.support import unsupported_reason
 from zoo import control_flow as cf
 
 

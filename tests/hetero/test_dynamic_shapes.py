@@ -9,10 +9,10 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 import subgraph
-from subgraph.analysis.specialize import specialize
 from subgraph.errors import ExecutionError, InputError, ShapeError
 from subgraph.hetero import CompiledModel, SpecializingModel, query_model
 from subgraph.hetero.devices import decline_reason, device_properties_for
+from subgraph.transform.specialize import specialize
 
 ort = pytest.importorskip("onnxruntime")
 

@@ -1,5 +1,5 @@
 """The NUMPY device runs a Loop with a constant trip count written out trip by trip
-(:func:`subgraph.analysis.unroll.unroll_loops`): no body interpreter per trip, the body's
+(:func:`subgraph.transform.unroll.unroll_loops`): no body interpreter per trip, the body's
 constants computed once, the numbers onnxruntime's. Other Loops run through the Loop kernel."""
 
 from __future__ import annotations

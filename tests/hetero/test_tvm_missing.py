@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from subgraph.properties.tvm.messages import TVM_REQUIREMENT, not_installed_message
+from subgraph.properties.tvm.runtime.messages import TVM_REQUIREMENT, not_installed_message
 
 ROOT = Path(__file__).resolve().parents[2]
 MESSAGE = not_installed_message()
@@ -81,7 +81,7 @@ def test_setup_cfg_requires_tvm_where_its_wheels_are_and_keeps_the_extra():
     # TVM's RPC server (the REMOTE device) needs these, which the tvm wheel does not declare
     rpc = [line for line in requires if line.startswith(("cloudpickle", "psutil"))]
     assert rpc == [f"cloudpickle>=2; {marker}", f"psutil>=5.9; {marker}"]
-    # the TVM cache's digests (subgraph.properties.tvm.cache) need blake3, where TVM is
+    # the TVM cache's digests (subgraph.properties.tvm.build.cache) need blake3, where TVM is
     assert [line for line in requires if line.startswith("blake3")] == [f"blake3>=1.0; {marker}"]
     assert config["options.extras_require"]["tvm"].split() == [TVM_REQUIREMENT, "blake3>=1.0", "cloudpickle>=2",
                                                               "psutil>=5.9"]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from subgraph.analysis.fusion import fuse_elementwise
-from subgraph.analysis.unroll import unroll_loops
 from subgraph.errors import SubgraphError
 from subgraph.executor import Executor, ProfilingExecutor
 from subgraph.ir import Graph, Node
@@ -13,6 +11,8 @@ from subgraph.ops import node_path
 from subgraph.properties.base import SubgraphProperty, time_kernel
 from subgraph.properties.registry import register_property
 from subgraph.properties.runtime import FusedKernels
+from subgraph.transform.fusion import fuse_elementwise
+from subgraph.transform.unroll import unroll_loops
 
 __all__ = ["NumpyProperty"]
 
@@ -26,7 +26,7 @@ class NumpyProperty(SubgraphProperty):
     (:func:`~subgraph.ops.node_path` says which). Options: ``ops=[...]`` takes just those op
     types; ``reference=False`` takes only nodes with a numpy kernel (fast path only);
     ``fuse=False`` runs GELU, RMS-normalisation and SiLU chains op by op instead of as the one op
-    they spell (:func:`~subgraph.analysis.fusion.fuse_elementwise`).
+    they spell (:func:`~subgraph.transform.fusion.fuse_elementwise`).
 
     Examples
     --------
@@ -70,7 +70,7 @@ class NumpyProperty(SubgraphProperty):
 
 def _unrolled(subgraph: Graph) -> Graph:
     """``subgraph`` with its Loops of a constant trip count written out trip by trip
-    (:func:`~subgraph.analysis.unroll.unroll_loops`): the executor then runs the body's
+    (:func:`~subgraph.transform.unroll.unroll_loops`): the executor then runs the body's
     kernels without a body interpreter per trip, and the body's loop-invariant constants
     once (the corpus's control_loop: 1.05 -> 0.3 ms a call). A subgraph whose written-out
     form does not type-check keeps its Loops (the Loop kernel reports what is wrong)."""

@@ -1,7 +1,7 @@
 """A subgraph compiled here and run on a remote TVM RPC server.
 
 :func:`compile_remote` compiles with the local TVM compiler and cache
-(:func:`~subgraph.properties.tvm.compiler.compile_graph`) for the remote's CPU, uploads the
+(:func:`~subgraph.properties.tvm.build.compiler.compile_graph`) for the remote's CPU, uploads the
 shared library once per session, and returns a :class:`RemoteFunction`: each call sends
 the subgraph's inputs, runs the remote Relax VM and fetches the outputs (each tensor
 crosses once), with the time of each leg kept for the profile.
@@ -24,10 +24,10 @@ from subgraph.ir import Graph
 from subgraph.properties.numpy import NumpyProperty
 from subgraph.properties.remote.endpoint import RemoteDeviceError
 from subgraph.properties.remote.session import RemoteSession
-from subgraph.properties.tvm.cache import default_cache_dir
-from subgraph.properties.tvm.compiler import compile_graph
-from subgraph.properties.tvm.runtime import TVMFunction
-from subgraph.properties.tvm.target import as_target, host_target
+from subgraph.properties.tvm.build.cache import default_cache_dir
+from subgraph.properties.tvm.build.compiler import compile_graph
+from subgraph.properties.tvm.runtime.function import TVMFunction
+from subgraph.properties.tvm.runtime.target import as_target, host_target
 
 __all__ = ["RemoteFunction", "compile_remote", "remote_target"]
 
@@ -65,7 +65,7 @@ class RemoteFunction:
     Attributes
     ----------
     name, key, target : str
-        As the local :class:`~subgraph.properties.tvm.runtime.TVMFunction`'s.
+        As the local :class:`~subgraph.properties.tvm.runtime.function.TVMFunction`'s.
     device : str
         The device instance (``"REMOTE.0"``).
     session : RemoteSession

@@ -26,7 +26,7 @@ from tvm import relax, rpc
 
 from subgraph.errors import DeviceError
 from subgraph.properties.remote.endpoint import Endpoint, RemoteDeviceError, parse_host_port
-from subgraph.properties.tvm.messages import error_summary
+from subgraph.properties.tvm.runtime.messages import error_summary
 
 __all__ = ["RemoteSession", "session_for", "tracker_summary"]
 

@@ -1,20 +1,20 @@
 """The ``tvm`` property: fused subgraphs compiled by Apache TVM (Relax, ``tvm.compile``).
 
 The support query is what TVM's ONNX importer really handles
-(:func:`~subgraph.properties.tvm.support.unsupported_reason`), narrowed by the options
+(:func:`~subgraph.properties.tvm.intake.support.unsupported_reason`), narrowed by the options
 ``ops`` (only these op types) and ``exclude_ops``; it does not import tvm. Compiling goes
-through one lazy seam, :meth:`TVMProperty.compile`, into the modules below, each one
-concern and each importing tvm at its top (the layers are checked by ``lint-imports``):
+through one lazy seam, :meth:`TVMProperty.compile`, into five stages, each a folder whose
+modules import tvm at their top; a stage imports only the stages under it (``lint-imports``
+checks the order):
 
-- :mod:`~.compiler` -- ``compile_graph``: prepare, build, cache, return a function;
-  :mod:`~.tuner` -- measure tiles for this CPU (``subgraph tune``)
-- :mod:`~.build` -- one ``tvm.compile``; :mod:`~.tuning_db` -- the stored tiles
-- :mod:`~.cache` -- memory and disk caches; :mod:`~.importer` -- subgraph to Relax;
-  :mod:`~.runtime` -- the compiled function; :mod:`~.pipeline` -- the CPU pass pipeline
-- :mod:`~.schedules` -- TIR schedules and tiles; :mod:`~.tensors` -- zero-copy hand-over;
-  :mod:`~.target` -- host targets and threads
-- :mod:`~.messages` -- TVM's errors, shortened; :mod:`~.rewrites` -- graph rewrites before
-  import; :mod:`~.support` -- what TVM handles
+- :mod:`~.build` -- ``compile_graph`` (key, cache get, build, cache put), one build with its
+  fallbacks, the memory and disk caches, the tile tuner (``subgraph tune``) and its database
+- :mod:`~.lowering` -- Relax to TIR: the CPU pass list and its legalizations
+- :mod:`~.schedule` -- TIR schedules and tiles, each function scheduled on its own
+- :mod:`~.intake` -- what TVM takes (the support table, no tvm import), the rewrites before
+  TVM's ONNX importer, the import
+- :mod:`~.runtime` -- the compiled function, zero-copy tensors, targets and threads, the
+  weights file, TVM's messages
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from subgraph.errors import BackendNotInstalledError
 from subgraph.ir import Graph, Node
 from subgraph.properties.base import SubgraphProperty, time_kernel
 from subgraph.properties.registry import register_property
-from subgraph.properties.tvm.messages import native_log_to_logging, not_installed_message
-from subgraph.properties.tvm.support import tvm_installed, unsupported_reason
+from subgraph.properties.tvm.intake.support import tvm_installed, unsupported_reason
+from subgraph.properties.tvm.runtime.messages import native_log_to_logging, not_installed_message
 
 __all__ = ["TVMProperty"]
 
@@ -43,9 +43,9 @@ class TVMProperty(SubgraphProperty):
         Where compiled libraries are kept (default: the user cache folder).
     schedule : str
         ``"cpu"`` (default), ``"dlight"`` or ``"none"``: how CPU builds are scheduled
-        (:mod:`~subgraph.properties.tvm.pipeline`).
+        (:mod:`~subgraph.properties.tvm.lowering.passes`).
     tuning : bool or path
-        Tuning records (``subgraph tune``, :mod:`~subgraph.properties.tvm.tuner`): ``True``
+        Tuning records (``subgraph tune``, :mod:`~subgraph.properties.tvm.build.tuner`): ``True``
         (default) those in the cache folder, a path that database, ``False`` none.
     ops, exclude_ops : list[str] | None
         Restrict the ops TVM takes (e.g. ``exclude_ops=["Softmax"]``).
@@ -84,7 +84,7 @@ class TVMProperty(SubgraphProperty):
         return None if reason is None else reason.split("): ", 1)[-1]
 
     def compile(self, subgraph: Graph):
-        from subgraph.properties.tvm.compiler import compile_graph  # the lazy seam: imports tvm
+        from subgraph.properties.tvm.build.compiler import compile_graph  # the lazy seam: imports tvm
 
         with native_log_to_logging():  # TVM's C++ warnings go to logging, not the terminal
             return compile_graph(subgraph, target=self.options.get("target", "llvm"),
@@ -97,10 +97,10 @@ class TVMProperty(SubgraphProperty):
     def compile_in_worker(self, subgraph: Graph) -> bool:
         """``True`` when :meth:`compile` would build ``subgraph`` and store it in the disk
         cache (``use_cache``, no entry yet): a worker process then builds it, and the
-        compile here loads the entry (:func:`~subgraph.properties.tvm.compiler.needs_build`)."""
+        compile here loads the entry (:func:`~subgraph.properties.tvm.build.compiler.needs_build`)."""
         if not self.options.get("use_cache", True):
             return False
-        from subgraph.properties.tvm.compiler import needs_build  # the lazy seam: imports tvm
+        from subgraph.properties.tvm.build.compiler import needs_build  # the lazy seam: imports tvm
 
         return needs_build(subgraph, target=self.options.get("target", "llvm"),
                            cache_dir=self.options.get("cache_dir"), schedule=self.options.get("schedule", "cpu"),

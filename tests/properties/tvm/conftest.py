@@ -8,7 +8,7 @@ import pytest
 def clear_memory_cache() -> None:
     """Forget the compiled functions held in memory, if the cache is loaded at all: it imports
     tvm, which the support tests run without."""
-    cache = sys.modules.get("subgraph.properties.tvm.cache")
+    cache = sys.modules.get("subgraph.properties.tvm.build.cache")
     if cache is not None:
         cache.clear_memory_cache()
 

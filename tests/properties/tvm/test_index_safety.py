@@ -11,14 +11,13 @@ import pytest
 
 pytest.importorskip("tvm", reason="needs apache-tvm")
 
-from tvm_graphs import onnxruntime_outputs
-
 import subgraph
 from subgraph.analysis.shape_inference import infer_shapes
 from subgraph.errors import ExecutionError
 from subgraph.hetero import compile_model
 from subgraph.ir import Graph
 from subgraph.properties.tvm import TVMProperty
+from tests.properties.tvm.tvm_graphs import onnxruntime_outputs
 
 pytestmark = pytest.mark.tvm
 

@@ -128,14 +128,19 @@ def lowered_scripts(graph: Graph, schedule: str) -> dict[str, str]:
     from tvm.relax.frontend.onnx import from_onnx
 
     from subgraph import to_onnx
-    from subgraph.properties.tvm.pipeline import relax_pipeline
-    from subgraph.properties.tvm.target import host_target
+    from subgraph.properties.tvm.lowering.passes import relax_pipeline
+    from subgraph.properties.tvm.runtime.target import host_target
 
     target = host_target()
     mod = from_onnx(to_onnx(graph), shape_dict={v.name: list(v.shape) for v in graph.inputs},
                     dtype_dict={v.name: v.dtype.name for v in graph.inputs})
     mod = relax_pipeline(target, schedule)(relax.transform.FoldConstant()(mod))
     return {gv.name_hint: f.script() for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+
+
+def big_linear_graph() -> Graph:
+    """x[4, 256] @ w[256, 128] (128 KiB: lifted) + b[128] (512 B: stays in the library), ReLU."""
+    return linear_graph(rows=4, inner=256, columns=128, seed=11, name="big_linear")
 
 
 def compile_after_damage(cache_dir: Path, graph: str, x: np.ndarray, part: str, damage: str) -> subprocess.CompletedProcess:
@@ -156,8 +161,8 @@ def compile_after_damage(cache_dir: Path, graph: str, x: np.ndarray, part: str, 
         import numpy as np
         sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
         from {module} import {function} as graph
-        from subgraph.properties.tvm.cache import content_digest
-        from subgraph.properties.tvm.compiler import compile_graph
+        from subgraph.properties.tvm.build.cache import content_digest
+        from subgraph.properties.tvm.build.compiler import compile_graph
         meta_path = next(Path({str(cache_dir)!r}).glob("*.json"))
         lib, weights = meta_path.with_suffix(".so"), meta_path.with_suffix(".weights")
         meta = json.loads(meta_path.read_text())
