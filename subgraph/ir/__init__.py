@@ -9,10 +9,10 @@ networkx, ONNX) are functions in the layers above, never methods here.
 
 from __future__ import annotations
 
-from subgraph.ir.fused import FUSED_DOMAIN, FUSED_OP, is_fused, output_map
+from subgraph.ir.fused import FUSED_DOMAIN, FUSED_OP
 from subgraph.ir.graph import Graph, ValueMap
 from subgraph.ir.names import fresh_name
 from subgraph.ir.node import Dim, Node, OnnxGraphAttr, Value, format_shape, is_static_shape
 
-__all__ = ["Graph", "Node", "Value", "ValueMap", "OnnxGraphAttr", "FUSED_OP", "FUSED_DOMAIN", "is_fused",
-           "output_map", "fresh_name", "Dim", "is_static_shape", "format_shape"]
+__all__ = ["Graph", "Node", "Value", "ValueMap", "OnnxGraphAttr", "FUSED_OP", "FUSED_DOMAIN",
+           "fresh_name", "Dim", "is_static_shape", "format_shape"]

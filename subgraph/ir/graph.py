@@ -26,7 +26,6 @@ Examples
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -278,31 +277,6 @@ class Graph:
         for name in [n for n, v in self.initializers.items() if not v.users and n not in kept]:
             del self.initializers[name]
             del self._values[name]
-
-    def toposort(self) -> None:
-        """Reorder ``nodes`` topologically, keeping the current order where free.
-
-        Raises :class:`GraphError` naming the nodes on a cycle.
-        """
-        index = {id(n): i for i, n in enumerate(self.nodes)}
-        missing = [0] * len(self.nodes)
-        for i, n in enumerate(self.nodes):
-            missing[i] = len({id(p) for p in n.input_nodes})
-        ready = [i for i, m in enumerate(missing) if m == 0]
-        heapq.heapify(ready)
-        order: list[Node] = []
-        while ready:
-            node = self.nodes[heapq.heappop(ready)]
-            order.append(node)
-            for user in node.users:
-                j = index[id(user)]
-                missing[j] -= 1
-                if missing[j] == 0:
-                    heapq.heappush(ready, j)
-        if len(order) != len(self.nodes):
-            stuck = [n.name for i, n in enumerate(self.nodes) if missing[i] > 0]
-            raise GraphError(f"graph {self.name!r} has a cycle through nodes {stuck[:10]}")
-        self.nodes = order
 
     # -------------------------------------------------------------- inspection
     def verify(self) -> None:

@@ -268,17 +268,18 @@ def test_remove_unused_constants_keeps_read_ones():
     g.verify()
 
 
-def test_toposort_restores_order_and_keeps_it_where_free():
+def test_nodes_keep_the_order_they_were_added_in_and_verify_rejects_a_reordering():
     g = Graph("g")
     x = g.add_input("x", (2,), "float32")
     a = g.add_node("Relu", [x], name="a").outputs[0]
     g.add_node("Neg", [x], name="b")
     c = g.add_node("Exp", [a], name="c").outputs[0]
     g.set_outputs([c])
-    g.nodes = [g.node("c"), g.node("b"), g.node("a")]
-    g.toposort()
-    assert [n.name for n in g.nodes] == ["b", "a", "c"]
+    assert [n.name for n in g.nodes] == ["a", "b", "c"]
     g.verify()
+    g.nodes = [g.node("c"), g.node("b"), g.node("a")]
+    with pytest.raises(GraphError, match=r"node 'c' \(Exp\) reads %a before it is computed"):
+        g.verify()
 
 
 def test_node_views():
