@@ -24,7 +24,7 @@ from subgraph.partition.grow import NON_COMPUTE_OPS, GrowContext
 from subgraph.partition.index import PartitionIndex
 from subgraph.partition.propose import STRATEGIES, propose
 
-__all__ = ["partition_graph", "NodeDecision", "format_explanation", "STRATEGIES", "NON_COMPUTE_OPS"]
+__all__ = ["partition_graph", "NodeDecision", "STRATEGIES", "NON_COMPUTE_OPS"]
 
 
 @dataclass(frozen=True)
@@ -227,9 +227,3 @@ def _explain(index: PartitionIndex, joined: dict[int, tuple[int, str]],
         else:
             decisions[node.name] = NodeDecision(None, None, reasons.get(i, "not selected"))
     return decisions
-
-
-def format_explanation(explanation: dict[str, NodeDecision]) -> str:
-    """One line per node: ``name: reason``."""
-    width = max((len(n) for n in explanation), default=0)
-    return "\n".join(f"{name:<{width}}  {d.reason}" for name, d in explanation.items())
