@@ -40,7 +40,7 @@ from subgraph.transform.constants import fold_constants as fold
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["from_onnx", "check_ops", "type_subgraphs"]
+__all__ = ["from_onnx"]
 
 
 def from_onnx(path_or_model: str | os.PathLike | onnx.ModelProto,

@@ -57,7 +57,7 @@ from subgraph.ir import Graph, Node, Value, fresh_name
 from subgraph.hetero import CompiledModel, SubgraphInfo
 from subgraph.properties import registered_devices
 
-__all__ = ["PALETTE", "RENDER_TIMEOUT", "UNASSIGNED_COLOR", "affinity_dot", "device_colors", "dot_string",
+__all__ = ["PALETTE", "affinity_dot", "device_colors", "dot_string",
            "subgraphs_dot", "visualize_from_env", "write_dot"]
 
 #: fill colours (ColorBrewer Set3), indexed by device order or subgraph id

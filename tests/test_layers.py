@@ -98,6 +98,60 @@ def test_no_module_imports_another_ones_private_names(path):
     assert private_imports(path.read_text(encoding="utf-8")) == []
 
 
+def top_level_names(tree: ast.Module) -> set[str]:
+    """The names a module binds at its top level (inside top-level ``if``/``try`` blocks too)."""
+    names: set[str] = set()
+    pending: list[ast.stmt] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            pending += [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", []),
+                        *(s for h in getattr(node, "handlers", []) for s in h.body)]
+    return names
+
+
+def declared_all(tree: ast.Module) -> list[str] | None:
+    """The literal strings of the module's ``__all__`` (``*spread`` parts, as in
+    ``subgraph/__init__``'s lazy names, are checked by the lazy-name tests), or None."""
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+            return [e.value for e in node.value.elts if isinstance(e, ast.Constant)]
+    return None
+
+
+def test_the_all_scan_sees_every_kind_of_binding():
+    tree = ast.parse("import a.b\nfrom c import d as e\nX: int = 1\nif 1:\n    def f(): pass\n"
+                     "try:\n    class G: pass\nexcept ImportError:\n    H = None\n"
+                     "__all__ = ['X', 'f', *Y]\n")
+    assert top_level_names(tree) == {"a", "e", "X", "f", "G", "H", "__all__"}
+    assert declared_all(tree) == ["X", "f"]
+
+
+@pytest.mark.parametrize("path", package_modules())
+def test_every_name_in_all_is_defined_once_in_its_module(path):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = declared_all(tree) or []
+    assert sorted(set(names) - top_level_names(tree)) == []
+    assert len(names) == len(set(names))
+
+
+def test_every_folder_of_the_package_is_a_regular_package():
+    """A folder of modules without ``__init__.py`` is a namespace package, which
+    ``packages = find:`` leaves out of the wheel."""
+    package = Path(__file__).resolve().parents[1] / "subgraph"
+    folders = {p.parent for p in package.rglob("*.py")}
+    assert sorted(str(f.relative_to(package)) for f in folders if not (f / "__init__.py").exists()) == []
+
+
 def fresh_python(code: str, cwd) -> dict:
     """Run ``code`` in a new interpreter; it prints one JSON document, returned here."""
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd,

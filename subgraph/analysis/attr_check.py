@@ -30,7 +30,7 @@ from typing import Any
 from subgraph.errors import ShapeError
 from subgraph.ir import Graph, Node
 
-__all__ = ["check_attributes", "MAX_RANK"]
+__all__ = ["check_attributes"]
 
 #: The most dimensions a tensor can have (numpy's limit).
 MAX_RANK = 64

@@ -30,7 +30,7 @@ import numpy as np
 from subgraph.errors import SubgraphError
 from subgraph.ir import Graph, Node
 
-__all__ = ["fixed_trips", "keeps_going", "loop_carried_hints", "true_constant"]
+__all__ = ["keeps_going", "loop_carried_hints", "true_constant"]
 
 
 def loop_carried_hints(graph: Graph, types: dict[str, Any], hints: dict[str, Any],

@@ -40,7 +40,7 @@ from subgraph.errors import ShapeError
 from subgraph.ir import Graph, Node, Value, is_static_shape
 from subgraph.ir.limits import check_tensor_size
 
-__all__ = ["infer_shapes", "describe_value", "evaluate_node", "shape_value", "estimated_elements", "SIZED_BY_DATA",
+__all__ = ["infer_shapes", "evaluate_node", "shape_value", "estimated_elements", "SIZED_BY_DATA",
            "MAX_FOLD_ELEMENTS"]
 
 #: Constant folding evaluates only nodes whose outputs stay below this many elements.

@@ -51,7 +51,7 @@ from subgraph.errors import SubgraphError
 from subgraph.fileio import write_atomic
 from subgraph.hetero.devices import known_options
 
-__all__ = ["EXAMPLE_MODEL", "UsageError", "build_parser", "main"]
+__all__ = ["EXAMPLE_MODEL", "UsageError", "main"]
 
 _DEFAULT_DEVICES = "HETERO:TVM,NUMPY"
 _EPILOG = """examples:

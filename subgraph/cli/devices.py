@@ -18,7 +18,7 @@ from typing import Any
 from subgraph.properties import registered_devices
 from subgraph.properties.registry import PROPERTIES
 
-__all__ = ["format_local", "format_tracker", "devices_command"]
+__all__ = ["add_parser"]
 
 
 def _available(device: str) -> str:

@@ -9,7 +9,7 @@ import inspect
 import textwrap
 from dataclasses import dataclass
 
-__all__ = ["OpSupport", "support_table", "format_table", "format_markdown", "DEVICES"]
+__all__ = ["support_table", "format_table", "format_markdown"]
 
 #: the devices the table describes
 DEVICES = ("NUMPY", "TVM")

@@ -22,7 +22,6 @@ __all__ = [
     "UsageError",
     "apply_affinity",
     "device_properties",
-    "input_shapes",
     "load_graph",
     "random_inputs",
     "read_inputs",

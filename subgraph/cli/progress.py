@@ -28,7 +28,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
-__all__ = ["CompileProgress", "TuneProgress", "bench_runs", "console"]
+__all__ = ["CompileProgress", "TuneProgress", "bench_runs"]
 
 T = TypeVar("T")
 

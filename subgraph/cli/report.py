@@ -18,6 +18,7 @@ __all__ = [
     "format_explanation",
     "format_outputs",
     "format_table",
+    "format_tuning",
 ]
 
 

@@ -35,8 +35,7 @@ from subgraph.ops.common import ignoring_fp_conditions
 from subgraph.ops.control import ControlFlowKernel, runs_bodies
 from subgraph.ops.planned import planned_kernel
 
-__all__ = ["run", "Executor", "ProfilingExecutor", "RunStats", "check_feeds", "bind_feeds", "op_kernel", "Kernel",
-           "KernelFor"]
+__all__ = ["run", "Executor", "ProfilingExecutor", "RunStats", "check_feeds", "bind_feeds", "op_kernel", "Kernel"]
 
 
 @dataclass

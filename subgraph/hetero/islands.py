@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 
 from subgraph.ir import Graph, Node, Value
 
-__all__ = ["SHAPE_ELEMENTS", "island_reason", "shape_arithmetic", "shape_islands"]
+__all__ = ["island_reason", "shape_arithmetic", "shape_islands"]
 
 #: an integer or bool value of at most this many elements is shape data (a shape, a size, a count)
 SHAPE_ELEMENTS = 16

@@ -22,7 +22,7 @@ from subgraph.hetero.pipeline import Pipeline, copy_feeds, device_stages
 from subgraph.ir import Graph
 from subgraph.properties import FusedKernels, KernelNote
 
-__all__ = ["CompiledModel", "SubgraphInfo", "ProfileRecord", "format_bytes", "format_ops"]
+__all__ = ["CompiledModel", "SubgraphInfo", "ProfileRecord", "format_bytes"]
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from subgraph.executor import Executor
 from subgraph.ir import Graph, Value
 from subgraph.properties import FusedKernels
 
-__all__ = ["Stage", "Pipeline", "device_stages", "stage_graphs", "copy_feeds", "time_stages"]
+__all__ = ["Pipeline", "device_stages", "stage_graphs", "copy_feeds", "time_stages"]
 
 
 def device_stages(graph: Graph) -> list[list[str]]:

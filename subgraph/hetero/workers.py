@@ -35,7 +35,7 @@ from subgraph.ir import Graph
 from subgraph.properties import SubgraphProperty
 from subgraph.serialize import graph_from_dict, graph_to_dict
 
-__all__ = ["BUILD_SECONDS", "GRACE", "WORKER_START", "compile_in_workers", "worth_workers"]
+__all__ = ["WORKER_START", "compile_in_workers", "worth_workers"]
 
 #: seconds a worker gets to end after SIGINT before it is killed
 GRACE = 2.0

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Value", "Node", "OnnxGraphAttr", "format_attr", "ShapeLike", "Dim", "is_static_shape", "format_shape"]
+__all__ = ["Value", "Node", "OnnxGraphAttr", "ShapeLike", "Dim", "is_static_shape", "format_shape"]
 
 #: One dimension: a size, a symbolic name (``"batch"``, bound when the model runs), or
 #: ``None`` for a size known only from the data (NonZero's count, a Loop's trip count).

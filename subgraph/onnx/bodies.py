@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import onnx
 
-__all__ = ["outer_names", "node_outer_names"]
+__all__ = ["node_outer_names"]
 
 
 def _bodies(node: onnx.NodeProto) -> list[onnx.GraphProto]:

@@ -49,7 +49,7 @@ from subgraph.onnx.attrs import (CONSTANT_KEY, COPY_KEY, FUNCTION_DOMAIN, GRAPH_
 from subgraph.onnx.bodies import node_outer_names
 from subgraph.onnx.load import load_model, ordered_nodes, unique_node_names
 
-__all__ = ["read_onnx", "graph_from_model"]
+__all__ = ["read_onnx"]
 
 
 def read_onnx(path_or_model: str | os.PathLike | onnx.ModelProto,

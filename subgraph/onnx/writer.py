@@ -54,7 +54,7 @@ from subgraph.onnx.attrs import (
     attrs_to_onnx,
 )
 
-__all__ = ["to_onnx", "node_to_onnx", "body_to_onnx", "inference_model", "value_info_proto", "IR_VERSION"]
+__all__ = ["to_onnx", "node_to_onnx", "body_to_onnx", "inference_model", "IR_VERSION"]
 
 #: The IR version written, unless the opsets need a newer one.
 IR_VERSION = min(onnx.IR_VERSION, 10)

@@ -49,7 +49,7 @@ import numpy as np
 
 from subgraph.system import usable_cpus
 
-__all__ = ["BLAS_SERIAL_MACS", "CHUNK_MACS", "SERIAL_MACS", "matmul"]
+__all__ = ["BLAS_SERIAL_MACS", "matmul"]
 
 #: products with fewer multiply-adds than this run on one BLAS thread (~0.1 ms of work)
 SERIAL_MACS = 1 << 22

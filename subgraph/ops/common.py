@@ -26,9 +26,9 @@ from subgraph.errors import ExecutionError
 from subgraph.ir import Node
 from subgraph.ops.registry import native_dtypes
 
-__all__ = ["NEWEST_OPSET", "ONNX_DTYPES", "ONNX_DTYPE_NAMES", "opset", "onnx_dtype", "onnx_dtype_code", "normalize_axis", "normalize_axes",
-           "int_list", "node_error", "input_dtype", "dtype_in", "float_inputs", "quiet", "ignoring_fp_conditions", "clip",
-           "CHANNEL_BLOCK_BYTES", "channel_operand", "averaging_column", "CHUNK_ELEMENTS", "in_chunks"]
+__all__ = ["ONNX_DTYPES", "opset", "onnx_dtype", "onnx_dtype_code", "normalize_axis", "normalize_axes",
+           "int_list", "node_error", "dtype_in", "float_inputs", "quiet", "ignoring_fp_conditions", "clip",
+           "channel_operand", "averaging_column", "CHUNK_ELEMENTS", "in_chunks"]
 
 try:  # numpy's clip ufunc itself (np.clip is a Python wrapper around it)
     from numpy._core.umath import clip as _clip_ufunc

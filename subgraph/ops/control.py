@@ -48,7 +48,7 @@ from subgraph.errors import ExecutionError, SubgraphError
 from subgraph.ir import Graph, Node, Value
 from subgraph.ops.common import opset
 
-__all__ = ["CONTROL_FLOW_OPS", "MAX_LOOP_TRIPS", "ControlFlowKernel", "BodyRunner", "runs_bodies",
+__all__ = ["MAX_LOOP_TRIPS", "ControlFlowKernel", "runs_bodies",
            "loop_trip_limit"]
 
 #: the ops whose bodies the kernels here run

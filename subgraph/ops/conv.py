@@ -43,7 +43,7 @@ from subgraph.ops.kn2row import kn2row_conv, kn2row_fits, kn2row_weights
 from subgraph.ops.window import (Geometry, cut_columns, live_taps, node_geometry, pad_spatial, trimmed_pads,
                                  windows)
 
-__all__ = ["conv", "conv_transpose", "flat_fits", "planned_banded_depthwise", "planned_dense_depthwise",
+__all__ = ["flat_fits", "planned_banded_depthwise", "planned_dense_depthwise",
            "planned_flat", "planned_im2col", "planned_pointwise", "trimmed_conv"]
 
 

@@ -24,7 +24,7 @@ from subgraph.ir import Node
 from subgraph.ops.registry import KERNELS, any_dtype, register_kernel  # noqa: F401  (KERNELS: doctest)
 from subgraph.ops.common import clip, dtype_in, in_chunks, node_error, opset, quiet
 
-__all__ = ["binary_ufunc", "erf", "legacy_broadcast"]
+__all__ = ["binary_ufunc", "erf"]
 
 _UNARY = {
     "Abs": np.abs, "Neg": np.negative, "Exp": np.exp, "Log": np.log, "Sqrt": np.sqrt,

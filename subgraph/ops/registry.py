@@ -13,7 +13,7 @@ import numpy as np
 
 from subgraph.ir import Node
 
-__all__ = ["KERNELS", "SUPPORTS", "Kernel", "Predicate", "register_kernel", "native_dtypes", "any_dtype"]
+__all__ = ["KERNELS", "SUPPORTS", "Kernel", "register_kernel", "native_dtypes", "any_dtype"]
 
 Kernel = Callable[..., Any]
 Predicate = Callable[[Node], bool]

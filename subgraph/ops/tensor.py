@@ -28,7 +28,7 @@ from subgraph.ir import Node
 from subgraph.ops.registry import KERNELS, any_dtype, register_kernel  # noqa: F401  (KERNELS: doctest)
 from subgraph.ops.common import int_list, node_error, normalize_axes, normalize_axis, opset
 
-__all__: list[str] = []
+__all__ = ["slice_index"]
 
 
 def _attr_or_input(node: Node, name: str, value: Any, since: int) -> list[int] | None:

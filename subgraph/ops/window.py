@@ -26,7 +26,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from subgraph.ir import Node
 
-__all__ = ["Geometry", "window_geometry", "node_geometry", "live_taps", "trimmed_pads", "pad_spatial", "windows",
+__all__ = ["Geometry", "node_geometry", "live_taps", "trimmed_pads", "pad_spatial", "windows",
            "cut_columns"]
 
 

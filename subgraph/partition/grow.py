@@ -23,7 +23,7 @@ from subgraph.properties.base import SubgraphProperty
 from subgraph.selectors import SubgraphSelector
 from subgraph.partition.index import PartitionIndex, Reach
 
-__all__ = ["GrowContext", "grow", "is_convex"]
+__all__ = ["GrowContext", "NON_COMPUTE_OPS", "grow", "is_convex"]
 
 #: ops that move or relabel data without computing: not counted by min_subgraph_size
 NON_COMPUTE_OPS = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Shape", "Size",

@@ -24,7 +24,7 @@ from subgraph.errors import PropertyError, call_hook
 from subgraph.ir import FUSED_DOMAIN, FUSED_OP, Graph, Node
 from subgraph.selectors import ContainOpSelector, SubgraphSelector
 
-__all__ = ["SubgraphProperty", "FusedKernel", "KernelNote", "time_kernel", "Kernel", "checked_supports"]
+__all__ = ["SubgraphProperty", "FusedKernel", "KernelNote", "time_kernel", "checked_supports"]
 
 Kernel = Callable[..., Sequence[np.ndarray]]
 

@@ -43,7 +43,7 @@ import numpy as np
 from subgraph.analysis.shape_inference import evaluate_node, shape_value
 from subgraph.ir import Graph, Node, OnnxGraphAttr, is_static_shape
 
-__all__ = ["fold_constants", "remove_dead_nodes"]
+__all__ = ["fold_constants"]
 
 #: ops whose result differs from run to run: never folded
 NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",

@@ -28,7 +28,7 @@ from subgraph.analysis.shape_inference import infer_shapes
 from subgraph.ir import Graph, Node, Value
 from subgraph.transform.constants import fold_constants
 
-__all__ = ["MAX_TRIPS", "MAX_UNROLLED_NODES", "structure_reason", "unroll", "unroll_loops"]
+__all__ = ["MAX_TRIPS", "structure_reason", "unroll", "unroll_loops"]
 
 #: the most trips a Loop is unrolled for (each trip adds its body's kernels)
 MAX_TRIPS = 64

@@ -10,7 +10,7 @@ from typing import Any
 
 from subgraph.errors import DeviceError, ExecutionError
 
-__all__ = ["Endpoint", "RemoteDeviceError", "parse_host_port", "DEFAULT_TIMEOUT"]
+__all__ = ["Endpoint", "RemoteDeviceError", "parse_host_port"]
 
 #: seconds a REMOTE device waits to connect, and for each call, unless ``timeout`` says
 DEFAULT_TIMEOUT = 10.0

@@ -29,7 +29,7 @@ from subgraph.properties.tvm.build.compiler import compile_graph
 from subgraph.properties.tvm.runtime.function import TVMFunction
 from subgraph.properties.tvm.runtime.target import as_target, host_target
 
-__all__ = ["RemoteFunction", "compile_remote", "remote_target"]
+__all__ = ["compile_remote"]
 
 
 def remote_target(session: RemoteSession) -> Any:

@@ -47,7 +47,7 @@ from subgraph.properties.tvm.schedule.cpu import (
     vector_lanes,
 )
 
-__all__ = ["Progress", "TileBench", "TuneTask", "extract_tasks", "tune_graphs"]
+__all__ = ["TileBench", "extract_tasks", "tune_graphs"]
 
 
 _MARGIN = 0.97  # a tile must be 3% faster than the best so far: timing noise does not pick tiles

@@ -29,7 +29,7 @@ from tvm import relax, s_tir, te, tirx
 from subgraph.properties.tvm.runtime.tensors import static_shape
 from subgraph.properties.tvm.schedule.cpu import vector_widths
 
-__all__ = ["concat_legalize", "concat_vectors"]
+__all__ = ["concat_legalize"]
 
 _MIN_PARALLEL = 1 << 14  # elements below which one thread copies
 

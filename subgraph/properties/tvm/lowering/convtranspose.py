@@ -24,7 +24,7 @@ from tvm import te
 
 from subgraph.properties.tvm.runtime.tensors import static_shape
 
-__all__ = ["conv2d_transpose_legalize", "conv2d_transpose_stride_kernel"]
+__all__ = ["conv2d_transpose_legalize"]
 
 
 def conv2d_transpose_stride_kernel(data: te.Tensor, weight: te.Tensor) -> te.Tensor:

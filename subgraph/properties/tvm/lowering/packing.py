@@ -32,7 +32,7 @@ from subgraph.properties.tvm.lowering import winograd
 from subgraph.properties.tvm.runtime.tensors import static_shape
 from subgraph.properties.tvm.schedule.cpu import vector_widths
 
-__all__ = ["conv2d_nhwc_packed", "matmul_packed", "packed_conv2d_legalize", "packed_matmul_legalize"]
+__all__ = ["conv2d_nhwc_packed", "packed_conv2d_legalize", "packed_matmul_legalize"]
 
 
 def conv2d_nhwc_packed(data: te.Tensor, packed: te.Tensor, strides: tuple[int, int],

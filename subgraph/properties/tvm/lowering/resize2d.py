@@ -39,7 +39,7 @@ from subgraph.ops.resize import AxisRule, axis_taps
 from subgraph.properties.tvm.runtime.tensors import static_shape
 from subgraph.properties.tvm.schedule.cpu import vector_widths
 
-__all__ = ["resize2d_legalize", "resize_rule"]
+__all__ = ["resize2d_legalize"]
 
 _MODES = ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel", "tf_half_pixel_for_nn")
 _METHODS = {"linear": "linear", "nearest_neighbor": "nearest", "cubic": "cubic"}

@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["Cancelled", "abandoned_work", "interruptible"]
+__all__ = ["abandoned_work", "interruptible"]
 
 T = TypeVar("T")
 

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Iterator
 from typing import IO
 
-__all__ = ["TVM_REQUIREMENT", "error_summary", "not_installed_message", "native_log_to_logging", "LOGGER"]
+__all__ = ["TVM_REQUIREMENT", "error_summary", "not_installed_message", "native_log_to_logging"]
 
 #: where TVM's C++ log lines go
 LOGGER = logging.getLogger("subgraph.tvm")
