@@ -16,8 +16,9 @@ Examples
 >>> g = Graph("g")
 >>> x = g.add_input("x", (2,), "float32")
 >>> loop = g.add_node("Loop", [g.add_constant("M", np.array(3)), None, x], attrs={"body": body}, name="loop")
+>>> from subgraph.analysis import infer_shapes
 >>> hints = {}
->>> loop_carried_hints(g, {}, hints), hints
+>>> loop_carried_hints(g, {}, hints, infer_shapes), hints
 (True, {'loop': ((2,), dtype('float32'))})
 """
 
