@@ -21,8 +21,14 @@ import functools
 import numpy as np
 
 from subgraph.ir import Node
-from subgraph.ops.registry import KERNELS, any_dtype, register_kernel  # noqa: F401  (KERNELS: doctest)
 from subgraph.ops.common import clip, dtype_in, in_chunks, node_error, opset, quiet
+from subgraph.ops.registry import (  # noqa: F401  (KERNELS: doctest)
+    KERNELS,
+    Kernel,
+    any_dtype,
+    register_kernel,
+    register_plan,
+)
 
 __all__ = ["binary_ufunc", "erf"]
 
@@ -152,6 +158,15 @@ def binary_ufunc(node: Node) -> np.ufunc | None:
 
 
 register_kernel(*_BINARY)(_binary)
+
+
+@register_plan(*_BINARY)
+def _plan_binary(node: Node, kernel: Kernel) -> Kernel | None:
+    """The ufunc itself where no old alignment is needed: a call less, 0.8 us of 4 on BERT's adds."""
+    ufunc = binary_ufunc(node)
+    if ufunc is None or len(node.inputs) != 2:
+        return None
+    return lambda node, a, b: ufunc(a, b)
 
 
 @register_kernel("Div")

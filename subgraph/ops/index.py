@@ -15,12 +15,21 @@ array([[[4., 5.],
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
+from subgraph.errors import SubgraphError
 from subgraph.ir import Node
-from subgraph.ops.registry import KERNELS, any_dtype, register_kernel  # noqa: F401  (KERNELS: doctest)
 from subgraph.ops.common import node_error, normalize_axis
+from subgraph.ops.planned import static_plan
+from subgraph.ops.registry import (  # noqa: F401  (KERNELS: doctest)
+    KERNELS,
+    Kernel,
+    any_dtype,
+    register_kernel,
+    register_plan,
+)
 
 __all__ = ["INDEX_OPS", "check_indices", "index_limits"]
 
@@ -95,6 +104,29 @@ def _gather(node: Node, data: np.ndarray, indices: np.ndarray) -> np.ndarray:
     except IndexError:  # ONNX's message: the first bad index, the axis and its size
         _check(node, data, indices)
         raise
+
+
+@register_plan("Gather")
+@static_plan
+def _plan_gather(node: Node, kernel: Kernel, planned_in: tuple[int, ...],
+                 planned_out: tuple[int, ...]) -> Kernel | None:
+    """The take itself of constant indices checked and cast once (a transformer's q, k, v);
+    data of another shape goes to the generic kernel, and so do indices it rejects."""
+    if len(node.inputs) != 2 or node.inputs[1] is None:
+        return None
+    indices = np.asarray(node.inputs[1].data)
+    if indices.dtype.kind not in "iu":
+        return None
+    try:
+        check_indices(node, indices, index_limits(node, planned_in, indices.shape))
+        axis = normalize_axis(node.attrs.get("axis", 0), len(planned_in))
+    except (SubgraphError, ValueError):  # the generic kernel raises it, with its message, on the run
+        return None
+    take = indices.astype(np.intp)
+
+    def gather(node: Node, data: np.ndarray, *rest: Any) -> np.ndarray:
+        return np.take(data, take, axis=axis) if data.shape == planned_in else kernel(node, data, *rest)
+    return gather
 
 
 @register_kernel("GatherElements", supports=any_dtype)

@@ -24,8 +24,9 @@ from collections.abc import Callable
 import numpy as np
 
 from subgraph.ir import Node
-from subgraph.ops.registry import KERNELS, register_kernel  # noqa: F401  (KERNELS: doctest)
 from subgraph.ops.common import averaging_column, channel_operand, float_inputs, normalize_axis
+from subgraph.ops.planned import float32_plan, static_plan
+from subgraph.ops.registry import KERNELS, Kernel, register_kernel, register_plan  # noqa: F401  (KERNELS: doctest)
 
 __all__ = ["planned_batch_norm", "planned_layer_norm"]
 
@@ -231,3 +232,21 @@ def _rms_norm(node: Node, x: np.ndarray, scale: np.ndarray) -> np.ndarray:
     y = values / np.sqrt(mean_square, out=mean_square)
     y *= scale
     return y.astype(x.dtype, copy=False)
+
+
+@register_plan("BatchNormalization")
+@static_plan
+def _plan_batch_norm(node: Node, kernel: Kernel, planned_in: tuple[int, ...],
+                     planned_out: tuple[int, ...]) -> Kernel | None:
+    """Constant parameters folded once (:func:`planned_batch_norm`), for float32 inputs of
+    the planned shape."""
+    return float32_plan(node, kernel, planned_in, planned_batch_norm(node, planned_in))
+
+
+@register_plan("LayerNormalization", "RMSNormalization")
+@static_plan
+def _plan_layer_norm(node: Node, kernel: Kernel, planned_in: tuple[int, ...],
+                     planned_out: tuple[int, ...]) -> Kernel | None:
+    """Rows, averaging column and constant parameters worked out once
+    (:func:`planned_layer_norm`), for float32 inputs of the planned shape."""
+    return float32_plan(node, kernel, planned_in, planned_layer_norm(node, planned_in))

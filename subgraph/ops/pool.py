@@ -25,9 +25,10 @@ from typing import Any
 import numpy as np
 
 from subgraph.ir import Node
-from subgraph.ops.registry import KERNELS, register_kernel  # noqa: F401  (KERNELS: doctest)
 from subgraph.ops.common import dtype_in, float_inputs, node_error
-from subgraph.ops.reduce import trailing_sum
+from subgraph.ops.planned import float32_plan, static_plan
+from subgraph.ops.reduce import planned_mean, trailing_sum
+from subgraph.ops.registry import KERNELS, Kernel, register_kernel, register_plan  # noqa: F401  (KERNELS: doctest)
 from subgraph.ops.window import Geometry, node_geometry, pad_spatial, windows
 
 __all__: list[str] = []
@@ -140,6 +141,15 @@ def _global_average_pool(node: Node, x: np.ndarray) -> np.ndarray:
     else:
         total = trailing_sum(x, axes, True)
     return (total / math.prod(x.shape[2:])).astype(x.dtype, copy=False)
+
+
+@register_plan("GlobalAveragePool")
+@static_plan
+def _plan_global_average_pool(node: Node, kernel: Kernel, planned_in: tuple[int, ...],
+                              planned_out: tuple[int, ...]) -> Kernel | None:
+    """The mean as one product (:func:`~subgraph.ops.reduce.planned_mean`), for float32
+    inputs of the planned shape (a squeeze-excitation block's)."""
+    return float32_plan(node, kernel, planned_in, planned_mean(node, planned_in))
 
 
 @register_kernel("GlobalMaxPool")

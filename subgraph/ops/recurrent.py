@@ -49,7 +49,7 @@ import numpy as np
 
 from subgraph.ir import Node
 from subgraph.ops.common import float_inputs
-from subgraph.ops.registry import KERNELS, Kernel, register_kernel  # noqa: F401  (KERNELS: doctest)
+from subgraph.ops.registry import KERNELS, Kernel, register_kernel, register_plan  # noqa: F401  (KERNELS: doctest)
 
 __all__ = ["planned_recurrent"]
 
@@ -484,3 +484,9 @@ def planned_recurrent(node: Node) -> Kernel | None:
         same = all(a is b for a, b in zip(arrays, planned))
         return _recurrent(node, x, *rest, weights=weights if same else None)
     return kernel
+
+
+@register_plan("LSTM", "GRU", "RNN")
+def _plan_recurrent(node: Node, kernel: Kernel) -> Kernel | None:
+    """:func:`planned_recurrent`: constant weights transposed, halved and folded once."""
+    return planned_recurrent(node)

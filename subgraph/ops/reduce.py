@@ -24,8 +24,9 @@ from collections.abc import Callable
 import numpy as np
 
 from subgraph.ir import Node
-from subgraph.ops.registry import KERNELS, register_kernel  # noqa: F401  (KERNELS: doctest)
 from subgraph.ops.common import averaging_column, int_list, normalize_axes, normalize_axis, quiet
+from subgraph.ops.planned import float32_plan, static_plan
+from subgraph.ops.registry import KERNELS, Kernel, register_kernel, register_plan  # noqa: F401  (KERNELS: doctest)
 
 __all__ = ["trailing_sum", "planned_mean"]
 
@@ -280,3 +281,12 @@ def _top_of_row(row: np.ndarray, count: int, largest: bool) -> np.ndarray:
     bound = np.partition(row, n - count)[n - count]
     candidates = np.flatnonzero(row >= bound)
     return candidates[_sorted_order(row[candidates], 0, largest)[:count]]
+
+
+@register_plan("ReduceMean")
+@static_plan
+def _plan_mean(node: Node, kernel: Kernel, planned_in: tuple[int, ...],
+               planned_out: tuple[int, ...]) -> Kernel | None:
+    """A mean over constant trailing axes as one product (:func:`planned_mean`), for float32
+    inputs of the planned shape."""
+    return float32_plan(node, kernel, planned_in, planned_mean(node, planned_in))

@@ -1,7 +1,9 @@
-"""The kernel registry, a leaf: plain dicts from ONNX op type to numpy kernel and predicate.
+"""The kernel registry, a leaf: plain dicts from ONNX op type to numpy kernel, predicate and plan.
 
-Kernel modules register into it with :func:`register_kernel`; :mod:`subgraph.ops.op_list`
-names every kernel module, and :mod:`subgraph.ops` answers which path runs a node.
+Kernel modules register into it with :func:`register_kernel`, and a kernel's per-node plan
+(work done once when an executor plans the graph) beside it with :func:`register_plan`;
+:mod:`subgraph.ops.op_list` names every kernel module, :mod:`subgraph.ops` answers which
+path runs a node and :func:`subgraph.ops.planned.planned_kernel` asks a node's plan.
 """
 
 from __future__ import annotations
@@ -13,16 +15,21 @@ import numpy as np
 
 from subgraph.ir import Node
 
-__all__ = ["KERNELS", "SUPPORTS", "Kernel", "register_kernel", "native_dtypes", "any_dtype"]
+__all__ = ["KERNELS", "SUPPORTS", "PLANS", "Kernel", "register_kernel", "register_plan", "native_dtypes", "any_dtype"]
 
 Kernel = Callable[..., Any]
 Predicate = Callable[[Node], bool]
+#: ``planner(node, kernel) -> Kernel | None``: ``node``'s kernel specialised once, ``None`` for the generic one
+Planner = Callable[[Node, Kernel], "Kernel | None"]
 
 #: ONNX op type (default domain) -> numpy kernel.
 KERNELS: dict[str, Kernel] = {}
 
 #: ONNX op type -> predicate saying which nodes its numpy kernel handles.
 SUPPORTS: dict[str, Predicate] = {}
+
+#: ONNX op type -> planner specialising its numpy kernel to one node (see :func:`register_plan`).
+PLANS: dict[str, Planner] = {}
 
 #: dtypes numpy computes with natively (ml_dtypes such as float8_e5m2 may claim kind "f")
 _NATIVE = frozenset(map(np.dtype, ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
@@ -84,5 +91,36 @@ def register_kernel(*ops: str, supports: Predicate | None = None) -> Callable[[K
             KERNELS[op] = fn
             SUPPORTS[op] = supports or native_dtypes
         return fn
+
+    return wrap
+
+
+def register_plan(*ops: str) -> Callable[[Planner], Planner]:
+    """Decorator registering ``planner`` as the per-node plan of the kernels of ``ops``.
+
+    ``planner(node, kernel)`` runs once per node when an executor plans a graph, ``kernel``
+    being the op's registered kernel; it returns a kernel specialised to that node (which
+    must give ``kernel``'s results and errors for every input, typically by calling
+    ``kernel`` for inputs other than those planned for), or ``None`` to keep ``kernel``.
+    A kernel module registers its plans beside its kernels.
+
+    Parameters
+    ----------
+    *ops : str
+        ONNX op types of the default domain, each with a kernel.
+
+    Examples
+    --------
+    >>> @register_plan("MyDoubler")
+    ... def plan_double(node, kernel):
+    ...     return None  # nothing to work out once: the generic kernel
+    >>> PLANS.pop("MyDoubler") is plan_double
+    True
+    """
+
+    def wrap(planner: Planner) -> Planner:
+        for op in ops:
+            PLANS[op] = planner
+        return planner
 
     return wrap

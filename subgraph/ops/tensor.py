@@ -24,9 +24,17 @@ from typing import Any
 
 import numpy as np
 
+from subgraph.errors import SubgraphError
 from subgraph.ir import Node
-from subgraph.ops.registry import KERNELS, any_dtype, register_kernel  # noqa: F401  (KERNELS: doctest)
 from subgraph.ops.common import int_list, node_error, normalize_axes, normalize_axis, opset
+from subgraph.ops.planned import static_plan
+from subgraph.ops.registry import (  # noqa: F401  (KERNELS: doctest)
+    KERNELS,
+    Kernel,
+    any_dtype,
+    register_kernel,
+    register_plan,
+)
 
 __all__ = ["slice_index"]
 
@@ -75,6 +83,30 @@ def _unsqueeze(node: Node, x: np.ndarray, axes: np.ndarray | None = None) -> np.
     if not dims:
         raise node_error(node, "needs at least one axis")
     return np.expand_dims(x, tuple(normalize_axes(dims, x.ndim + len(dims))))
+
+
+@register_plan("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+@static_plan
+def _plan_view(node: Node, kernel: Kernel, planned_in: tuple[int, ...],
+               planned_out: tuple[int, ...]) -> Kernel | None:
+    """The view itself to the inferred output shape: the shape or axes input parsed, axes
+    normalised and checked once; an input of another shape goes to the generic kernel."""
+    if int(np.prod(planned_in)) != int(np.prod(planned_out)):
+        return None
+
+    def view(node: Node, x: np.ndarray, *rest: Any) -> np.ndarray:
+        return x.reshape(planned_out) if x.shape == planned_in else kernel(node, x, *rest)
+    return view
+
+
+@register_plan("Transpose")
+def _plan_transpose(node: Node, kernel: Kernel) -> Kernel | None:
+    """The view itself, its permutation read once (1 us of 2.3); numpy's errors as the kernel's."""
+    if len(node.inputs) != 1 or node.domain:
+        return None
+    perm = node.attrs.get("perm")
+    order = None if perm is None else tuple(int(p) for p in perm)
+    return lambda node, x: x.transpose(order)
 
 
 @register_kernel("Concat", supports=any_dtype)
@@ -137,6 +169,22 @@ def slice_index(node: Node, shape: tuple[int, ...], starts: np.ndarray | None = 
     for axis, b, e, s in zip(dims, begin, finish, strides):
         index[axis] = _slice_bounds(b, e, s, shape[axis])
     return tuple(index)
+
+
+@register_plan("Slice")
+@static_plan
+def _plan_slice(node: Node, kernel: Kernel, planned_in: tuple[int, ...],
+                planned_out: tuple[int, ...]) -> Kernel | None:
+    """The numpy index of constant bounds worked out once (16 us a call generic, under 1 us
+    planned); an input of another shape, or bounds the generic kernel rejects, go to it."""
+    try:
+        index = slice_index(node, planned_in, *[None if v is None else v.data for v in node.inputs[1:]])
+    except (SubgraphError, ValueError, TypeError, IndexError):  # the generic kernel raises it on the run
+        return None
+
+    def sliced(node: Node, x: np.ndarray, *rest: Any) -> np.ndarray:
+        return x[index] if x.shape == planned_in else kernel(node, x, *rest)
+    return sliced
 
 
 @register_kernel("Expand", supports=any_dtype)

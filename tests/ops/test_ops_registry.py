@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import subgraph
+import subgraph.ops
 from subgraph.errors import ExecutionError, UnsupportedOpError
 from subgraph.executor import Executor
 from subgraph.ir import Graph
-import subgraph
-import subgraph.ops
 from subgraph.ops import (
     KERNELS,
     SUPPORTS,
@@ -27,6 +27,7 @@ from subgraph.ops import (
     register_kernel,
 )
 from subgraph.ops.reference import ReferenceKernel
+from subgraph.ops.registry import PLANS
 
 REQUIRED = [
     "Conv", "BatchNormalization", "Relu", "Clip", "MaxPool", "AveragePool", "GlobalAveragePool", "Gemm",
@@ -154,9 +155,9 @@ def listed_modules(import_graph) -> list[str]:
     return sorted(import_graph.find_modules_directly_imported_by("subgraph.ops.op_list"))
 
 
-def registers_kernels(path: Path) -> bool:
-    """Whether a module's source decorates anything with register_kernel(...)."""
-    return any(isinstance(d, ast.Call) and getattr(d.func, "id", None) == "register_kernel"
+def registers_kernels(path: Path, decorators: tuple[str, ...] = ("register_kernel", "register_plan")) -> bool:
+    """Whether a module's source decorates anything with register_kernel(...) or register_plan(...)."""
+    return any(isinstance(d, ast.Call) and getattr(d.func, "id", None) in decorators
                for node in ast.walk(ast.parse(path.read_text()))
                if isinstance(node, ast.FunctionDef) for d in node.decorator_list)
 
@@ -171,13 +172,26 @@ def test_the_registry_is_a_leaf(import_graph):
 def test_every_listed_module_is_imported_and_registers_kernels(import_graph):
     listed = listed_modules(import_graph)
     assert listed == [f"subgraph.ops.{name}" for name in (
-        "activation", "constant", "conv", "convert", "detection", "elementwise", "index", "linalg", "norm",
-        "pool", "quant", "recurrent", "reduce", "resize", "tensor")]
-    registered = {kernel.__module__ for kernel in KERNELS.values()}
+        "activation", "constant", "conv", "conv_plans", "convert", "detection", "elementwise", "index", "linalg",
+        "norm", "pool", "quant", "recurrent", "reduce", "resize", "tensor")]
+    registered = {kernel.__module__ for kernel in [*KERNELS.values(), *PLANS.values()]}
     for module in listed:
         assert module in sys.modules
-        assert module in registered, f"{module} registers no kernel"
-    assert registered <= set(listed), f"kernels registered outside op_list: {sorted(registered - set(listed))}"
+        assert module in registered, f"{module} registers no kernel and no plan"
+    assert registered <= set(listed), f"registered outside op_list: {sorted(registered - set(listed))}"
+
+
+def test_plans_are_registered_beside_their_kernels():
+    """Each plan lives in its kernel's module, or in that module's ``_plans`` sibling, and
+    planned.py holds no list of ops: the registry is the list."""
+    assert PLANS and set(PLANS) <= set(KERNELS)
+    for op, planner in PLANS.items():
+        home = KERNELS[op].__module__
+        assert planner.__module__ in (home, home + "_plans"), f"{op}: plan in {planner.__module__}, kernel in {home}"
+    source = (OPS_DIR / "planned.py").read_text()
+    quoted = {node.value for node in ast.walk(ast.parse(source))
+              if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+    assert not quoted & set(KERNELS), sorted(quoted & set(KERNELS))
 
 
 def test_no_kernel_module_is_missing_from_op_list(import_graph):

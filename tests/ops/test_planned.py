@@ -200,14 +200,14 @@ def test_a_depthwise_pixel_map_only_while_it_is_small_and_dense_enough(x_shape, 
 def test_a_channel_narrowing_conv_gets_its_weights_rearranged_once(x_shape, w_shape, attrs, monkeypatch):
     """kn2row's weights per kernel row are made at plan time; other weights or shapes run the
     generic kernel, which makes its own."""
-    import subgraph.ops.planned as planned_module
+    import subgraph.ops.conv_plans as plans_module
 
     w = RNG.standard_normal(w_shape).astype(np.float32)
     bias = RNG.standard_normal(w_shape[0]).astype(np.float32)
     g, node = _conv(x_shape, w, bias, attrs)
     made = []
-    real = planned_module.kn2row_weights
-    monkeypatch.setattr(planned_module, "kn2row_weights", lambda w: made.append(w.shape) or real(w))
+    real = plans_module.kn2row_weights
+    monkeypatch.setattr(plans_module, "kn2row_weights", lambda w: made.append(w.shape) or real(w))
     planned = planned_kernel(node)
     assert made == [w_shape]
     data = RNG.standard_normal(x_shape).astype(np.float32)
