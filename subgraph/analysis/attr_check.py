@@ -110,6 +110,38 @@ def _check_per_dimension_inputs(node: Node, shapes: Mapping[str, tuple | None]) 
                              f"{MAX_RANK} dimensions")
 
 
+def _check_repeated_axes(node: Node, shapes: Mapping[str, tuple | None]) -> None:
+    """Squeeze's and Unsqueeze's ``axes`` (the attribute, or a constant input from opset 13)
+    name each axis once, as ONNX requires: onnxruntime squeezes a repeated axis once, and
+    ONNX's inference passes Unsqueeze-11's ``axes=[0, -3]``, which onnxruntime then refuses."""
+    if node.op not in ("Squeeze", "Unsqueeze"):
+        return
+    given = node.inputs[1] if len(node.inputs) > 1 else None
+    if given is not None:
+        data = given.data
+        if data is None or getattr(data, "dtype", None) is None or data.dtype.kind not in "iu":
+            return
+        entries = [int(v) for v in data.reshape(-1).tolist()]
+        what = f"axes input %{given.name} = {entries}"
+    else:
+        entries = _entries(node.attrs.get("axes"))
+        if entries is None:
+            return
+        what = f"attribute axes={node.attrs['axes']!r}"
+    rank = _rank(node, shapes)
+    if rank is not None and node.op == "Unsqueeze":
+        rank += len(entries)
+    of = ""
+    if rank is not None and all(-rank <= e < rank for e in entries):  # out of range: ONNX's inference says so
+        entries = [e + rank if e < 0 else e for e in entries]
+        of = f" of input %{node.inputs[0].name} of rank {rank}" if node.op == "Squeeze" else \
+            f" of the output of rank {rank}"
+    repeated = next((e for i, e in enumerate(entries) if e in entries[:i]), None)
+    if repeated is not None:
+        raise ShapeError(f"node {node.name!r} ({node.op}): {what} repeats axis {repeated}{of}: "
+                         "ONNX allows each axis once")
+
+
 def _check_node(node: Node, shapes: Mapping[str, tuple | None]) -> None:
     if node.subgraph is not None or node.domain not in ("", "ai.onnx"):
         return
@@ -149,6 +181,7 @@ def _check_node(node: Node, shapes: Mapping[str, tuple | None]) -> None:
         low = -rank
         if any(not low <= e <= top for e in entries):
             raise _refuse(node, name, node.attrs[name], f"is out of range [{low}, {top}] {where}")
+    _check_repeated_axes(node, shapes)
 
 
 def check_attributes(graph: Graph, shapes: Mapping[str, tuple | None] | None = None) -> None:

@@ -69,20 +69,41 @@ def _transpose(node: Node, x: np.ndarray) -> np.ndarray:
     return np.transpose(x, None if perm is None else tuple(perm))
 
 
+def _distinct_axes(node: Node, dims: list[int], rank: int, of: str) -> tuple[int, ...]:
+    """``dims`` normalised for a tensor of ``rank``, each axis once (ONNX's Squeeze and
+    Unsqueeze allow no repeats; onnxruntime squeezes a repeated axis once, and refuses one
+    in Unsqueeze only when the repeat is literal)."""
+    axes = normalize_axes(dims, rank)
+    repeated = next((a for i, a in enumerate(axes) if a in axes[:i]), None)
+    if repeated is not None:
+        raise node_error(node, f"axes {dims} repeat axis {repeated} of {of} of rank {rank}: "
+                               "ONNX allows each axis once")
+    return tuple(axes)
+
+
+def _squeeze_axes(node: Node, rank: int, axes: np.ndarray | None) -> tuple[int, ...] | None:
+    """The axes a Squeeze ``node`` removes from an input of ``rank``; ``None``: every axis of size 1."""
+    dims = _attr_or_input(node, "axes", axes, 13)
+    return None if dims is None else _distinct_axes(node, dims, rank, "the input")
+
+
+def _unsqueeze_axes(node: Node, rank: int, axes: np.ndarray | None) -> tuple[int, ...]:
+    """The axes an Unsqueeze ``node`` inserts into an input of ``rank``, of its output."""
+    dims = _attr_or_input(node, "axes", axes, 13)
+    if not dims:
+        raise node_error(node, "needs at least one axis")
+    return _distinct_axes(node, dims, rank + len(dims), "the output")
+
+
 @register_kernel("Squeeze", supports=any_dtype)
 def _squeeze(node: Node, x: np.ndarray, axes: np.ndarray | None = None) -> np.ndarray:
-    dims = _attr_or_input(node, "axes", axes, 13)
-    if dims is None:
-        return np.squeeze(x)
-    return np.squeeze(x, axis=tuple(normalize_axes(dims, x.ndim)))
+    dims = _squeeze_axes(node, x.ndim, axes)
+    return np.squeeze(x) if dims is None else np.squeeze(x, axis=dims)
 
 
 @register_kernel("Unsqueeze", supports=any_dtype)
 def _unsqueeze(node: Node, x: np.ndarray, axes: np.ndarray | None = None) -> np.ndarray:
-    dims = _attr_or_input(node, "axes", axes, 13)
-    if not dims:
-        raise node_error(node, "needs at least one axis")
-    return np.expand_dims(x, tuple(normalize_axes(dims, x.ndim + len(dims))))
+    return np.expand_dims(x, _unsqueeze_axes(node, x.ndim, axes))
 
 
 @register_plan("Reshape", "Flatten", "Squeeze", "Unsqueeze")
@@ -93,6 +114,13 @@ def _plan_view(node: Node, kernel: Kernel, planned_in: tuple[int, ...],
     normalised and checked once; an input of another shape goes to the generic kernel."""
     if int(np.prod(planned_in)) != int(np.prod(planned_out)):
         return None
+    axes = {"Squeeze": _squeeze_axes, "Unsqueeze": _unsqueeze_axes}.get(node.op)
+    if axes is not None:  # axes the generic kernel refuses (repeated, out of range) are left to its error
+        try:
+            given = node.inputs[1] if len(node.inputs) > 1 else None
+            axes(node, len(planned_in), None if given is None else given.data)
+        except (SubgraphError, ValueError, TypeError, IndexError):
+            return None
 
     def view(node: Node, x: np.ndarray, *rest: Any) -> np.ndarray:
         return x.reshape(planned_out) if x.shape == planned_in else kernel(node, x, *rest)
