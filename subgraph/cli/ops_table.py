@@ -1,6 +1,7 @@
 """The op support table of the built-in devices (``subgraph ops``, docs/ops.md), read from
 the registries: NUMPY's kernels and their predicates (:mod:`subgraph.ops`), onnx.reference
-for the rest, and the TVM backend's measured table (:mod:`subgraph.properties.tvm.intake.support`).
+for the rest, and the TVM backend's measured table: one record per op whose conditions say in
+words what they check (:mod:`subgraph.properties.tvm.intake.rules`).
 """
 
 from __future__ import annotations
@@ -13,10 +14,6 @@ __all__ = ["support_table", "format_table", "format_markdown"]
 
 #: the devices the table describes
 DEVICES = ("NUMPY", "TVM")
-
-_TVM_EVERY_NODE = ("every input and output has a static shape and a dtype among bool, float16/32/64 and "
-                   "(u)int8-64 and is not empty, the model's opset defines the op")
-
 
 @dataclass(frozen=True)
 class OpSupport:
@@ -101,6 +98,9 @@ def format_table(rows: list[OpSupport], device: str | None = None) -> str:
 
 def format_markdown(rows: list[OpSupport]) -> str:
     """docs/ops.md: the table in Markdown with what it means."""
+    from subgraph.properties.tvm.intake.rules import VALUES
+
+    every_node = f"{VALUES.prose}, the model's opset defines the op"
     lines = [
         "# Op support of the built-in devices",
         "",
@@ -110,7 +110,7 @@ def format_markdown(rows: list[OpSupport]) -> str:
         "- **NUMPY** runs every node `subgraph.run` runs: an op's numpy kernel when the kernel's",
         "  conditions hold, else `onnx.reference` (`NUMPY.reference: false` keeps it to the kernels).",
         "  Every other default-domain op that `onnx.reference` implements runs there too.",
-        *textwrap.wrap(f"- **TVM** takes a node of an op marked TVM when {_TVM_EVERY_NODE}, and the op's own "
+        *textwrap.wrap(f"- **TVM** takes a node of an op marked TVM when {every_node}, and the op's own "
                        "conditions below hold; `no` names an op its importer maps but that is left out, and why. "
                        "`TVM.ops` / `TVM.exclude_ops` narrow it further. `-`: the device has no path for it.",
                        width=92, subsequent_indent="  "),
