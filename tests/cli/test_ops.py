@@ -48,8 +48,9 @@ def test_cli_ops_rows_say_path_and_conditions():
     assert rows["Reshape"] == "Reshape numpy kernel (any dtype) TVM (input 1 a constant)"
     assert rows["AffineGrid"] == "AffineGrid onnx.reference TVM (input 1 a constant)"
     assert rows["LSTM"].startswith("LSTM numpy kernel (numpy dtypes and subgraph.ops.recurrent.") and \
-        rows["LSTM"].endswith(" TVM (unrolled: a static sequence of at most 256 steps; W, R, B, P and sequence_lens "
-                              "constants; Sigmoid/Tanh/Relu activations; no input_forget)")
+        rows["LSTM"].endswith(" TVM (unrolled: a static sequence of at most 256 steps; a float32/float64 "
+                              "input; W, R, B, P and sequence_lens constants; Sigmoid/Tanh/Relu activations "
+                              "without alpha/beta; no input_forget; opset 13 or later)")
     assert rows["If"] == ("If onnx.reference no (control flow is not supported: the node and its bodies run as one "
                           "unit on a device that runs bodies (NUMPY))")
 

@@ -29,7 +29,7 @@ from subgraph.ops.index import INDEX_OPS, check_indices, index_limits
 from subgraph.properties.tvm.intake.cells import MAX_STEPS, RECURRENT_OPS
 from subgraph.properties.tvm.intake.cells import decline_reason as cell_decline_reason
 from subgraph.properties.tvm.intake.loops import decline_reason as loop_decline_reason
-from subgraph.transform.unroll import MAX_TRIPS
+from subgraph.transform.unroll import MAX_TRIPS, MAX_UNROLLED_NODES
 
 __all__ = ["CELL_UNROLLED", "FIRST_OUTPUT_ONLY", "INDICES", "LOOP_UNROLLED", "RULES", "VALUES", "Condition",
            "OpRule", "attr_not", "condition", "constant_inputs", "dtype_not"]
@@ -201,7 +201,7 @@ def _no_blocks(node: Node) -> str | None:
     return "blocked quantization is not supported" if node.attrs.get("block_size", 0) else None
 
 
-@condition("axis not 0")
+@condition("axis not 0 or -rank")
 def _not_every_axis(node: Node) -> str | None:
     if node.attrs.get("axis", -1) % len(node.inputs[0].shape) == 0:
         return "normalising over every axis (axis 0) fails to compile"
@@ -269,13 +269,14 @@ def _limits(node: Node, data: Any, indices: Any) -> list[tuple[int, int]]:
 
 
 #: :func:`~subgraph.properties.tvm.intake.cells.decline_reason` with what it checks in words
-CELL_UNROLLED = Condition(f"unrolled: a static sequence of at most {MAX_STEPS} steps; W, R, B, P and "
-                          "sequence_lens constants; Sigmoid/Tanh/Relu activations; no input_forget",
-                          cell_decline_reason)
+CELL_UNROLLED = Condition(f"unrolled: a static sequence of at most {MAX_STEPS} steps; a float32/float64 "
+                          "input; W, R, B, P and sequence_lens constants; Sigmoid/Tanh/Relu activations "
+                          "without alpha/beta; no input_forget; opset 13 or later", cell_decline_reason)
 
 
 @condition(f"unrolled: a constant trip count of 1 to {MAX_TRIPS}; the condition absent or constant true "
-           "and kept true by the body; no nested control flow; every unrolled node one TVM takes")
+           f"and kept true by the body; no nested control flow; at most {MAX_UNROLLED_NODES} nodes written "
+           "out; every unrolled node one TVM takes")
 def LOOP_UNROLLED(node: Node) -> str | None:
     """:func:`~subgraph.properties.tvm.intake.loops.decline_reason`, each unrolled node
     checked by :func:`~subgraph.properties.tvm.intake.support.unsupported_reason`."""

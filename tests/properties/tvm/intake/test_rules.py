@@ -28,6 +28,7 @@ def test_the_table_says_what_the_checks_check():
                                        "keep_aspect_ratio_policy not 'not_larger'/'not_smaller'",
                                        "no axes attribute", "scales giving whole output sizes"]
     assert op_conditions("Scatter") == op_conditions("Gather")  # (Scatter's indices are checked too)
+    assert op_conditions("RMSNormalization") == ["axis not 0 or -rank"]
     assert op_conditions("Det") == [] and op_conditions("NonZero") == []
 
 
