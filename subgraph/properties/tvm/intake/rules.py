@@ -32,7 +32,7 @@ from subgraph.properties.tvm.intake.loops import decline_reason as loop_decline_
 from subgraph.transform.unroll import MAX_TRIPS, MAX_UNROLLED_NODES
 
 __all__ = ["CELL_UNROLLED", "FIRST_OUTPUT_ONLY", "INDICES", "LOOP_UNROLLED", "RULES", "VALUES", "Condition",
-           "OpRule", "attr_not", "condition", "constant_inputs", "dtype_not"]
+           "OpRule", "WrittenOut", "attr_not", "condition", "constant_inputs", "dtype_not"]
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,23 @@ class Condition:
     prose: str
     check: Callable[[Node], str | None]
 
-    def __call__(self, node: Node) -> str | None:
+    def __call__(self, node: Node, judge: Callable[[Node], str | None] | None = None) -> str | None:
+        """Why ``node`` fails the condition, or None (``judge`` is for :class:`WrittenOut`)."""
         return self.check(node)
+
+
+@dataclass(frozen=True)
+class WrittenOut(Condition):
+    """A condition on the nodes a node is written out as (a Loop unrolled): ``check(node,
+    judge)`` asks ``judge``, the whole support query, about each of them. The query hands
+    itself in, so these records never import it."""
+
+    check: Callable[[Node, Callable[[Node], str | None]], str | None]
+
+    def __call__(self, node: Node, judge: Callable[[Node], str | None] | None = None) -> str | None:
+        if judge is None:
+            raise TypeError(f"{self.prose!r} judges the nodes written out: pass judge=unsupported_reason")
+        return self.check(node, judge)
 
 
 def condition(prose: str) -> Callable[[Callable[[Node], str | None]], Condition]:
@@ -274,16 +289,17 @@ CELL_UNROLLED = Condition(f"unrolled: a static sequence of at most {MAX_STEPS} s
                           "without alpha/beta; no input_forget; opset 13 or later", cell_decline_reason)
 
 
-@condition(f"unrolled: a constant trip count of 1 to {MAX_TRIPS}; the condition absent or constant true "
-           f"and kept true by the body; no nested control flow; at most {MAX_UNROLLED_NODES} nodes written "
-           "out; every unrolled node one TVM takes")
-def LOOP_UNROLLED(node: Node) -> str | None:
+def _loop_unrolled(node: Node, judge: Callable[[Node], str | None]) -> str | None:
     """:func:`~subgraph.properties.tvm.intake.loops.decline_reason`, each unrolled node
-    checked by :func:`~subgraph.properties.tvm.intake.support.unsupported_reason`."""
-    from subgraph.properties.tvm.intake.support import unsupported_reason  # (it reads RULES: imported late)
-
-    reason = loop_decline_reason(node, unsupported_reason)
+    checked by ``judge`` (:func:`~subgraph.properties.tvm.intake.support.unsupported_reason`)."""
+    reason = loop_decline_reason(node, judge)
     return f"not unrolled: {reason}" if reason else None
+
+
+LOOP_UNROLLED = WrittenOut(
+    f"unrolled: a constant trip count of 1 to {MAX_TRIPS}; the condition absent or constant true "
+    f"and kept true by the body; no nested control flow; at most {MAX_UNROLLED_NODES} nodes written "
+    "out; every unrolled node one TVM takes", _loop_unrolled)
 
 
 _NO_SEQUENCES = "sequences and optionals are not supported"

@@ -26,8 +26,8 @@ import functools
 from subgraph.ir import Node
 from subgraph.properties.tvm.intake.rules import RULES, VALUES
 
-__all__ = ["tvm_installed", "tvm_supports", "op_conditions", "unsupported_reason", "SUPPORTED_OPS", "UNROLLED_OPS",
-           "EXCLUDED_OPS"]
+__all__ = ["tvm_installed", "tvm_supports", "op_conditions", "unsupported_reason", "SUPPORTED_OPS",
+           "UNROLLED_OPS", "EXCLUDED_OPS"]
 
 #: Default-domain ops whose single-node ONNX backend cases TVM converted, compiled and ran to
 #: the expected numbers (GlobalLpPool and MaxRoiPool, which have no such cases, were checked
@@ -141,7 +141,7 @@ def unsupported_reason(node: Node) -> str | None:
         return f"{where}: {why}"
     rule = RULES[node.op]
     for condition in (VALUES, *rule.conditions) if rule.checks_values else rule.conditions:
-        problem = condition(node)
+        problem = condition(node, unsupported_reason)
         if problem:
             return f"{where}: {problem}"
     return None
