@@ -10,11 +10,18 @@ the form :func:`~subgraph.transform.unroll.structure_reason` accepts (a constant
 of 1 to :data:`~subgraph.transform.unroll.MAX_TRIPS`, a condition the body provably keeps
 true, no nested control flow, a bounded number of written-out nodes), and every
 written-out node one TVM takes. Any other Loop stays on a device that runs bodies (NUMPY).
+
+Deciding unrolls the Loop and infers its shapes, so the answer is kept with the node
+(in ``node.meta``): the
+property's ``supports()`` asks for every Loop each time a selector grows over it, and
+only a change to what the decision reads (the node's inputs, their types and data, its
+body, the graph's opset, the support check) decides again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from subgraph.analysis.shape_inference import infer_shapes
 from subgraph.errors import SubgraphError
@@ -24,13 +31,47 @@ from subgraph.transform.unroll import structure_reason, unroll
 
 __all__ = ["decline_reason"]
 
+#: the key in ``node.meta`` (pass data: never written nor compared) of (what the decision
+#: read, the decision); a copied node carries it, but its inputs are other values, so it decides again
+_META_KEY = "tvm.loop_decline"
+
+
+def _inputs_read(node: Node, node_reason: Callable[[Node], str | None]) -> tuple[Any, ...]:
+    """What :func:`decline_reason` reads of ``node``: the support check, the body and the
+    input values and their data (compared by identity), the node's name, implicit count,
+    graph opset and its inputs' shapes and dtypes (compared by equality)."""
+    opset = tuple(sorted(node.graph.opset.items())) if node.graph is not None else None
+    values = tuple((None, None, None, None) if v is None else (v, v.shape, v.dtype, v.data) for v in node.inputs)
+    return node_reason, node.attrs.get("body"), node.name, node.implicit, opset, values
+
+
+def _same(old: tuple[Any, ...], new: tuple[Any, ...]) -> bool:
+    (reason, body, name, implicit, opset, values), (reason2, body2, name2, implicit2, opset2, values2) = old, new
+    if reason is not reason2 or body is not body2 or (name, implicit, opset) != (name2, implicit2, opset2) \
+            or len(values) != len(values2):
+        return False
+    # not ``dtype == dtype2`` alone: numpy compares dtype('float64') == None as True
+    return all(v is w and shape == shape2 and (dtype is None) == (dtype2 is None) and dtype == dtype2
+               and data is data2 for (v, shape, dtype, data), (w, shape2, dtype2, data2) in zip(values, values2))
+
 
 def decline_reason(node: Node, node_reason: Callable[[Node], str | None]) -> str | None:
     """Why the Loop ``node`` cannot be unrolled for TVM, or None when it can.
 
     ``node_reason`` says why TVM cannot take one node (the support check): every node of
-    the unrolled Loop, constants folded, must pass it.
+    the unrolled Loop, constants folded, must pass it. The answer is computed once per
+    node (and again only when what it reads changes).
     """
+    read = _inputs_read(node, node_reason)
+    cached = node.meta.get(_META_KEY)
+    if cached is not None and _same(cached[0], read):
+        return cached[1]
+    reason = _decide(node, node_reason)
+    node.meta[_META_KEY] = (read, reason)
+    return reason
+
+
+def _decide(node: Node, node_reason: Callable[[Node], str | None]) -> str | None:
     reason = structure_reason(node, "TVM")
     if reason is not None:
         return reason
