@@ -6,11 +6,13 @@ tensors longer than :data:`MAX_PROPAGATED_LENGTH`). Values whose shape depends o
 computed data that ONNX's data propagation cannot follow (shape arithmetic through
 ``Cast``, ``Mul``, ``ReduceProd``...) are found by folding constants: nodes whose inputs
 are all known are evaluated with the :mod:`subgraph.ops` kernels (``Shape`` and ``Size``
-need only the input's static shape), their results are handed to ONNX as initializers,
-and inference runs again. What no constant decides stays dynamic: symbolic dimensions
-of symbolic inputs, ``None`` where only the data tells. The graph's structure is never
-changed, only ``value.shape`` and ``value.dtype`` are stored, and nothing is stored
-unless every value gets a dtype.
+need only the input's static shape), and the nodes reading what they change are typed
+again by their own ONNX rules (:mod:`subgraph.analysis.retype`); the whole graph goes to
+ONNX again, the folded values as initializers, only where those rules cannot decide
+(and before any value is left dynamic). What no constant decides stays dynamic: symbolic
+dimensions of symbolic inputs, ``None`` where only the data tells. The graph's structure
+is never changed, only ``value.shape`` and ``value.dtype`` are stored, and nothing is
+stored unless every value gets a dtype.
 
 Examples
 --------
@@ -36,6 +38,7 @@ import numpy as np
 
 from subgraph.analysis.attr_check import check_attributes
 from subgraph.analysis.control_flow import loop_carried_hints
+from subgraph.analysis.retype import retype, shape_value, type_of
 from subgraph.errors import ShapeError
 from subgraph.ir import Graph, Node, Value, is_static_shape
 from subgraph.ir.limits import check_tensor_size
@@ -84,22 +87,6 @@ def _is_opaque(node: Node) -> bool:
         return not onnx.defs.has(node.op, node.domain)
     except Exception:  # an unknown domain
         return True
-
-
-def _type_of(value_info: Any, symbols: frozenset[str] = frozenset()) -> _Type:
-    """A value info's dtype and shape; a ``dim_param`` stays a name only when it is one of
-    the graph inputs' ``symbols`` (ONNX invents ``unk__0`` for sizes only the data knows)."""
-    from onnx.helper import tensor_dtype_to_np_dtype
-
-    if not value_info.type.HasField("tensor_type"):
-        return None, None
-    tensor_type = value_info.type.tensor_type
-    dtype = np.dtype(tensor_dtype_to_np_dtype(tensor_type.elem_type)) if tensor_type.elem_type else None
-    shape = None
-    if tensor_type.HasField("shape"):
-        shape = tuple(int(d.dim_value) if d.WhichOneof("value") == "dim_value"
-                      else (d.dim_param if d.dim_param in symbols else None) for d in tensor_type.shape.dim)
-    return shape, dtype
 
 
 _NODE_RE = re.compile(r"\(op_type:([^,)]+)(?:, node name: ([^)]*))?\):\s*(.*)")
@@ -152,15 +139,20 @@ def _onnx_types(graph: Graph, known: dict[str, np.ndarray], hints: dict[str, _Ty
     except Exception as exc:  # onnx raises InferenceError or plain RuntimeError
         raise _inference_error(graph, exc) from None
     types: dict[str, _Type] = {}
-    symbols = frozenset(d for v in graph.inputs for d in (v.shape or ()) if isinstance(d, str))
+    symbols = _symbols(graph)
     for info in [*inferred.graph.value_info, *inferred.graph.output]:
-        shape, dtype = _type_of(info, symbols)
+        shape, dtype = type_of(info, symbols)
         old_shape, old_dtype = types.get(info.name, (None, None))
         types[info.name] = (old_shape if shape is None else shape, old_dtype if dtype is None else dtype)
     for name, array in known.items():
         types[name] = (tuple(array.shape), array.dtype)
     types.update(hints)
     return types
+
+
+def _symbols(graph: Graph) -> frozenset[str]:
+    """The symbolic dimension names of ``graph``'s inputs: the only ``dim_param`` kept."""
+    return frozenset(d for v in graph.inputs for d in (v.shape or ()) if isinstance(d, str))
 
 
 def _is_static(value_type: _Type) -> bool:
@@ -220,14 +212,6 @@ def estimated_elements(node: Node, args: list[np.ndarray | None]) -> int:
     except Exception:  # malformed: let the kernel report it
         return 0
     return sum(int(np.asarray(a).size) for a in present)
-
-
-def shape_value(node: Node, shape: tuple[int, ...]) -> np.ndarray:
-    """The value of a ``Shape`` or ``Size`` node over a value of static ``shape``."""
-    if node.op == "Size":
-        return np.array(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)
-    start, end = node.attrs.get("start", 0), node.attrs.get("end")
-    return np.array(shape[start:end], dtype=np.int64)
 
 
 def evaluate_node(node: Node, args: list[np.ndarray | None],
@@ -349,18 +333,33 @@ def infer_shapes(graph: Graph, *, dynamic: bool = True) -> None:
     check_attributes(graph)  # before native inference: some attribute values crash it
     known: dict[str, np.ndarray] = {}  # folded constants
     hints: dict[str, _Type] = {}  # types from _output_rules
+    types = _onnx_types(graph, known, hints)
+    whole = True  # whether ``types`` comes from a whole-graph pass
     while True:
-        types = _onnx_types(graph, known, hints)
-        _check_sizes(graph, types)
+        try:
+            _check_sizes(graph, types)
+        except ShapeError:
+            if whole:
+                raise
+            types, whole = _onnx_types(graph, known, hints), True  # it reports what it finds first
+            continue
         missing = [v for v in _node_outputs(graph) if not _is_static(types.get(v.name, (None, None)))]
         if not missing:
             break
         notes: dict[str, str] = {}
+        before_known, before_hints = set(known), dict(hints)
         if not _output_rules(graph, types, hints) and not _fold(_ancestors(missing), types, known, notes):
+            if not whole:  # node rules may know less than the whole graph: ask it before giving up
+                types, whole = _onnx_types(graph, known, hints), True
+                continue
             untyped = [v for v in missing if types.get(v.name, (None, None))[1] is None]
             if not dynamic or untyped:
                 raise _unknown_error(graph, untyped or missing, notes, dtype=bool(untyped))
             break
+        changed = {name for name in known if name not in before_known}
+        changed |= {name for name, value_type in hints.items() if before_hints.get(name) is not value_type}
+        retyped = retype(graph, types, known, changed, hints, symbols=_symbols(graph), opaque=_is_opaque)
+        types, whole = (_onnx_types(graph, known, hints), True) if retyped is None else (retyped, False)
     check_attributes(graph, {name: value_type[0] for name, value_type in types.items()})
     for value in _node_outputs(graph):
         value.shape, value.dtype = types[value.name]
