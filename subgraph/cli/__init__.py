@@ -390,7 +390,7 @@ def _compile(graph: Any, args: argparse.Namespace, options: dict[str, dict[str, 
     counts: dict[str, int] = {}
     for s in model.subgraphs:
         counts[s.device] = counts.get(s.device, 0) + 1
-    tuned = sum(len(getattr(kernel.compile(), "tuned", ())) for kernel in model.kernels.kernels.values())
+    tuned = sum(len(kernel.compile().tuned) for kernel in model.kernels.kernels.values())
     note = f"; {tuned} TVM function(s) with tuned tiles" if tuned else ""
     print(f"compiled {len(model.subgraphs)} subgraph(s) ({', '.join(f'{d} {n}' for d, n in counts.items())}) "
           f"in {time.perf_counter() - start:.2f} s{note}")

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import math
 import os
-import pickle
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +20,7 @@ import numpy as np
 
 from subgraph.analysis.inputs import random_inputs
 from subgraph.errors import DeviceError, SubgraphError
+from subgraph.hetero.build import CompileSettings, Leftover, ModelBuilder
 from subgraph.hetero.devices import (
     FALLBACK_DEVICE,
     assign_affinity,
@@ -33,15 +32,13 @@ from subgraph.hetero.devices import (
     takes,
 )
 from subgraph.hetero.dynamic import MAX_SPECIALIZATIONS, SpecializingModel
-from subgraph.hetero.measured import measure_node
 from subgraph.hetero.model import CompiledModel, SubgraphInfo
 from subgraph.hetero.pipeline import time_stages
 from subgraph.hetero.split import PipelinePlan, measure_node_costs, plan_pipeline, transfer_function
-from subgraph.hetero.workers import compile_in_workers, worth_workers
-from subgraph.ir import Graph, Node, is_static_shape
+from subgraph.ir import Graph, is_static_shape
 from subgraph.partition import partition_graph
-from subgraph.properties import FusedKernel, FusedKernels, SubgraphProperty
-from subgraph.properties.runtime import property_of
+from subgraph.properties import SubgraphProperty
+from subgraph.selectors.support import affinity_support
 from subgraph.system import usable_cpus
 from subgraph.transform.specialize import specialize
 
@@ -70,7 +67,8 @@ def partition_model(graph: Graph | str | os.PathLike | onnx.ModelProto, device: 
     graph = model_graph(graph, "partition_model")
 
     def build(static: Graph) -> CompiledModel:
-        return _partition_model(static, device, device_properties, False, None, True, partition_options)
+        settings = CompileSettings(partition_options=partition_options)
+        return _partition_model(static, device, device_properties, settings)
 
     return _specialized(graph, build, input_shapes, max_specializations)
 
@@ -210,34 +208,39 @@ def compile_model(graph: Graph | str | os.PathLike | onnx.ModelProto, device: st
     graph = model_graph(graph, "partition_model")
 
     def build(static: Graph) -> CompiledModel:
-        return _partition_model(static, device, device_properties, profile, progress, fallback,
-                                partition_options, compile_now=True, choose=choose, split=split,
-                                pipeline_costs=pipeline_costs, workers=int(compile_workers))
+        settings = CompileSettings(profile=profile, progress=progress, fallback=fallback, compile_now=True,
+                                   choose=choose, split=split, pipeline_costs=pipeline_costs,
+                                   workers=int(compile_workers), partition_options=partition_options)
+        return _partition_model(static, device, device_properties, settings)
 
     return _specialized(graph, build, input_shapes, max_specializations)
 
 
-def _partition_model(graph: Graph, device: str, device_properties, profile: bool, progress, fallback: bool,
-                     partition_options: dict[str, Any], compile_now: bool = False,
-                     choose: str = "priority", split: str | None = None,
-                     pipeline_costs: Mapping[str, float] | None = None, workers: int = 1) -> CompiledModel:
+def _partition_model(graph: Graph, device: str, device_properties: Mapping[str, Mapping[str, Any]] | None,
+                     settings: CompileSettings) -> CompiledModel:
+    """Assign affinities, partition ``graph`` (never modified) once per device, each pass
+    taking the nodes whose affinity is its device, and build the model (:class:`ModelBuilder`)."""
     devices = parse_devices(device)
     props = device_properties_for(devices, device_properties)
-    if profile:
-        for prop in props.values():
-            prop.options["profile"] = True
-    work = graph.copy()
-    plan = _pipeline_affinity(work, devices, props, pipeline_costs) if split == "pipeline" else None
-    affinity = assign_affinity(work, devices, props, device)
-    for node in work.nodes:
-        node.rt_info["affinity"] = affinity[node.name]
+    plan = None
+    if settings.split == "pipeline":
+        plan, affinity = _pipeline_affinity(graph, devices, props, settings.pipeline_costs)
+    else:
+        affinity = assign_affinity(graph, devices, props, device)
+    work = graph
+    if any("affinity" in n.rt_info for n in graph.nodes):  # read: the rules below carry it, not the nodes
+        work = graph.copy()
+        for node in work.nodes:
+            node.rt_info.pop("affinity", None)
     for name in devices:
-        work = partition_graph(work, props[name], **partition_options)
+        work = partition_graph(work, props[name], support=affinity_support(affinity, name),
+                               **settings.partition_options)
     leftover = [n for n in work.nodes if n.subgraph is None]
     if leftover:  # e.g. dropped by min_subgraph_size: they still run, on the fallback device
-        work = partition_graph(work, _Leftover(props[FALLBACK_DEVICE], {n.name for n in leftover}))
-    kernels = FusedKernels()
-    subgraphs = _finish(work, props, kernels, fallback, progress, compile_now, choose, workers)
+        work = partition_graph(work, Leftover(props[FALLBACK_DEVICE], {n.name for n in leftover}))
+    builder = ModelBuilder(work, props, settings)
+    subgraphs = builder.build()
+    kernels, profile = builder.kernels, settings.profile
     if plan is None:
         return CompiledModel(work, affinity, subgraphs, profile, kernels)
     stage_of = {name: j for j, names in enumerate(plan.stages) for name in names}
@@ -246,7 +249,7 @@ def _partition_model(graph: Graph, device: str, device_properties, profile: bool
         stages[max(stage_of[n.name] for n in node.subgraph.nodes)].append(node.name)
     model = CompiledModel(work, affinity, subgraphs, profile, kernels, stages=[s for s in stages if s])
     model.pipeline_plan = plan
-    if compile_now:
+    if settings.compile_now:
         try:
             feeds = random_inputs(work)
         except SubgraphError:  # e.g. an input that cannot be drawn: the stages stay unmeasured
@@ -257,9 +260,8 @@ def _partition_model(graph: Graph, device: str, device_properties, profile: bool
 
 
 def _pipeline_affinity(graph: Graph, devices: list[str], props: dict[str, SubgraphProperty],
-                       costs: Mapping[str, float] | None) -> PipelinePlan:
-    """Plan the pipeline split of ``graph`` (a working copy) and write each node's stage
-    device into its ``rt_info["affinity"]`` (manual mode)."""
+                       costs: Mapping[str, float] | None) -> tuple[PipelinePlan, dict[str, str]]:
+    """Plan the pipeline split of ``graph``; the plan and each node's stage device."""
     manual = [n.name for n in graph.nodes if "affinity" in n.rt_info]
     if manual:
         raise DeviceError(f"split='pipeline' chooses every node's device, but {len(manual)} node(s) carry a "
@@ -275,13 +277,14 @@ def _pipeline_affinity(graph: Graph, devices: list[str], props: dict[str, Subgra
     plan = plan_pipeline(graph, devices, costs, {d: transfer_function(props[d]) for d in devices})
     if measured:
         plan.source = "measured on the numpy kernels"
+    affinity = {}
     for j, (name, names) in enumerate(zip(plan.devices, plan.stages)):
         for node in map(graph.node, names):
             if not takes(props[name], node):
                 raise DeviceError(f"split='pipeline' puts node {node.name!r} ({node.op}) in stage {j} on {name}, "
                                   f"which does not support it: {decline_reason(props[name], node)}")
-            node.rt_info["affinity"] = name
-    return plan
+            affinity[node.name] = name
+    return plan, {node.name: affinity[node.name] for node in graph.nodes}
 
 
 def _check_costs(graph: Graph, costs: Any) -> None:
@@ -299,118 +302,3 @@ def _check_costs(graph: Graph, costs: Any) -> None:
                 or not math.isfinite(seconds) or seconds < 0:
             raise DeviceError(f"pipeline_costs[{name!r}] must be a finite number of seconds >= 0, got "
                               f"{type(seconds).__name__} {seconds!r}")
-
-
-class _Leftover(SubgraphProperty):
-    """Collects the nodes no device pass took into subgraphs of the fallback device."""
-
-    def __init__(self, target: SubgraphProperty, names: set[str]) -> None:
-        super().__init__()
-        self.target, self.names = target, names
-        self.name, self.device = target.name, target.device
-
-    def supports(self, node: Node) -> bool:
-        return node.name in self.names
-
-    def pre_partition(self, graph: Graph, **options: Any) -> None:
-        self.manual_affinity = False
-
-    def compile(self, subgraph: Graph):
-        return self.target.compile(subgraph)
-
-
-def _finish(graph: Graph, props: dict[str, SubgraphProperty], kernels: FusedKernels, fallback: bool,
-            progress: Callable[[int, int, SubgraphInfo], None] | None, compile_now: bool,
-            choose: str = "priority", workers: int = 1) -> list[SubgraphInfo]:
-    """Number subgraphs in topological order, name them, compile each one (when asked; those
-    whose device opts in built ahead by ``workers`` processes) and, with
-    ``choose="measured"``, move it to NUMPY when that is faster."""
-    fused = [n for n in graph.nodes if n.subgraph is not None]
-    for index, node in enumerate(fused):  # two passes so new names never collide with old ones
-        graph.rename_node(node, f"__subgraph_tmp{index}")
-    for index, node in enumerate(fused):
-        graph.rename_node(node, f"subgraph{index}")
-        node.attrs["subgraph_id"] = index
-    ahead = _build_ahead(fused, workers) if compile_now and workers > 1 else {}
-    infos = []
-    for index, node in enumerate(fused):
-        device = node.attrs["device"]
-        failed = _compile(node, props, kernels, device, fallback, ahead.get(node.name)) if compile_now else False
-        if failed:
-            _move(node, props[FALLBACK_DEVICE])
-        costs, moved = (), False
-        if choose == "measured" and compile_now and node.attrs["device"] != FALLBACK_DEVICE:
-            costs, numpy_kernel = measure_node(node, kernels.fused(node), props[node.attrs["device"]],
-                                               props[FALLBACK_DEVICE])
-            moved = numpy_kernel is not None
-            if moved:
-                kernels.kernels[node.name] = numpy_kernel
-                _move(node, props[FALLBACK_DEVICE])
-        crossing = sum(v.nbytes or 0 for v in (*node.inputs, *node.outputs) if v is not None)
-        notes = () if not compile_now or failed or moved else \
-            tuple(getattr(kernels.fused(node).compile(), "notes", ()))
-        info = SubgraphInfo(index, node.attrs["device"], node.name, tuple(n.name for n in node.subgraph.nodes),
-                            tuple(n.op for n in node.subgraph.nodes), crossing, failed, costs, moved, notes)
-        infos.append(info)
-        if progress is not None:
-            try:
-                progress(index + 1, len(fused), info)
-            except Exception as exc:
-                raise SubgraphError(f"compile_model: the progress callback {_callable_name(progress)} raised "
-                                    f"{type(exc).__name__}: {exc} (after {info.fused_node} on {info.device})") from exc
-    return infos
-
-
-def _callable_name(function: Callable[..., Any]) -> str:
-    return getattr(function, "__qualname__", None) or type(function).__name__
-
-
-def _move(node: Node, prop: SubgraphProperty) -> None:
-    """Fused ``node`` now runs on ``prop``'s device."""
-    node.attrs["device"], node.attrs["property"] = prop.device, prop.name
-    node.meta["property"] = prop
-
-
-def _build_ahead(fused: list[Node], workers: int) -> dict[str, BaseException | None]:
-    """Build the subgraphs whose device opts in (``compile_in_worker``) in ``workers``
-    processes, when that pays (:func:`~subgraph.hetero.workers.worth_workers`); the error
-    each build raised (or None), by fused node name."""
-    if os.name != "posix":
-        return {}
-    tasks = [(node.name, property_of(node), node.subgraph) for node in fused if _opts_in(node)]
-    if not worth_workers([len(task[2].nodes) for task in tasks], workers):
-        return {}
-    return compile_in_workers(tasks, workers)
-
-
-def _opts_in(node: Node) -> bool:
-    """Whether ``node``'s device builds it in a worker: it opts in and can be sent (pickled;
-    e.g. a remote device holding a connection cannot). An error says no (the compile here
-    raises it again, in order, with its context)."""
-    prop = property_of(node)
-    try:
-        return bool(prop.compile_in_worker(node.subgraph)) and bool(pickle.dumps(prop))
-    except Exception:  # noqa: BLE001
-        return False
-
-
-def _compile(node: Node, props: dict[str, SubgraphProperty], kernels: FusedKernels, device: str,
-             fallback: bool, built: BaseException | None = None) -> bool:
-    """Compile ``node``'s kernel now (``built``: the error its build in a worker raised);
-    True when it had to fall back to NUMPY."""
-    try:
-        if built is not None:
-            raise built
-        kernels.fused(node).compile()
-        return False
-    except Exception as exc:
-        if not fallback or device == FALLBACK_DEVICE:
-            raise SubgraphError(f"{device} could not compile {node.name} (nodes "
-                                f"{[n.name for n in node.subgraph.nodes][:8]}): {exc}") from exc
-        warnings.warn(f"{device} could not compile {node.name} ({len(node.subgraph.nodes)} nodes, first "
-                      f"{node.subgraph.nodes[0].name!r}); it runs on {FALLBACK_DEVICE} instead: "
-                      f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", stacklevel=3)
-        kernel = FusedKernel(props[FALLBACK_DEVICE], node.subgraph, node.attrs.get("output_map"))
-        kernel.compile()
-        kernels.kernels[node.name] = kernel
-        return True

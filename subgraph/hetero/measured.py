@@ -59,10 +59,10 @@ def _cost(prop: SubgraphProperty, node: Node, kernel, inputs: list | None) -> fl
     return float(cost)
 
 
-def measure_node(node: Node, kernel: FusedKernel, prop: SubgraphProperty, numpy_prop: SubgraphProperty
-                 ) -> tuple[Costs, FusedKernel | None]:
+def measure_node(node: Node, kernel: FusedKernel, prop: SubgraphProperty, numpy_prop: SubgraphProperty, *,
+                 profile: bool = False) -> tuple[Costs, FusedKernel | None]:
     """Time fused ``node`` on its device (``prop``, its compiled ``kernel``) and on NUMPY
-    (``numpy_prop``).
+    (``numpy_prop``; its kernel made with ``profile``, as the model's kernels are).
 
     Returns the costs and, when :func:`numpy_wins`, a compiled NUMPY kernel to replace the
     node's (it repeats outputs as the node's ``output_map`` says); else ``None``. NUMPY is
@@ -75,7 +75,7 @@ def measure_node(node: Node, kernel: FusedKernel, prop: SubgraphProperty, numpy_
     device_cost = _cost(prop, node, kernel, inputs)
     numpy_kernel, numpy_cost = None, None
     if all(numpy_prop.supports(n) for n in node.subgraph.nodes):
-        numpy_kernel = FusedKernel(numpy_prop, node.subgraph, node.attrs.get("output_map"))
+        numpy_kernel = FusedKernel(numpy_prop, node.subgraph, node.attrs.get("output_map"), profile=profile)
         numpy_cost = _cost(numpy_prop, node, numpy_kernel, inputs)
     costs = ((prop.device, device_cost), (numpy_prop.device, numpy_cost))
     return costs, numpy_kernel if numpy_wins(device_cost, numpy_cost) else None

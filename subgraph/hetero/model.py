@@ -111,9 +111,10 @@ class CompiledModel:
 
     def _whole_subgraph(self) -> Any:
         """For a model that is one fused subgraph fed the graph's inputs and giving its outputs
-        under the same names, shapes and dtypes, the subgraph's own ``run_named(feeds)`` (the
-        NUMPY device's executor; its feed checks are the model's): a run then skips the outer
-        executor and the hand-over, 6-7 us a call (a tenth of a control-flow model's run).
+        under the same names, shapes and dtypes, the subgraph's own
+        :attr:`~subgraph.properties.base.CompiledKernel.run_named` (the NUMPY device's
+        executor; its feed checks are the model's): a run then skips the outer executor and
+        the hand-over, 6-7 us a call (a tenth of a control-flow model's run).
         ``False`` for every other model, a profiled one, or one whose subgraph does not compile
         (the outer executor raises that on the run)."""
         graph = self.graph
@@ -134,8 +135,7 @@ class CompiledModel:
             runner = fused.compile()
         except Exception:  # noqa: BLE001 - the outer executor's run raises it with its context
             return False
-        run_named = getattr(runner, "run_named", None)
-        return run_named if callable(run_named) else False
+        return runner.run_named if runner.run_named is not None else False
 
     __call__ = run
 
@@ -182,8 +182,7 @@ class CompiledModel:
                 records.append(ProfileRecord(-1, "?", node.name, node.op, seconds))
                 continue
             fn = self.kernels.fused(node).compile()
-            inner = fn.op_times() if hasattr(fn, "op_times") else []
-            transfer = fn.transfer_times() if hasattr(fn, "transfer_times") else {}
+            inner, transfer = fn.op_times(), fn.transfer_times()
             moves = [ProfileRecord(info.index, info.device, name, "Transfer", t) for name, t in transfer.items()]
             records.extend(moves[:1])  # handing the inputs over
             if inner:

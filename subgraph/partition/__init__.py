@@ -19,6 +19,7 @@ from subgraph.analysis.shape_inference import infer_shapes
 from subgraph.ir import Graph
 from subgraph.properties import SubgraphProperty, get_property
 from subgraph.selectors import SubgraphSelector
+from subgraph.selectors.support import OperatorSupport
 from subgraph.partition.fuse import fuse
 from subgraph.partition.grow import NON_COMPUTE_OPS, GrowContext
 from subgraph.partition.index import PartitionIndex
@@ -110,7 +111,7 @@ def _hook(prop: SubgraphProperty, hook: str, *args: Any, **kwargs: Any) -> None:
 def partition_graph(graph: Graph, prop: SubgraphProperty | str, *, strategy: str = "largest",
                     dedup: bool = True, min_subgraph_size: int = 1, max_subgraph_size: int | None = None,
                     op_deny: Iterable[str] = (), explain: bool = False, trace: list | None = None,
-                    **options: Any) -> Graph:
+                    support: OperatorSupport | None = None, **options: Any) -> Graph:
     """Return a copy of ``graph`` where every selected subgraph is one fused node.
 
     Parameters
@@ -136,6 +137,11 @@ def partition_graph(graph: Graph, prop: SubgraphProperty | str, *, strategy: str
     trace : list | None
         If given, receives the growth events ``(event, node name)``: ``root``,
         ``merge``, ``fail``, ``rollback``, and ``(commit, names)``.
+    support : OperatorSupport | None
+        A rule composed with the property's own selection
+        (:mod:`~subgraph.selectors.support`, e.g. ``chain(a, b)``): a node joins a subgraph
+        only when the rule takes it and the selector selects it; the rule is asked first.
+        ``None`` (the default): the selector alone decides.
     **options
         Passed to ``prop.pre_partition`` (and to the property when named).
 
@@ -173,14 +179,17 @@ def partition_graph(graph: Graph, prop: SubgraphProperty | str, *, strategy: str
     """
     deny = _check_arguments(graph, strategy, dedup, min_subgraph_size, max_subgraph_size, op_deny, explain,
                             trace)
+    if support is not None and not isinstance(support, OperatorSupport):
+        raise PartitionError(f"partition_graph: argument support must be an OperatorSupport or None, got "
+                             f"{type(support).__name__} {support!r}")
     with _gc_paused():
         return _partition(graph, _resolve(prop, options), strategy, dedup, min_subgraph_size,
-                          max_subgraph_size, deny, explain, trace, options)
+                          max_subgraph_size, deny, explain, trace, options, support)
 
 
 def _partition(graph: Graph, prop: SubgraphProperty, strategy: str, dedup: bool, min_subgraph_size: int,
                max_subgraph_size: int | None, op_deny: frozenset[str], explain: bool, trace: list | None,
-               options: dict[str, Any]) -> Graph:
+               options: dict[str, Any], support: OperatorSupport | None = None) -> Graph:
     if strategy not in STRATEGIES:
         raise PartitionError(f"unknown partition strategy {strategy!r}; choose one of {list(STRATEGIES)}")
     if min_subgraph_size < 1 or (max_subgraph_size is not None and max_subgraph_size < 1):
@@ -193,7 +202,7 @@ def _partition(graph: Graph, prop: SubgraphProperty, strategy: str, dedup: bool,
     _hook(prop, "pre_partition", work, **options)
     index = PartitionIndex(work)
     ctx = GrowContext(index, _selector_factory(prop), op_deny, max_subgraph_size, trace,
-                      explainer=prop if explain else None)
+                      explainer=prop if explain else None, support=support)
     propose(ctx, strategy)
     _drop_small(index, min_subgraph_size, ctx.reasons)
     result, joined = fuse(work, index, prop, dedup, ctx.reasons)

@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from subgraph.errors import PropertyError, SelectorError, call_hook
+from subgraph.errors import PartitionError, PropertyError, SelectorError, call_hook
 from subgraph.ir import Node
 from subgraph.properties.base import SubgraphProperty
 from subgraph.selectors import SubgraphSelector
+from subgraph.selectors.support import OperatorSupport
 from subgraph.partition.index import PartitionIndex, Reach
 
 __all__ = ["GrowContext", "NON_COMPUTE_OPS", "grow", "is_convex"]
@@ -42,6 +43,23 @@ class GrowContext:
     reasons: dict[int, str] = field(default_factory=dict)
     #: the property whose ``decline_reason`` explains refusals; set only when explaining
     explainer: SubgraphProperty | None = None
+    #: the caller's rule, asked before the selector: a node it declines never joins
+    support: OperatorSupport | None = None
+
+    def declined(self, node: Node) -> str | None:
+        """Why ``node`` may not join any subgraph before its selector is asked (its op is
+        denied, the support rule declines it), or ``None``."""
+        if node.op in self.deny:
+            return f"op {node.op} is in the deny list"
+        if self.support is not None:
+            try:
+                taken = self.support.is_node_supported(node)
+            except Exception as exc:
+                raise PartitionError(f"the support rule {self.support.name} raised {type(exc).__name__} on node "
+                                     f"{node.name!r} ({node.op}): {exc}") from exc
+            if not taken:
+                return f"declined by the support rule {self.support.name}"
+        return None
 
     def call(self, selector: SubgraphSelector, hook: str, *nodes: Node):
         """Call a selector hook; anything it raises becomes a SelectorError naming it."""
@@ -116,8 +134,9 @@ class _Growth:
                 stack.pop()
                 continue
             node, new = nodes[i], nodes[j]
-            if new.op in ctx.deny:
-                accepted, reason = False, f"op {new.op} is in the deny list"
+            reason = ctx.declined(new)
+            if reason is not None:
+                accepted = False
             elif ctx.max_size is not None and len(self.members) >= ctx.max_size:
                 accepted, reason = False, f"max_subgraph_size={ctx.max_size} reached"
             else:
@@ -193,8 +212,9 @@ def grow(ctx: GrowContext, root: int) -> list[int] | None:
     is free of cycles in the contracted graph.
     """
     nodes = ctx.index.nodes
-    if nodes[root].op in ctx.deny:
-        ctx.reasons[root] = f"op {nodes[root].op} is in the deny list"
+    declined = ctx.declined(nodes[root])
+    if declined is not None:
+        ctx.reasons[root] = declined
         return None
     selector = ctx.new_selector()
     if not ctx.call(selector, "select", nodes[root]):

@@ -24,7 +24,8 @@ from subgraph.errors import PropertyError, call_hook
 from subgraph.ir import FUSED_DOMAIN, FUSED_OP, Graph, Node
 from subgraph.selectors import ContainOpSelector, SubgraphSelector
 
-__all__ = ["SubgraphProperty", "FusedKernel", "KernelNote", "time_kernel", "checked_supports"]
+__all__ = ["SubgraphProperty", "FusedKernel", "KernelNote", "CompiledKernel", "as_compiled_kernel", "time_kernel",
+           "checked_supports"]
 
 Kernel = Callable[..., Sequence[np.ndarray]]
 
@@ -74,8 +75,8 @@ def time_kernel(kernel: Callable[..., Any], inputs: Sequence[np.ndarray], *, rep
 class KernelNote:
     """Part of a compiled subgraph that did not get its device's fast path, and why.
 
-    A compiled kernel lists them in its ``notes`` attribute (TVM: functions whose schedule
-    failed); ``CompiledModel.summary()``, ``--explain`` and ``--profile`` print them.
+    A compiled kernel lists them in its :attr:`CompiledKernel.notes` (TVM: functions whose
+    schedule failed); ``CompiledModel.summary()``, ``--explain`` and ``--profile`` print them.
 
     Examples
     --------
@@ -97,6 +98,72 @@ class KernelNote:
         return f"{self.function}{nodes}: {self.status}, {self.reason}"
 
 
+class CompiledKernel:
+    """What runs a compiled subgraph, and what it tells about itself: the one interface
+    ``CompiledModel.summary()``, the profile, ``--explain`` and the command line read.
+
+    A property's :meth:`SubgraphProperty.compile` may return a subclass, or any callable
+    (:func:`as_compiled_kernel` then gives it the defaults below). Calling it with the
+    subgraph's input arrays, in order, returns its output arrays, in order.
+
+    Attributes
+    ----------
+    notes : sequence of KernelNote
+        The parts compiled off the device's fast path, and why; default none.
+    tuned : sequence of str
+        The tuning records whose tiles the build used; default none.
+    key : str | None
+        A key naming the compiled code (TVM: its cache key), so equal builds share
+        measurements; default ``None`` (unknown).
+    run_named : callable({input name: array}) -> {output name: array}, or None
+        A run by names, for a model that is this one subgraph (its feed checks are the
+        model's); default ``None``: the model's executor runs it.
+
+    Examples
+    --------
+    >>> kernel = as_compiled_kernel(lambda x: [x + 1])
+    >>> kernel(np.ones(2))[0].tolist(), kernel.notes, kernel.tuned, kernel.key, kernel.op_times()
+    ([2.0, 2.0], (), (), None, [])
+    """
+
+    notes: Sequence[KernelNote] = ()
+    tuned: Sequence[str] = ()
+    key: str | None = None
+    run_named: Callable[[Any], dict[str, np.ndarray]] | None = None
+
+    def __call__(self, *arrays: np.ndarray) -> Sequence[np.ndarray]:
+        raise NotImplementedError(f"{type(self).__name__} does not say how to run its subgraph")
+
+    def op_times(self) -> list[tuple[str, str, float]]:
+        """``(node name, op, seconds)`` per op of this thread's last run, when the kernel
+        records them (a profiled NUMPY subgraph); default none: the profile times the
+        subgraph whole."""
+        return []
+
+    def transfer_times(self) -> dict[str, float]:
+        """Seconds this thread's last run spent handing inputs over and outputs back, by
+        what moved (``"input transfer"``); default none."""
+        return {}
+
+
+class _PlainKernel(CompiledKernel):
+    """A callable a property compiled, with :class:`CompiledKernel`'s defaults."""
+
+    def __init__(self, function: Callable[..., Sequence[np.ndarray]]) -> None:
+        self.function = function
+
+    def __call__(self, *arrays: np.ndarray) -> Sequence[np.ndarray]:
+        return self.function(*arrays)
+
+    def __repr__(self) -> str:
+        return f"<compiled kernel {self.function!r}>"
+
+
+def as_compiled_kernel(function: Callable[..., Sequence[np.ndarray]]) -> CompiledKernel:
+    """``function`` as a :class:`CompiledKernel`: itself when it is one, else wrapped."""
+    return function if isinstance(function, CompiledKernel) else _PlainKernel(function)
+
+
 def checked_supports(prop: SubgraphProperty, node: Node) -> bool:
     """``prop.supports(node)``; what it raises, or an answer that is no bool (a numpy array,
     None, a string), is a :class:`~subgraph.errors.PropertyError` naming the property and node."""
@@ -112,28 +179,33 @@ class FusedKernel:
     """Compiles a fused subgraph on first call (thread-safe) and runs it.
 
     Calling it with the fused node's input arrays returns its output arrays;
-    ``output_map`` repeats subgraph outputs for fused nodes built without ``dedup``.
+    ``output_map`` repeats subgraph outputs for fused nodes built without ``dedup``;
+    ``profile`` compiles with :meth:`SubgraphProperty.compile_profiled`.
     """
 
     def __init__(self, prop: SubgraphProperty, subgraph: Graph,
-                 output_map: Sequence[int] | None = None) -> None:
+                 output_map: Sequence[int] | None = None, *, profile: bool = False) -> None:
         self.prop = prop
         self.subgraph = subgraph
         self.output_map = None if output_map is None else list(output_map)
-        self._fn: Kernel | None = None
+        self.profile = profile
+        self._fn: CompiledKernel | None = None
         self._lock = threading.Lock()
 
-    def compile(self) -> Kernel:
-        """Compile now (idempotent) and return the backend function; a property whose
-        ``compile`` returns no callable raises :class:`~subgraph.errors.PropertyError`."""
+    def compile(self) -> CompiledKernel:
+        """Compile now (idempotent) and return the backend function as a
+        :class:`CompiledKernel`; a property whose ``compile`` returns no callable raises
+        :class:`~subgraph.errors.PropertyError`."""
         if self._fn is None:
             with self._lock:
                 if self._fn is None:
-                    fn = self.prop.compile(self.subgraph)
+                    hook = "compile_profiled" if self.profile else "compile"
+                    make = self.prop.compile_profiled if self.profile else self.prop.compile
+                    fn = make(self.subgraph)
                     if not callable(fn):
-                        raise PropertyError(f"{type(self.prop).__name__}.compile({self.subgraph.name!r}) must "
+                        raise PropertyError(f"{type(self.prop).__name__}.{hook}({self.subgraph.name!r}) must "
                                             f"return a callable kernel, got {type(fn).__name__}")
-                    self._fn = fn
+                    self._fn = as_compiled_kernel(fn)
         return self._fn
 
     def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
@@ -245,6 +317,12 @@ class SubgraphProperty:
     def compile(self, subgraph: Graph) -> Kernel:
         """A function running ``subgraph``: ``fn(*input_arrays) -> output arrays``."""
         raise NotImplementedError(f"property {self.name!r} does not say how to run a subgraph")
+
+    def compile_profiled(self, subgraph: Graph) -> Kernel:
+        """A function running ``subgraph`` that also records each op's time of its last run
+        (:meth:`CompiledKernel.op_times`), for ``compile_model(..., profile=True)``. The
+        default is :meth:`compile`'s function: the profile then times the subgraph whole."""
+        return self.compile(subgraph)
 
     def compile_in_worker(self, subgraph: Graph) -> bool:
         """Whether :meth:`compile` of ``subgraph`` should run first in a worker process.

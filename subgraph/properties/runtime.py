@@ -54,10 +54,13 @@ class FusedKernels:
     ----------
     kernels : mapping of fused node name -> FusedKernel, optional
         Kernels already made (a compiled model's); others are made on first use.
+    profile : bool
+        Make kernels that record each op's time (:meth:`SubgraphProperty.compile_profiled`).
     """
 
-    def __init__(self, kernels: Mapping[str, FusedKernel] | None = None) -> None:
+    def __init__(self, kernels: Mapping[str, FusedKernel] | None = None, *, profile: bool = False) -> None:
         self.kernels: dict[str, FusedKernel] = dict(kernels or {})
+        self.profile = profile
         self._lock = threading.Lock()
 
     def fused(self, node: Node) -> FusedKernel:
@@ -67,8 +70,28 @@ class FusedKernels:
             with self._lock:
                 kernel = self.kernels.get(node.name)
                 if kernel is None:
-                    kernel = FusedKernel(property_of(node), node.subgraph, node.attrs.get("output_map"))
+                    kernel = self._new(property_of(node), node)
                     self.kernels[node.name] = kernel
+        return kernel
+
+    def _new(self, prop: SubgraphProperty, node: Node) -> FusedKernel:
+        return FusedKernel(prop, node.subgraph, node.attrs.get("output_map"), profile=self.profile)
+
+    def move(self, node: Node, prop: SubgraphProperty, kernel: FusedKernel | None = None) -> FusedKernel:
+        """Run fused ``node`` on ``prop``'s device from now on, with ``kernel`` (a kernel of
+        ``prop`` for its subgraph; default: a new one, compiled on first use).
+
+        The node then names ``prop`` as the partition pass names a fused node's property
+        (its ``device`` and ``property`` attributes, ``node.meta["property"]``), so a graph
+        written to a file and read back runs it on the same device.
+        """
+        if node.subgraph is None:
+            raise PropertyError(f"node {node.name!r} ({node.op}) is not a fused node: nothing to move")
+        node.attrs["device"], node.attrs["property"] = prop.device, prop.name
+        node.meta["property"] = prop
+        kernel = kernel if kernel is not None else self._new(prop, node)
+        with self._lock:
+            self.kernels[node.name] = kernel
         return kernel
 
     def __call__(self, node: Node) -> Kernel:

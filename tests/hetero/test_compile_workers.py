@@ -99,7 +99,7 @@ def test_no_workers_without_the_disk_cache(tmp_path, always_workers, monkeypatch
     def refuse(*args):
         raise AssertionError("no worker may start when use_cache=False")
 
-    monkeypatch.setattr("subgraph.hetero.compile.compile_in_workers", refuse)
+    monkeypatch.setattr("subgraph.hetero.build.compile_in_workers", refuse)
     model = subgraph.compile_model(two_convs(), "HETERO:TVM,NUMPY",
                                    {"TVM": {"exclude_ops": ["Sigmoid"], "use_cache": False}}, compile_workers=2)
     assert [s.device for s in model.subgraphs] == ["TVM", "NUMPY", "TVM"]
@@ -273,6 +273,6 @@ def test_a_property_that_cannot_be_pickled_compiles_here(always_workers, monkeyp
     def refuse(*args):
         raise AssertionError("no worker may start for a property that cannot be sent")
 
-    monkeypatch.setattr("subgraph.hetero.compile.compile_in_workers", refuse)
+    monkeypatch.setattr("subgraph.hetero.build.compile_in_workers", refuse)
     model = _seed(crash="1", lock=threading.Lock())  # the crash would happen in a worker only
     assert [s.device for s in model.subgraphs] == ["WORKER", "NUMPY", "WORKER"]

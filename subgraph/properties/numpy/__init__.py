@@ -8,7 +8,7 @@ from subgraph.errors import SubgraphError
 from subgraph.executor import Executor, ProfilingExecutor
 from subgraph.ir import Graph, Node
 from subgraph.ops import node_path
-from subgraph.properties.base import SubgraphProperty, time_kernel
+from subgraph.properties.base import CompiledKernel, SubgraphProperty, time_kernel
 from subgraph.properties.registry import register_property
 from subgraph.properties.runtime import FusedKernels
 from subgraph.transform.fusion import fuse_elementwise
@@ -57,11 +57,18 @@ class NumpyProperty(SubgraphProperty):
             return f"{where} has no numpy kernel ({self.device}.reference is off)"
         return f"{where} has no numpy kernel and onnx.reference cannot run it"
 
-    def compile(self, subgraph: Graph):
+    def compile(self, subgraph: Graph) -> CompiledKernel:
+        return self._runner(subgraph, profile=False)
+
+    def compile_profiled(self, subgraph: Graph) -> CompiledKernel:
+        """:meth:`compile`'s runner, timing each op of its last run (``op_times()``)."""
+        return self._runner(subgraph, profile=True)
+
+    def _runner(self, subgraph: Graph, profile: bool) -> CompiledKernel:
         graph = _unrolled(subgraph)
         if self.options.get("fuse", True):
             graph = fuse_elementwise(graph)
-        return _SubgraphRunner(graph, bool(self.options.get("profile", False)), [v.name for v in subgraph.outputs])
+        return _SubgraphRunner(graph, profile, [v.name for v in subgraph.outputs])
 
     def measure_cost(self, subgraph: Graph, kernel, inputs: list[np.ndarray]) -> float | None:
         """Median seconds of ``kernel(*inputs)`` (:func:`~subgraph.properties.base.time_kernel`)."""
@@ -82,8 +89,9 @@ def _unrolled(subgraph: Graph) -> Graph:
         return subgraph
 
 
-class _SubgraphRunner:
-    """Runs a subgraph from positional arrays; ``op_times()`` gives the last run's per-op times.
+class _SubgraphRunner(CompiledKernel):
+    """Runs a subgraph from positional arrays; ``op_times()`` gives the last run's per-op times
+    (those a profiling run recorded).
 
     Nested fused nodes (a subgraph partitioned again) run through their own properties.
     """

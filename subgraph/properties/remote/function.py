@@ -21,6 +21,7 @@ from tvm.target.codegen import llvm_get_system_triple
 
 from subgraph.errors import DeviceError
 from subgraph.ir import Graph
+from subgraph.properties.base import CompiledKernel
 from subgraph.properties.numpy import NumpyProperty
 from subgraph.properties.remote.endpoint import RemoteDeviceError
 from subgraph.properties.remote.session import RemoteSession
@@ -59,7 +60,7 @@ def _library(fn: TVMFunction, cache_dir: Path, use_cache: bool) -> bytes:
         return path.read_bytes()
 
 
-class RemoteFunction:
+class RemoteFunction(CompiledKernel):
     """A compiled subgraph that runs on a remote device: ``fn(*arrays) -> list of arrays``.
 
     Attributes

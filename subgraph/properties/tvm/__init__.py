@@ -23,7 +23,7 @@ from typing import Any
 
 from subgraph.errors import BackendNotInstalledError
 from subgraph.ir import Graph, Node
-from subgraph.properties.base import SubgraphProperty, time_kernel
+from subgraph.properties.base import CompiledKernel, FusedKernel, SubgraphProperty, time_kernel
 from subgraph.properties.registry import register_property
 from subgraph.properties.tvm.intake.support import tvm_installed, unsupported_reason
 from subgraph.properties.tvm.runtime.messages import native_log_to_logging, not_installed_message
@@ -113,7 +113,8 @@ class TVMProperty(SubgraphProperty):
         """Median seconds of ``kernel(*inputs)`` (:func:`~subgraph.properties.base.time_kernel`),
         inputs handed to TVM and outputs back included; remembered in memory per compiled
         function (its cache key), so a process times each TVM build once."""
-        key = getattr(kernel.compile() if hasattr(kernel, "compile") else kernel, "key", None)
+        compiled = kernel.compile() if isinstance(kernel, FusedKernel) else kernel
+        key = compiled.key if isinstance(compiled, CompiledKernel) else None
         if key is None:
             return time_kernel(kernel, inputs)
         if key not in self._costs:

@@ -13,14 +13,18 @@ from tvm import relax
 
 from subgraph.errors import ExecutionError, InputError
 from subgraph.ops.index import check_indices
+from subgraph.properties.base import CompiledKernel
 from subgraph.properties.tvm.runtime.messages import error_summary
 from subgraph.properties.tvm.runtime.tensors import aligned_empty, as_tvm_tensor, shared_tensor, to_numpy
 
 __all__ = ["TVMFunction"]
 
 
-class TVMFunction:
+class TVMFunction(CompiledKernel):
     """A compiled graph: ``fn(*arrays) -> list of arrays`` in graph output order.
+
+    A :class:`~subgraph.properties.base.CompiledKernel`: its :attr:`notes`, :attr:`tuned`,
+    :attr:`key` and :meth:`transfer_times` are what summaries and profiles read.
 
     Thread safety: a Relax ``VirtualMachine`` keeps per-call state, so each thread gets its
     own VM (``threading.local``) over the one shared, immutable executable; calls from

@@ -1,0 +1,185 @@
+"""The compile step of :func:`~subgraph.hetero.compile_model`: from a partitioned graph to
+the compiled model's subgraphs.
+
+:class:`ModelBuilder` owns the partitioned working copy and its kernels: it numbers the
+fused nodes in topological order, compiles each one on its device (those whose device opts
+in built ahead in worker processes), falls back to NUMPY when a device fails and, with
+``choose="measured"``, moves a subgraph to NUMPY when that is faster. Moving a subgraph goes
+through :meth:`~subgraph.properties.runtime.FusedKernels.move`, which owns the node's device
+and kernel. :class:`CompileSettings` says how.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from subgraph.errors import SubgraphError
+from subgraph.hetero.devices import FALLBACK_DEVICE
+from subgraph.hetero.measured import measure_node
+from subgraph.hetero.model import SubgraphInfo
+from subgraph.hetero.workers import compile_in_workers, worth_workers
+from subgraph.ir import Graph, Node
+from subgraph.properties import FusedKernels, SubgraphProperty
+from subgraph.properties.runtime import property_of
+from subgraph.selectors import ContainOpSelector, SubgraphSelector
+
+__all__ = ["CompileSettings", "ModelBuilder"]
+
+
+@dataclass(frozen=True)
+class CompileSettings:
+    """How :func:`~subgraph.hetero.compile_model` builds a model; the defaults are
+    :func:`~subgraph.hetero.partition_model`'s (nothing compiled until first use)."""
+
+    #: make kernels that record per-op times (``compile_model(profile=True)``)
+    profile: bool = False
+    #: called as ``progress(done, total, info)`` after each subgraph compiles
+    progress: Callable[[int, int, SubgraphInfo], None] | None = None
+    #: a device that fails to compile a subgraph hands it to NUMPY (else an error)
+    fallback: bool = True
+    #: compile every subgraph now (else on first use)
+    compile_now: bool = False
+    #: ``"priority"`` or ``"measured"``
+    choose: str = "priority"
+    #: ``None`` or ``"pipeline"``
+    split: str | None = None
+    #: with ``split="pipeline"``: seconds per node name (None: measured)
+    pipeline_costs: Mapping[str, float] | None = None
+    #: worker processes for the devices that build in workers
+    workers: int = 1
+    #: passed to :func:`~subgraph.partition.partition_graph`
+    partition_options: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Leftover(SubgraphProperty):
+    """Collects the nodes no device pass took (``names``) into subgraphs of the fallback
+    device ``target``, whatever their affinity."""
+
+    def __init__(self, target: SubgraphProperty, names: set[str]) -> None:
+        super().__init__()
+        self.target, self.names = target, frozenset(names)
+        self.name, self.device = target.name, target.device
+
+    def create_subgraph_selector(self) -> SubgraphSelector:
+        return ContainOpSelector(lambda node: node.name in self.names, device=self.device)
+
+    def compile(self, subgraph: Graph):
+        return self.target.compile(subgraph)
+
+    def compile_profiled(self, subgraph: Graph):
+        return self.target.compile_profiled(subgraph)
+
+
+class ModelBuilder:
+    """Compiles the fused nodes of ``graph``, a partitioned graph this builder owns (the
+    pass's result, not the caller's), into ``kernels``.
+
+    Parameters
+    ----------
+    graph : Graph
+        The partitioned working copy; its fused nodes are renamed ``subgraph0``, ... .
+    props : dict[str, SubgraphProperty]
+        The device properties by device name, the fallback device's included.
+    settings : CompileSettings
+        How to compile.
+    """
+
+    def __init__(self, graph: Graph, props: dict[str, SubgraphProperty], settings: CompileSettings) -> None:
+        self.graph, self.props, self.settings = graph, props, settings
+        self.kernels = FusedKernels(profile=settings.profile)
+
+    def build(self) -> list[SubgraphInfo]:
+        """Number the subgraphs in topological order, compile each one (when asked) and,
+        with ``choose="measured"``, move it to NUMPY when that is faster; their infos."""
+        settings = self.settings
+        fused = self._number()
+        ahead = self._build_ahead(fused) if settings.compile_now and settings.workers > 1 else {}
+        infos = []
+        for index, node in enumerate(fused):
+            failed = self._compile(node, ahead.get(node.name)) if settings.compile_now else False
+            costs, moved = (), False
+            if settings.choose == "measured" and settings.compile_now and node.attrs["device"] != FALLBACK_DEVICE:
+                costs, numpy_kernel = measure_node(node, self.kernels.fused(node), self.props[node.attrs["device"]],
+                                                   self.props[FALLBACK_DEVICE], profile=settings.profile)
+                moved = numpy_kernel is not None
+                if moved:
+                    self.kernels.move(node, self.props[FALLBACK_DEVICE], numpy_kernel)
+            crossing = sum(v.nbytes or 0 for v in (*node.inputs, *node.outputs) if v is not None)
+            notes = () if not settings.compile_now or failed or moved else \
+                tuple(self.kernels.fused(node).compile().notes)
+            info = SubgraphInfo(index, node.attrs["device"], node.name, tuple(n.name for n in node.subgraph.nodes),
+                                tuple(n.op for n in node.subgraph.nodes), crossing, failed, costs, moved, notes)
+            infos.append(info)
+            self._report(index + 1, len(fused), info)
+        return infos
+
+    def _number(self) -> list[Node]:
+        """The fused nodes in topological order, renamed ``subgraph<i>`` with ``subgraph_id`` i."""
+        graph = self.graph
+        fused = [n for n in graph.nodes if n.subgraph is not None]
+        for index, node in enumerate(fused):  # two passes so new names never collide with old ones
+            graph.rename_node(node, f"__subgraph_tmp{index}")
+        for index, node in enumerate(fused):
+            graph.rename_node(node, f"subgraph{index}")
+            node.attrs["subgraph_id"] = index
+        return fused
+
+    def _report(self, done: int, total: int, info: SubgraphInfo) -> None:
+        progress = self.settings.progress
+        if progress is None:
+            return
+        try:
+            progress(done, total, info)
+        except Exception as exc:
+            raise SubgraphError(f"compile_model: the progress callback {_callable_name(progress)} raised "
+                                f"{type(exc).__name__}: {exc} (after {info.fused_node} on {info.device})") from exc
+
+    def _build_ahead(self, fused: list[Node]) -> dict[str, BaseException | None]:
+        """Build the subgraphs whose device opts in (``compile_in_worker``) in worker
+        processes, when that pays (:func:`~subgraph.hetero.workers.worth_workers`); the error
+        each build raised (or None), by fused node name."""
+        if os.name != "posix":
+            return {}
+        tasks = [(node.name, property_of(node), node.subgraph) for node in fused if _opts_in(node)]
+        if not worth_workers([len(task[2].nodes) for task in tasks], self.settings.workers):
+            return {}
+        return compile_in_workers(tasks, self.settings.workers)
+
+    def _compile(self, node: Node, built: BaseException | None = None) -> bool:
+        """Compile ``node``'s kernel now (``built``: the error its build in a worker raised);
+        True when it had to fall back to NUMPY."""
+        device = node.attrs["device"]
+        try:
+            if built is not None:
+                raise built
+            self.kernels.fused(node).compile()
+            return False
+        except Exception as exc:
+            if not self.settings.fallback or device == FALLBACK_DEVICE:
+                raise SubgraphError(f"{device} could not compile {node.name} (nodes "
+                                    f"{[n.name for n in node.subgraph.nodes][:8]}): {exc}") from exc
+            warnings.warn(f"{device} could not compile {node.name} ({len(node.subgraph.nodes)} nodes, first "
+                          f"{node.subgraph.nodes[0].name!r}); it runs on {FALLBACK_DEVICE} instead: "
+                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", stacklevel=3)
+            self.kernels.move(node, self.props[FALLBACK_DEVICE]).compile()
+            return True
+
+
+def _callable_name(function: Callable[..., Any]) -> str:
+    return getattr(function, "__qualname__", None) or type(function).__name__
+
+
+def _opts_in(node: Node) -> bool:
+    """Whether ``node``'s device builds it in a worker: it opts in and can be sent (pickled;
+    e.g. a remote device holding a connection cannot). An error says no (the compile here
+    raises it again, in order, with its context)."""
+    prop = property_of(node)
+    try:
+        return bool(prop.compile_in_worker(node.subgraph)) and bool(pickle.dumps(prop))
+    except Exception:  # noqa: BLE001
+        return False
