@@ -82,12 +82,12 @@ def _input_data(value: Value, types: Mapping[str, _Type], known: Mapping[str, np
     """The data the whole-graph pass has for ``value`` without following shapes through
     arithmetic: a folded value, a small constant, a ``Constant`` node's tensor, a ``Shape``
     or ``Size`` of a value of static shape."""
-    from subgraph.onnx.writer import _INFERENCE_DATA_ELEMENTS
+    from subgraph.onnx.writer import INFERENCE_DATA_ELEMENTS
 
     if value.name in known:
         return known[value.name]
     if value.is_constant:
-        return value.data if value.data.size <= _INFERENCE_DATA_ELEMENTS else None
+        return value.data if value.data.size <= INFERENCE_DATA_ELEMENTS else None
     node = value.producer
     if node is None or node.domain not in ("", "ai.onnx"):
         return None

@@ -24,9 +24,9 @@ import math
 
 import numpy as np
 
+from subgraph.analysis.inputs import random_inputs
 from subgraph.errors import PropertyError
 from subgraph.ir import Node
-from subgraph.analysis.inputs import random_inputs
 from subgraph.properties import FusedKernel, SubgraphProperty
 
 __all__ = ["MARGIN", "measure_node", "numpy_wins"]

@@ -54,7 +54,7 @@ from subgraph.onnx.attrs import (
     attrs_to_onnx,
 )
 
-__all__ = ["to_onnx", "node_to_onnx", "body_to_onnx", "inference_model", "IR_VERSION"]
+__all__ = ["to_onnx", "node_to_onnx", "body_to_onnx", "inference_model", "INFERENCE_DATA_ELEMENTS", "IR_VERSION"]
 
 #: The IR version written, unless the opsets need a newer one.
 IR_VERSION = min(onnx.IR_VERSION, 10)
@@ -213,7 +213,7 @@ def _typed_only(value: Value) -> onnx.TensorProto:
 
 
 #: Initializers larger than this are given to shape inference as typed inputs, without data.
-_INFERENCE_DATA_ELEMENTS = 4096
+INFERENCE_DATA_ELEMENTS = 4096
 
 
 def inference_model(graph: Graph, known: Mapping[str, np.ndarray] | None = None,
@@ -233,7 +233,7 @@ def inference_model(graph: Graph, known: Mapping[str, np.ndarray] | None = None,
     inputs = [value_info_proto(v, required=True) for v in graph.inputs]
     initializers = []
     for value in graph.initializers.values():
-        if value.data.size <= _INFERENCE_DATA_ELEMENTS:
+        if value.data.size <= INFERENCE_DATA_ELEMENTS:
             initializers.append(numpy_helper.from_array(np.asarray(value.data), value.name))
         else:
             inputs.append(value_info_proto(value, required=True))

@@ -14,16 +14,16 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from subgraph.errors import PartitionError, PropertyError, SubgraphError, call_hook
 from subgraph.analysis.shape_inference import infer_shapes
+from subgraph.errors import PartitionError, PropertyError, call_hook
 from subgraph.ir import Graph
-from subgraph.properties import SubgraphProperty, get_property
-from subgraph.selectors import SubgraphSelector
-from subgraph.selectors.support import OperatorSupport
 from subgraph.partition.fuse import fuse
 from subgraph.partition.grow import NON_COMPUTE_OPS, GrowContext
 from subgraph.partition.index import PartitionIndex
 from subgraph.partition.propose import STRATEGIES, propose
+from subgraph.properties import SubgraphProperty, get_property
+from subgraph.selectors import SubgraphSelector
+from subgraph.selectors.support import OperatorSupport
 
 __all__ = ["partition_graph", "NodeDecision", "STRATEGIES", "NON_COMPUTE_OPS"]
 

@@ -19,10 +19,10 @@ import numpy as np
 
 from subgraph.errors import PartitionError, PropertyError, SelectorError, call_hook
 from subgraph.ir import Node
+from subgraph.partition.index import PartitionIndex, Reach
 from subgraph.properties.base import SubgraphProperty
 from subgraph.selectors import SubgraphSelector
 from subgraph.selectors.support import OperatorSupport
-from subgraph.partition.index import PartitionIndex, Reach
 
 __all__ = ["GrowContext", "NON_COMPUTE_OPS", "grow", "is_convex"]
 
