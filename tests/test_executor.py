@@ -302,7 +302,7 @@ def test_ieee_results_without_warnings_and_the_callers_errstate_untouched():
 def test_inputs_declared_without_shape_or_dtype_are_checked_by_name(monkeypatch):
     """A control-flow body's implicit inputs carry no shape or dtype: arrays under exactly
     their names run without check_feeds, anything else goes through it and its messages."""
-    import subgraph.executor as executor_module
+    import subgraph.executor.plan as plan_module
     from subgraph.errors import InputError
 
     g = Graph("body")
@@ -311,10 +311,38 @@ def test_inputs_declared_without_shape_or_dtype_are_checked_by_name(monkeypatch)
     ex = Executor(g, check_shapes=False)
     x = np.arange(3, dtype=np.float32)
     calls = []
-    real = executor_module.check_feeds
-    monkeypatch.setattr(executor_module, "check_feeds", lambda *args: calls.append(1) or real(*args))
+    real = plan_module.check_feeds
+    monkeypatch.setattr(plan_module, "check_feeds", lambda *args: calls.append(1) or real(*args))
     np.testing.assert_array_equal(ex.run({"a": x, "b": x})["sum"], 2 * x)
     assert calls == []
     np.testing.assert_array_equal(ex.run({"a": [0.0, 1.0, 2.0], "b": x})["sum"], 2 * x)  # not an array: converted
+    assert calls == [1]
     with pytest.raises(InputError, match=r"has no input\(s\) \['c'\]; its inputs are \['a', 'b'\]"):
         ex.run({"a": x, "c": x})
+
+
+def private_attribute_reads(source: str) -> list[str]:
+    """``obj._name`` in ``source`` for any ``obj`` but ``self`` and ``cls`` (dunders aside)."""
+    import ast
+
+    return [ast.unparse(n) for n in ast.walk(ast.parse(source))
+            if isinstance(n, ast.Attribute) and n.attr.startswith("_") and not n.attr.startswith("__")
+            and not (isinstance(n.value, ast.Name) and n.value.id in ("self", "cls"))]
+
+
+def test_the_private_attribute_scan_finds_what_it_should():
+    assert private_attribute_reads("self._a; cls._b; x.__dict__; ex._steps; f(self)._c; self.plan._d\n") == [
+        "ex._steps", "f(self)._c", "self.plan._d"]
+
+
+def test_the_executor_and_its_generated_code_share_the_plan_by_its_public_names():
+    """The interpreter and straight.py read one Plan by name: no module of the executor
+    reads another object's private attributes."""
+    import pathlib
+
+    import subgraph.executor as executor_module
+
+    folder = pathlib.Path(executor_module.__file__).parent
+    assert {path.name: private_attribute_reads(path.read_text(encoding="utf-8"))
+            for path in sorted(folder.glob("*.py"))} == {
+        "__init__.py": [], "checks.py": [], "plan.py": [], "straight.py": []}

@@ -9,6 +9,7 @@ import pytest
 from subgraph.analysis.shape_inference import infer_shapes
 from subgraph.errors import ExecutionError, ShapeError
 from subgraph.executor import Executor, ProfilingExecutor, op_kernel
+from subgraph.executor.plan import Plan
 from subgraph.ir import Graph
 from subgraph.testing import layered_dag, seed_example
 
@@ -254,8 +255,11 @@ def test_a_numpy_scalar_for_an_unshaped_output_becomes_its_array(monkeypatch):
     feeds = {"a": np.full(4, 0.5, np.float32)}
     assert ex.run(feeds)["inverse"] == np.float32(0.5)
     stored = []
-    real = ex._store
-    monkeypatch.setattr(ex, "_store", lambda *args: stored.append(args[0].name) or real(*args))
+    real = Plan.store
+    monkeypatch.setattr(Plan, "store",
+                        lambda plan, i, *args: stored.append(plan.steps[i].node.name) or real(plan, i, *args))
     later = ex.run(feeds)["inverse"]
     assert type(later) is np.ndarray and later.shape == () and later.dtype == np.float32 and later == np.float32(0.5)
     assert stored == []
+    Executor(g).run(feeds)  # a first run: the interpreter takes its general path, Plan.store
+    assert stored == ["inverse"]  # a numpy scalar from Reciprocal on a 0-d array

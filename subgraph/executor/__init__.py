@@ -8,6 +8,7 @@ only: where each node's code comes from is the caller's ``kernel_for`` (plain op
 numpy kernels of :mod:`subgraph.ops`; fused nodes: :func:`subgraph.run` and compiled
 models, which own their compiled kernels). :class:`Executor` shows an example.
 
+What a run does is worked out once, as the executor's :class:`~subgraph.executor.plan.Plan`.
 An executor interprets its plan on its first run; from the second on it runs the same plan
 written out as one Python function (:mod:`subgraph.executor.straight`), without the
 interpreter's cost per node. Feed and output checks live in :mod:`subgraph.executor.checks`.
@@ -15,7 +16,6 @@ interpreter's cost per node. Feed and output checks live in :mod:`subgraph.execu
 
 from __future__ import annotations
 
-import contextlib
 import operator
 import threading
 import time
@@ -25,13 +25,19 @@ from typing import Any
 
 import numpy as np
 
-from subgraph.analysis.shape_inference import SIZED_BY_DATA
 from subgraph.errors import ExecutionError
-from subgraph.executor.checks import bind_feeds, check_allocation, check_feeds, fits, fixed_dims, node_failure
+from subgraph.executor.checks import (
+    bind_feeds,
+    check_allocation,
+    check_feeds,
+    check_output,
+    fits,
+    node_failure,
+)
+from subgraph.executor.plan import Output, Plan
 from subgraph.executor.straight import straight_line
-from subgraph.ir import Graph, Node, format_shape
+from subgraph.ir import Graph, Node
 from subgraph.ops import get_kernel, numpy_runs
-from subgraph.ops.common import ignoring_fp_conditions
 from subgraph.ops.control import ControlFlowKernel, runs_bodies
 from subgraph.ops.planned import planned_kernel
 
@@ -82,7 +88,7 @@ def _body_runner(body: Graph) -> Callable[[Mapping[str, Any]], dict[str, np.ndar
 
 
 class Executor:
-    """Runs a graph repeatedly; the plan (kernels, last uses) is built once.
+    """Runs a graph repeatedly; the plan (:attr:`plan`: steps, last uses, checks) is built once.
 
     An environment interpreter (torch.fx's ``Interpreter``): values live in a dict from
     name to array until their last reader has run. :meth:`run_node` is the seam a
@@ -114,66 +120,28 @@ class Executor:
         self.graph = graph
         self.check_shapes = check_shapes
         self.kernel_for = kernel_for or op_kernel
+        #: what every run does (:class:`~subgraph.executor.plan.Plan`), shared with the generated code
+        self.plan = plan = Plan(graph, check_shapes)
         self._local = threading.local()
         self._kernels: list[Kernel | None] = [None] * len(graph.nodes)
-        keep = {v.name for v in graph.outputs}
-        last_use: dict[str, int] = {}
-        for i, node in enumerate(graph.nodes):
-            for value in node.inputs:
-                if value is not None and value.producer is not None:
-                    last_use[value.name] = i
-        # feeds checked per call against (name, shape, dtype) planned once, when every input
-        # is static; anything else (or any mismatch) goes through check_feeds and its messages
-        self._feed_plan = [(v.name, v.shape, v.dtype) for v in graph.inputs] if all(
-            v.is_static and v.dtype is not None for v in graph.inputs) else None
-        # with symbolic dimensions: per input its dtype, rank, fixed and named dimensions
-        self._symbolic_plan = None if self._feed_plan is not None or any(
-            v.shape is None or v.dtype is None for v in graph.inputs) else [
-            (v.name, v.dtype, *fixed_dims(v), tuple((i, d) for i, d in enumerate(v.shape) if isinstance(d, str)))
-            for v in graph.inputs]
-        # a body graph's implicit inputs carry no shape or dtype: nothing to check but their names
-        self._untyped_plan = [v.name for v in graph.inputs] if graph.inputs and all(
-            v.shape is None and v.dtype is None for v in graph.inputs) else None
-        # nodes whose output sizes their input data sets (a shape, a count): their allocation
-        # is checked first, with the widest element size of their outputs (0: no check; the
-        # outputs of other ops are bounded by arrays that exist, or by numpy's MemoryError)
-        self._dynamic = [0 if node.op not in SIZED_BY_DATA or all(o.is_static for o in node.outputs) else
-                         max((o.dtype.itemsize for o in node.outputs if o.dtype is not None), default=8)
-                         for node in graph.nodes]
-        self._free_after: list[list[str]] = [[] for _ in graph.nodes]
-        for name, i in last_use.items():
-            if name not in keep:
-                self._free_after[i].append(name)
-        for i, node in enumerate(graph.nodes):  # outputs nobody reads die at once
-            for out in node.outputs:
-                if out.name not in last_use and out.name not in keep:
-                    self._free_after[i].append(out.name)
-        # per node, what run() reads: input names (None for an absent optional input), and
-        # the outputs with the static shape and dtype each is checked against (a symbolic
-        # shape: its rank and the dimensions it fixes, checked without a call)
-        reads = [tuple(None if v is None else v.name for v in node.inputs) for node in graph.nodes]
-        writes = [tuple((v, v.name, v.shape if v.is_static else None, v.dtype, fixed_dims(v))
-                        for v in node.outputs) for node in graph.nodes]
-        # the loop's per-node plan in one tuple each: the interpreter's cost per node is
-        # what numpy-path models of small tensors spend most of their time on
-        self._steps = list(zip(range(len(graph.nodes)), graph.nodes, map(_reader, reads),
-                               (len(r) == 1 for r in reads), writes,
-                               (w[0] if len(w) == 1 else None for w in writes), self._free_after,
-                               self._dynamic))
+        # the plan as the interpreter's loop reads it, one plain tuple a node (unpacking a tuple
+        # is a third of reading the steps' fields by name, and the interpreter's cost per node
+        # is what numpy-path models of small tensors spend most of their time on): index, node,
+        # inputs reader, whether it has one input, its one output's fields (else None: the
+        # general path, plan.store), the values freed after it, its allocation check
+        self._loop = [(step.index, step.node, _reader(step.inputs), len(step.inputs) == 1,
+                       _fields(step.outputs[0]) if len(step.outputs) == 1 else None,
+                       step.frees, step.allocation) for step in plan.steps]
         # a subclass that overrides run_node gets every call; the base class calls kernels directly
         self._direct = type(self).run_node is Executor.run_node
         # such an executor runs its plan as generated code once it has run it once (straight.py)
         self._straight: Callable[[Mapping[str, Any]], dict[str, np.ndarray]] | None = None
-        # numpy kernels run here (not only fused nodes, whose devices see to their own): the
-        # run ignores floating-point conditions for them (ignoring_fp_conditions)
-        self._fp_context = ignoring_fp_conditions if any(n.subgraph is None for n in graph.nodes) \
-            else contextlib.nullcontext
 
     @property
     def stats(self) -> RunStats:
         """What the calling thread's last :meth:`run` held (and timed, when profiling)."""
         stats = getattr(self._local, "stats", None)
-        if type(stats) is int:  # a generated plan's run records its peak alone (:meth:`_peak`)
+        if type(stats) is int:  # a generated plan's run records its peak alone (:meth:`_record_peak`)
             return RunStats(peak_bytes=stats)
         return stats or RunStats()
 
@@ -196,15 +164,16 @@ class Executor:
         straight = self._straight
         if straight is not None:
             return straight(feeds)
-        graph = self.graph
+        graph, plan = self.graph, self.plan
         env: dict[str | None, np.ndarray | None] = {v.name: v.data for v in graph.initializers.values()}
-        env.update(self._checked_feeds(feeds))
+        env.update(plan.checked_feeds(feeds))
         env[None] = None  # an absent optional input reads as None
         stats = RunStats()
         live = peak = 0
-        kernels, check_shapes, run_node, direct = self._kernels, self.check_shapes, self.run_node, self._direct
-        with self._fp_context():  # inf and NaN are ONNX's answers: no warnings, no errstate per kernel
-            for i, node, read, one, writes, single, frees, dynamic in self._steps:
+        kernels, run_node, direct = self._kernels, self.run_node, self._direct
+        check_shapes = plan.check_shapes
+        with plan.fp_context():  # inf and NaN are ONNX's answers: no warnings, no errstate per kernel
+            for i, node, read, one, single, frees, dynamic in self._loop:
                 args = read(env)  # the input itself for one input (one=True), else a tuple
                 try:
                     if dynamic:
@@ -222,18 +191,19 @@ class Executor:
                     value, name, shape, dtype, fixed = single
                     if check_shapes and (result.shape != shape or result.dtype != dtype) and (
                             shape is not None or not fits(result, value, fixed)):
-                        self._check_output(node, value, result)
+                        check_output(node, value, result)
                     env[name] = result
                     live += result.nbytes
                 else:
-                    live += self._store(node, result, writes, env)
+                    live += plan.store(i, result, env)
                 if live > peak:
                     peak = live
                 for name in frees:
                     live -= env.pop(name).nbytes
         self._finished(peak, stats)
         if direct and self._straight is None:  # every kernel is known now: later runs take the plan as code
-            self._straight = straight_line(self)
+            self._straight = straight_line(plan, [self.kernel(i) for i in range(len(graph.nodes))],
+                                           record=self._record_peak)
         return {v.name: env[v.name] for v in graph.outputs}
 
     def _finished(self, peak: int, stats: RunStats | None = None) -> None:
@@ -242,82 +212,11 @@ class Executor:
         stats.peak_bytes = peak
         self._local.stats = stats
 
-    def _peak(self, peak: int) -> None:
+    def _record_peak(self, peak: int) -> None:
         """Record a generated plan's run of the calling thread: its peak bytes alone, made
         into :class:`RunStats` when :attr:`stats` is read (a fifth of a microsecond a run
         rather than half of one on a dataclass nobody may read)."""
         self._local.stats = peak
-
-    def _store(self, node: Node, result: Any, writes: tuple, env: dict) -> int:
-        """Check ``node``'s outputs (a tuple or list of arrays, or one array-like) against
-        their values and put them in ``env``; the bytes they hold."""
-        outs = result if isinstance(result, (tuple, list)) else (result,)
-        if len(outs) < len(writes):
-            raise ExecutionError(f"node {node.name!r} ({node.op}) returned {len(outs)} output(s), "
-                                 f"expected {len(writes)}\n  {node.format()}")
-        held = 0
-        for (value, name, shape, dtype, fixed), array in zip(writes, outs):
-            if type(array) is not np.ndarray:
-                array = np.asarray(array)
-            # a static shape and dtype that match are the common case: one comparison each
-            if self.check_shapes and (array.shape != shape or array.dtype != dtype) and (
-                    shape is not None or not fits(array, value, fixed)):
-                self._check_output(node, value, array)
-            env[name] = array
-            held += array.nbytes
-        return held
-
-    def _checked_feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """:func:`check_feeds`, without its general work when the feeds are numpy arrays of
-        exactly the shapes and dtypes declared (the common call): static ones compared whole,
-        symbolic ones by rank, fixed dimensions and one size per dimension name, and inputs
-        declared without shape or dtype (a control-flow body's) by name alone. Anything
-        else (and every mismatch, for its message) goes through :func:`check_feeds`."""
-        plan = self._feed_plan
-        if plan is not None and type(feeds) is dict and len(feeds) == len(plan):
-            arrays = {}
-            for name, shape, dtype in plan:
-                array = feeds.get(name)
-                if type(array) is not np.ndarray or array.dtype != dtype or array.shape != shape:
-                    break
-                arrays[name] = array
-            else:
-                return arrays
-        symbolic = self._symbolic_plan
-        if symbolic is not None and type(feeds) is dict and len(feeds) == len(symbolic):
-            arrays, bound = {}, {}
-            for name, dtype, rank, fixed, named in symbolic:
-                array = feeds.get(name)
-                if type(array) is not np.ndarray or array.dtype != dtype or array.ndim != rank:
-                    break
-                shape = array.shape
-                if any(shape[i] != d for i, d in fixed) or any(bound.setdefault(d, shape[i]) != shape[i]
-                                                               for i, d in named):
-                    break
-                arrays[name] = array
-            else:
-                return arrays
-        untyped = self._untyped_plan
-        if untyped is not None and type(feeds) is dict and len(feeds) == len(untyped):
-            arrays = {}
-            for name in untyped:  # an If or Loop body's values, 15 us a run through check_feeds
-                array = feeds.get(name)
-                if type(array) is not np.ndarray:
-                    break
-                arrays[name] = array
-            else:
-                return arrays
-        return check_feeds(self.graph, feeds)
-
-    @staticmethod
-    def _check_output(node: Node, value, array: np.ndarray) -> None:
-        if value.shape is not None and array.shape != value.shape and (len(array.shape) != len(value.shape) or any(
-                isinstance(d, int) and d != n for d, n in zip(value.shape, array.shape))):
-            raise ExecutionError(f"node {node.name!r} ({node.op}) produced %{value.name} with shape "
-                                 f"{list(array.shape)}, expected {format_shape(value.shape)}\n  {node.format()}")
-        if value.dtype is not None and array.dtype != value.dtype:
-            raise ExecutionError(f"node {node.name!r} ({node.op}) produced %{value.name} with dtype "
-                                 f"{array.dtype.name}, expected {value.dtype.name}\n  {node.format()}")
 
 
 def _reader(names: tuple[str | None, ...]) -> Callable[[dict], Any]:
@@ -328,6 +227,11 @@ def _reader(names: tuple[str | None, ...]) -> Callable[[dict], Any]:
 
 def _no_inputs(env: dict) -> tuple:
     return ()
+
+
+def _fields(output: Output) -> tuple:
+    """``output``'s fields as the interpreter's loop unpacks them, in a plain tuple."""
+    return output.value, output.name, output.shape, output.dtype, output.fixed
 
 
 class ProfilingExecutor(Executor):

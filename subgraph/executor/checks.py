@@ -12,11 +12,12 @@ import numpy as np
 
 from subgraph.analysis.shape_inference import estimated_elements
 from subgraph.errors import ExecutionError, InputError, ShapeError, SubgraphError
-from subgraph.ir import Graph, Node
+from subgraph.ir import Graph, Node, format_shape
 from subgraph.ir.limits import MAX_TENSOR_BYTES
 from subgraph.transform.specialize import bind_dims
 
-__all__ = ["check_feeds", "bind_feeds", "fixed_dims", "fits", "check_allocation", "node_failure"]
+__all__ = ["check_feeds", "bind_feeds", "fixed_dims", "fits", "check_output", "check_allocation",
+           "node_failure"]
 
 
 def check_feeds(graph: Graph, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -70,13 +71,39 @@ def fixed_dims(value) -> tuple[int, tuple[tuple[int, int], ...]] | None:
 
 def fits(array: np.ndarray, value, fixed: tuple[int, tuple[tuple[int, int], ...]] | None) -> bool:
     """Whether ``array`` has ``value``'s dtype and the rank and static sizes of ``fixed``
-    (what :meth:`Executor._check_output <subgraph.executor.Executor>` accepts for a symbolic shape)."""
+    (what :func:`check_output` accepts for a symbolic shape)."""
     if value.dtype is not None and array.dtype != value.dtype:
         return False
     if fixed is None:
         return True
     shape = array.shape
     return len(shape) == fixed[0] and all(shape[i] == d for i, d in fixed[1])
+
+
+def check_output(node: Node, value, array: np.ndarray) -> None:
+    """Refuse ``array`` as ``node``'s output ``value`` if its shape contradicts the value's
+    (its rank, or a static dimension) or its dtype differs.
+
+    Examples
+    --------
+    >>> from subgraph.ir import Graph
+    >>> g = Graph("g")
+    >>> r = g.add_node("Relu", [g.add_input("x", ("n", 2), "float32")], name="r").outputs[0]
+    >>> r.shape, r.dtype = ("n", 2), np.dtype("float32")
+    >>> check_output(r.producer, r, np.zeros((5, 2), np.float32))  # "n" may be any size
+    >>> check_output(r.producer, r, np.zeros((5, 3), np.float32))
+    Traceback (most recent call last):
+    ...
+    subgraph.errors.ExecutionError: node 'r' (Relu) produced %r with shape [5, 3], expected [n, 2]
+      %r: float32[n,2] = Relu(%x)  # r
+    """
+    if value.shape is not None and array.shape != value.shape and (len(array.shape) != len(value.shape) or any(
+            isinstance(d, int) and d != n for d, n in zip(value.shape, array.shape))):
+        raise ExecutionError(f"node {node.name!r} ({node.op}) produced %{value.name} with shape "
+                             f"{list(array.shape)}, expected {format_shape(value.shape)}\n  {node.format()}")
+    if value.dtype is not None and array.dtype != value.dtype:
+        raise ExecutionError(f"node {node.name!r} ({node.op}) produced %{value.name} with dtype "
+                             f"{array.dtype.name}, expected {value.dtype.name}\n  {node.format()}")
 
 
 def check_allocation(node: Node, args: list[np.ndarray | None], itemsize: int) -> None:

@@ -23,30 +23,39 @@ of the graph is evaluated as code.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from subgraph.errors import ExecutionError
 from subgraph.executor.checks import check_allocation, fits, node_failure
+from subgraph.executor.plan import Plan, Step
 
 __all__ = ["straight_line"]
 
 
-def straight_line(executor: Any) -> Callable[[Mapping[str, Any]], dict[str, np.ndarray]]:
-    """``executor.run`` as generated code, for an executor whose kernels are all known
-    (it has run once) and whose ``run_node`` is the base class's.
+def straight_line(plan: Plan, kernels: Sequence[Callable[..., Any]], record: Callable[[int], None] | None = None
+                  ) -> Callable[[Mapping[str, Any]], dict[str, np.ndarray]]:
+    """An executor's run of ``plan`` as generated code: what the interpreter of
+    :class:`~subgraph.executor.Executor` does, without its loop.
 
     Parameters
     ----------
-    executor : Executor
-        Its graph, plan (``_steps``), kernels, feed checks and per-thread stats are used.
+    plan : Plan
+        The executor's plan: its steps, feed checks, output checks and floating-point context.
+    kernels : sequence of callable(node, *inputs)
+        The kernel of each node, in the plan's order (an executor knows them all once it
+        has run once).
+    record : callable(int), optional
+        Called with the run's peak bytes of intermediates at the end of each run that
+        succeeds (an executor keeps them as its calling thread's
+        :attr:`~subgraph.executor.Executor.stats`).
 
     Returns
     -------
     callable(feeds) -> dict
-        Same results, errors and ``executor.stats`` as ``executor.run``.
+        The interpreter's results, errors and peak bytes on the same feeds.
 
     Examples
     --------
@@ -56,18 +65,24 @@ def straight_line(executor: Any) -> Callable[[Mapping[str, Any]], dict[str, np.n
     >>> ex = Executor(seed_example())
     >>> x = np.array([-1.0, 2.0, 3.0, 0.5], np.float32)
     >>> first = ex.run({"x": x})["7"]
-    >>> np.array_equal(straight_line(ex)({"x": x})["7"], first)
+    >>> run = straight_line(ex.plan, [ex.kernel(i) for i in range(len(ex.graph.nodes))], record=print)
+    >>> np.array_equal(run({"x": x})["7"], first)  # prints the peak bytes: three float32[4] at once
+    48
     True
     """
-    return _Writer(executor).function()
+    return _Writer(plan, kernels, record or _ignore).function()
+
+
+def _ignore(peak: int) -> None:
+    pass
 
 
 class _Writer:
-    """Writes one executor's plan as source and compiles it."""
+    """Writes one plan as source and compiles it."""
 
-    def __init__(self, executor: Any) -> None:
-        self.executor = executor
-        self.graph = graph = executor.graph
+    def __init__(self, plan: Plan, kernels: Sequence[Callable[..., Any]], record: Callable[[int], None]) -> None:
+        self.plan, self.kernels, self.record = plan, kernels, record
+        self.graph = graph = plan.graph
         self.names: dict[str, str] = {}  # value name -> identifier
         self.scope: dict[str, Any] = {"ndarray": np.ndarray, "ExecutionError": ExecutionError}
         self.lines: list[str] = []
@@ -97,7 +112,7 @@ class _Writer:
             self.node_at[len(self.lines)] = node
 
     def function(self) -> Callable[[Mapping[str, Any]], dict[str, np.ndarray]]:
-        ex, graph = self.executor, self.graph
+        plan, graph = self.plan, self.graph
         self._line("def run(feeds):", 0)
         self._line("env = checked(feeds)", 1)
         for value in graph.inputs:
@@ -108,14 +123,14 @@ class _Writer:
         self._line("try:", 2)
         sizes: dict[str, int] = {}  # static graphs: each live value's bytes
         live = peak = 0
-        for i, node, _read, _one, writes, single, frees, dynamic in ex._steps:
-            self._node(i, node, writes, single, dynamic)
+        for step in plan.steps:
+            self._node(step)
             if self.static:
-                for value, name, shape, dtype, _fixed in writes:
-                    sizes[name] = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-                    live += sizes[name]
+                for out in step.outputs:
+                    sizes[out.name] = int(np.prod(out.shape, dtype=np.int64)) * out.dtype.itemsize
+                    live += sizes[out.name]
                 peak = max(peak, live)
-            for name in frees:
+            for name in step.frees:
                 if self.static:
                     live -= sizes.pop(name)
                 else:
@@ -130,26 +145,27 @@ class _Writer:
         self._line(f"record({peak if self.static else 'peak'})", 1)
         outputs = ", ".join(f"{v.name!r}: {self.names[v.name]}" for v in graph.outputs)
         self._line(f"return {{{outputs}}}", 1)
-        self.scope.update(checked=ex._checked_feeds, fp=ex._fp_context, fix=self._fix, store=self._store,
-                          record=ex._peak, failure=self._failure)
+        self.scope.update(checked=plan.checked_feeds, fp=plan.fp_context, fix=self._fix, store=self._store,
+                          record=self.record, failure=self._failure)
         code = compile("\n".join(self.lines) + "\n", f"<straight-line plan of graph {graph.name!r}>", "exec")
         exec(code, self.scope)  # noqa: S102 - source written above from identifiers and repr'd names only
         return self.scope["run"]
 
-    def _node(self, i: int, node: Any, writes: tuple, single: tuple | None, dynamic: int) -> None:
-        """The lines of node ``i``: its allocation check, its call, its output checks and
+    def _node(self, step: Step) -> None:
+        """The lines of one step: its allocation check, its call, its output checks and
         (graphs with symbolic shapes) the bytes it adds."""
-        args = tuple(None if v is None else self.names[v.name] for v in node.inputs)
+        i, node, writes = step.index, step.node, step.outputs
+        args = tuple(None if name is None else self.names[name] for name in step.inputs)
         self.args.append(args)
         call_args = "".join(f", {'None' if a is None else a}" for a in args)
-        self.scope[f"k{i}"], self.scope[f"n{i}"] = self.executor.kernel(i), node
-        if dynamic:
+        self.scope[f"k{i}"], self.scope[f"n{i}"] = self.kernels[i], node
+        if step.allocation:
             self.scope["allocation"] = check_allocation
-            self._line(f"allocation(n{i}, [{call_args[2:]}], {dynamic})", 3, node=i)
-        check = self.executor.check_shapes
-        if single is not None:
-            value, name, shape, dtype, fixed = single
-            out = self._name(name, "v")
+            self._line(f"allocation(n{i}, [{call_args[2:]}], {step.allocation})", 3, node=i)
+        check = self.plan.check_shapes
+        if len(writes) == 1:
+            value, shape, dtype, fixed = writes[0].value, writes[0].shape, writes[0].dtype, writes[0].fixed
+            out = self._name(writes[0].name, "v")
             self._line(f"{out} = k{i}(n{i}{call_args})", 3, node=i)
             if not check:
                 test = f"{out}.__class__ is not ndarray"
@@ -163,13 +179,13 @@ class _Writer:
             self._line(f"if {test}: {out} = fix({i}, {out})", 3, node=i)
             outs = [out]
         else:
-            outs = [self._name(name, "v") for _value, name, *_ in writes]
+            outs = [self._name(w.name, "v") for w in writes]
             target = f"{', '.join(outs)}," if outs else "_"
-            if outs and check and all(shape is not None for _value, _name, shape, *_ in writes):
+            if outs and check and all(w.shape is not None for w in writes):
                 # a tuple of arrays of the planned shapes and dtypes is unpacked as it is;
                 # anything else goes through the interpreter's checks (2-4 us a node)
-                for j, (_value, _name, shape, dtype, _fixed) in enumerate(writes):
-                    self.scope[f"t{i}_{j}"] = (shape, dtype)
+                for j, w in enumerate(writes):
+                    self.scope[f"t{i}_{j}"] = (w.shape, w.dtype)
                 tests = " and ".join(f"r[{j}].__class__ is ndarray and (r[{j}].shape, r[{j}].dtype) == t{i}_{j}"
                                      for j in range(len(outs)))
                 self._line(f"r = k{i}(n{i}{call_args})", 3, node=i)
@@ -186,9 +202,8 @@ class _Writer:
         """Node ``i``'s outputs from its kernel's ``result``, checked by the interpreter's own
         code (its conversions and messages)."""
         env: dict[str, np.ndarray] = {}
-        writes = self.executor._steps[i][4]
-        self.executor._store(self.executor.graph.nodes[i], result, writes, env)
-        return [env[name] for _value, name, *_ in writes]
+        self.plan.store(i, result, env)
+        return [env[out.name] for out in self.plan.steps[i].outputs]
 
     def _fix(self, i: int, result: Any) -> np.ndarray:
         """A single output that is not an array of its planned shape and dtype: converted,
@@ -203,7 +218,7 @@ class _Writer:
         elif result.__class__ in (tuple, list) and len(result) == 1:
             array = result[0]
         if array.__class__ is np.ndarray and array is not result:
-            if not self.executor.check_shapes:
+            if not self.plan.check_shapes:
                 return array
             planned, loose = self.planned.get(i), self.loose.get(i)
             if (planned is not None and (array.shape, array.dtype) == planned) or (

@@ -156,7 +156,7 @@ def test_an_outer_value_read_only_by_a_body_is_freed_after_the_control_flow_node
     executor = Executor(graph)
     order = [n.name for n in graph.nodes]
     assert order == ["relu", "if", "neg"]
-    assert "a2" in executor._free_after[order.index("if")]
+    assert "a2" in executor.plan.steps[order.index("if")].frees
     assert_matches_ort(model, cf.feeds_for(model), graph)
 
 
