@@ -19,7 +19,7 @@ from subgraph.errors import PartitionError, PropertyError, call_hook
 from subgraph.ir import Graph
 from subgraph.partition.fuse import fuse
 from subgraph.partition.grow import NON_COMPUTE_OPS, GrowContext
-from subgraph.partition.index import PartitionIndex
+from subgraph.partition.views import PartitionIndex
 from subgraph.partition.propose import STRATEGIES, propose
 from subgraph.properties import SubgraphProperty, get_property
 from subgraph.selectors import SubgraphSelector

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from subgraph.errors import PropertyError, call_hook
 from subgraph.ir import Graph, Node, Value, ValueMap, fresh_name
-from subgraph.partition.index import PartitionIndex
+from subgraph.partition.views import PartitionIndex
 
 __all__ = ["Boundary", "build_subgraph", "fuse"]
 

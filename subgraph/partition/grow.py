@@ -19,7 +19,7 @@ import numpy as np
 
 from subgraph.errors import PartitionError, PropertyError, SelectorError, call_hook
 from subgraph.ir import Node
-from subgraph.partition.index import PartitionIndex, Reach
+from subgraph.partition.views import PartitionIndex, Reach
 from subgraph.properties.base import SubgraphProperty
 from subgraph.selectors import SubgraphSelector
 from subgraph.selectors.support import OperatorSupport

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from subgraph.partition.grow import GrowContext
-from subgraph.partition.index import PartitionIndex
+from subgraph.partition.views import PartitionIndex
 from subgraph.properties.numpy import NumpyProperty
 from subgraph.testing import SUPPORTED_OPS, seed_example
 

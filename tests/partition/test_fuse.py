@@ -8,7 +8,7 @@ import numpy as np
 from subgraph.ir import Graph
 from subgraph.partition.fuse import Boundary, build_subgraph, fuse
 from subgraph.partition.grow import GrowContext
-from subgraph.partition.index import PartitionIndex
+from subgraph.partition.views import PartitionIndex
 from subgraph.partition.propose import propose
 from subgraph.properties.numpy import NumpyProperty
 from subgraph.testing import seed_example

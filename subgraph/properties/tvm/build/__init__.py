@@ -2,3 +2,7 @@
 with its fallbacks (:mod:`.attempts`), the compiled libraries cached in memory and on disk
 (:mod:`.cache`), and the tile tuner with its database (:mod:`.tuner`, :mod:`.tuning_db`).
 The top stage: it imports every other one."""
+
+from __future__ import annotations
+
+__all__: list[str] = []

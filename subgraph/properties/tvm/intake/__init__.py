@@ -3,3 +3,7 @@ import), and the graph rewrites before TVM's ONNX importer (recurrent cells and 
 unrolled, Sum as adds, squeezed gathers), the import itself (:mod:`.importer`) and the
 constant calls evaluated with numpy after it (:mod:`.numpy_fold`). Imports only
 :mod:`..runtime`."""
+
+from __future__ import annotations
+
+__all__: list[str] = []

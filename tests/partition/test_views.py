@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from subgraph.partition.index import PartitionIndex, Reach
+from subgraph.partition.views import PartitionIndex, Reach
 from subgraph.testing import seed_example
 
 # seed_example by index: 0 -> 1 -> {2, 3} -> 4 -> 5 -> 6; node 3 is Sigmoid '4'
