@@ -54,24 +54,11 @@ __all__ = ["BUILD_LOCK", "MEMORY", "cache_key", "check_private", "clear_memory_c
            "default_cache_dir", "load_entry", "store_entry"]
 
 
-#: Bump when the way a build is made or stored changes, so old disk entries are not reused.
-_FORMAT = "subgraph-tvm-25"  # 2: scheduled CPU builds, host mcpu; 3: BN folded, tuning; 4: no vector selects;
-#   5: metadata holds the library size; 6: NaN-propagating relu, maximum, minimum, max, min;
-#   7: int64 softmax shapes (fuses with its consumers), conv2d_transpose kept NCHW;
-#   8: each function scheduled on its own (fallback schedules), metadata "notes" on what was not;
-#   9: NaN-propagating max_pool; 10: conv1d rewritten to NWC activations, WIO weights;
-#   11: constant conv2d and matmul weights packed in panels, wider tiles on few rows;
-#   12: clamps (Clip, HardSwish, HardSigmoid) stay NHWC and fuse into their convolution;
-#   13: exp, sigmoid and tanh as vectorisable arithmetic (fastmath); 14: concat as a vectorised copy;
-#   15: output channels no vector divides packed with zero filters, 5-7 vectors wide tiles on few rows;
-#   16: products of 2^18 multiply-adds and up, and large epilogues, on every thread;
-#   17: weights four times the activations walked panel by panel on maps of any size;
-#   18: 3x3 convolutions of stride 1 on 96 channels and up as Winograd F(2x2, 3x3);
-#   19: 2-D linear and nearest resizes as two 1-D passes; 20: element-wise blocks with an innermost
-#   axis of 2-4 elements vectorised along the axis before it; 21: Gather of an axis's one element as Squeeze;
-#   22: GroupNorm exports on the map's own axes; 23: keys and library checksums by content_digest;
-#   24: weights-first contractions on tiny maps hold every output pixel in one tile;
-#   25: large weights beside the library (<key>.weights), passed to main after the inputs; BLAKE3 digests
+#: The format of the disk entries and of the builds they hold: 25 keeps large weights beside the
+#: library (``<key>.weights``, passed to ``main`` after the inputs) and digests with BLAKE3. It is
+#: part of every key, so bumping it (when the way a build is made or stored changes) leaves the
+#: old entries unused.
+_FORMAT = "subgraph-tvm-25"
 
 
 def content_digest(parts: Iterable[Any]) -> str:
