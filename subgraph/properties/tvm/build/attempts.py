@@ -77,7 +77,7 @@ def build(graph: Graph, model: Any, target: Any, schedule: str, tiles: dict | No
         notes = status_notes(status, graph)
         if attempt == "none" and schedule != "none":
             warnings.warn(f"TVM's {schedule!r} schedule failed for graph {graph.name!r} ({failures[0]}); "
-                          "it was compiled with TVM's default pipeline instead", RuntimeWarning, stacklevel=4)
+                          "it was compiled with TVM's default pipeline instead", RuntimeWarning, stacklevel=5)
             notes = [KernelNote("(every function)", tuple(n.name for n in graph.nodes), "unscheduled",
                                 f"TVM's default pipeline: the {schedule!r} pipeline failed: {failures[0]}")]
         elif not rewrite:

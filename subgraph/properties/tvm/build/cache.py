@@ -27,6 +27,7 @@ verify the weights file: :func:`content_digest` (BLAKE3) took 0.12 s for 240 MB 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import mmap
 import os
@@ -46,12 +47,14 @@ from tvm import relax
 
 from subgraph.errors import PropertyError
 from subgraph.fileio import atomic_path, write_atomic
+from subgraph.properties.base import KernelNote
+from subgraph.properties.tvm.runtime.function import CompiledLibrary
 from subgraph.properties.tvm.runtime.messages import error_summary
 from subgraph.properties.tvm.runtime.weights import read_weights, write_weights
 from subgraph.system import usable_cpus
 
-__all__ = ["BUILD_LOCK", "MEMORY", "cache_key", "check_private", "clear_memory_cache", "content_digest",
-           "default_cache_dir", "load_entry", "store_entry"]
+__all__ = ["BUILD_LOCK", "MEMORY", "cache_get", "cache_key", "cache_put", "check_private", "clear_memory_cache",
+           "content_digest", "default_cache_dir", "load_entry", "note_from_dict", "note_to_dict", "store_entry"]
 
 
 #: The format of the disk entries and of the builds they hold: 25 keeps large weights beside the
@@ -217,7 +220,8 @@ def _mapped(path: str | os.PathLike) -> Iterator[Any]:
 
 def load_entry(directory: Path, key: str, device: Any) -> tuple[Any, dict, list[Any]] | None:
     """The cached library, its metadata and its weights (``main``'s last parameters), or
-    None; a damaged entry warns and is ignored."""
+    None; a damaged entry warns and is ignored. Called through :func:`cache_get` (the
+    warning names that one's caller's caller)."""
     lib, meta_path = directory / f"{key}.so", directory / f"{key}.json"
     if not (lib.exists() and meta_path.exists()):
         return None
@@ -231,7 +235,7 @@ def load_entry(directory: Path, key: str, device: Any) -> tuple[Any, dict, list[
         return module, meta, weights
     except Exception as exc:
         warnings.warn(f"ignoring damaged TVM cache entry {lib} ({error_summary(exc, 1)}); recompiling",
-                      RuntimeWarning, stacklevel=3)
+                      RuntimeWarning, stacklevel=4)
         return None
 
 
@@ -265,7 +269,8 @@ def store_entry(directory: Path, key: str, executable: Any, meta: dict, weights:
     Returns the stored library, loaded (a private copy, see the module's notes): its machine
     code is ready, where running ``executable`` would have LLVM's JIT generate it again
     (ResNet-18: 0.1 s against 0.9-1.8 s). ``None`` when it could not be written or loaded
-    (a warning says why). The weights in memory stay the ones to use.
+    (a warning says why). The weights in memory stay the ones to use. Called through
+    :func:`cache_put` (the warnings name that one's caller's caller).
     """
     lib, meta_path = directory / f"{key}.so", directory / f"{key}.json"
     weights_path = directory / f"{key}.weights"
@@ -293,11 +298,56 @@ def store_entry(directory: Path, key: str, executable: Any, meta: dict, weights:
         os.chmod(meta_path, 0o600)
     except Exception as exc:  # a read-only or full disk must not stop the run
         warnings.warn(f"could not write the TVM cache in {directory}: {error_summary(exc, 1)}",
-                      RuntimeWarning, stacklevel=3)
+                      RuntimeWarning, stacklevel=4)
         return None
     try:
         return _load_private(directory, lib, None)
     except Exception as exc:  # noqa: BLE001 - the build in memory still runs
         warnings.warn(f"could not load the library just stored in {directory} ({error_summary(exc, 1)}); "
-                      "the build runs from memory", RuntimeWarning, stacklevel=3)
+                      "the build runs from memory", RuntimeWarning, stacklevel=4)
         return None
+
+
+def note_to_dict(note: KernelNote) -> dict[str, Any]:
+    """``note`` as the metadata's ``"notes"`` list holds it (JSON).
+
+    Examples
+    --------
+    >>> note = KernelNote("fused_conv2d", ("conv",), "fallback", "ContractionRule failed")
+    >>> note_to_dict(note)
+    {'function': 'fused_conv2d', 'nodes': ['conv'], 'status': 'fallback', 'reason': 'ContractionRule failed'}
+    >>> note_from_dict(note_to_dict(note)) == note
+    True
+    """
+    return {"function": note.function, "nodes": list(note.nodes), "status": note.status, "reason": note.reason}
+
+
+def note_from_dict(row: dict[str, Any]) -> KernelNote:
+    """The :class:`~subgraph.properties.base.KernelNote` a row of the metadata's ``"notes"`` holds."""
+    return KernelNote(row["function"], tuple(row["nodes"]), row["status"], row["reason"])
+
+
+def cache_get(directory: Path, key: str, device: Any) -> CompiledLibrary | None:
+    """The library stored under ``key`` in ``directory``, loaded for ``device`` (``source``
+    ``"disk"``); None when there is none, or a damaged one (:func:`load_entry` warns)."""
+    entry = load_entry(directory, key, device)
+    if entry is None:
+        return None
+    executable, meta, weights = entry
+    return CompiledLibrary(executable, "disk", constant_outputs=list(meta.get("constant_outputs", [])),
+                           tuned=meta.get("tuned", []), notes=[note_from_dict(n) for n in meta.get("notes", [])],
+                           weights=weights)
+
+
+def cache_put(directory: Path, key: str, library: CompiledLibrary, meta: dict[str, Any]) -> CompiledLibrary:
+    """Store ``library`` under ``key`` in ``directory`` (:func:`store_entry`), its metadata
+    ``meta`` (what was built: graph, target, schedule) with the TVM version and what the build
+    said (constant outputs, tuning records used, notes).
+
+    Returns the library to run: the stored one, loaded (its machine code ready), or
+    ``library`` itself when it could not be stored or loaded (a warning says why).
+    """
+    stored = store_entry(directory, key, library.executable, {
+        **meta, "tvm": tvm.__version__, "constant_outputs": library.constant_outputs, "tuned": library.tuned,
+        "notes": [note_to_dict(n) for n in library.notes]}, library.weights)
+    return library if stored is None else dataclasses.replace(library, executable=stored)

@@ -1,11 +1,12 @@
 """Compile a (sub)graph with Apache TVM: the entry point the ``tvm`` property calls.
 
-:func:`compile_graph` prepares the graph (:mod:`~subgraph.properties.tvm.intake.importer`),
-builds it (:mod:`~subgraph.properties.tvm.build.attempts`; on CPU targets through the scheduling
-pipeline of :mod:`~subgraph.properties.tvm.lowering.passes`, for the host's ``mcpu``, with tuned
-tiles from :mod:`~subgraph.properties.tvm.build.tuning_db` where there are any: TVM's default
-pipeline leaves loops scalar and single-threaded), caches it
-(:mod:`~subgraph.properties.tvm.build.cache`) and returns a
+:func:`compile_graph` is four steps: :func:`prepare` the graph
+(:mod:`~subgraph.properties.tvm.intake.importer`) and compute its key (:func:`graph_key`);
+get the library from the caches (:mod:`~subgraph.properties.tvm.build.cache`: memory, then
+disk); else build it (:mod:`~subgraph.properties.tvm.build.attempts`; on CPU targets through the
+scheduling pipeline of :mod:`~subgraph.properties.tvm.lowering.passes`, for the host's ``mcpu``,
+with tuned tiles from :mod:`~subgraph.properties.tvm.build.tuning_db` where there are any: TVM's
+default pipeline leaves loops scalar and single-threaded) and put it in the caches. It returns a
 :class:`~subgraph.properties.tvm.runtime.function.TVMFunction`, callable from several threads.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,25 +27,60 @@ from subgraph.analysis.ranges import index_source
 from subgraph.errors import PropertyError
 from subgraph.ir import Graph
 from subgraph.ops.index import INDEX_OPS, index_limits
-from subgraph.properties.base import KernelNote
 from subgraph.properties.tvm.build.attempts import build
 from subgraph.properties.tvm.build.cache import (
     BUILD_LOCK,
     MEMORY,
+    cache_get,
     cache_key,
+    cache_put,
     check_private,
     default_cache_dir,
-    load_entry,
-    store_entry,
 )
 from subgraph.properties.tvm.build.tuning_db import open_database
 from subgraph.properties.tvm.intake.importer import checked_prepared, prepared_onnx
 from subgraph.properties.tvm.lowering.passes import SCHEDULES
-from subgraph.properties.tvm.runtime.function import TVMFunction
+from subgraph.properties.tvm.runtime.function import CompiledLibrary, Signature, TVMFunction
 from subgraph.properties.tvm.runtime.interrupt import interruptible
 from subgraph.properties.tvm.runtime.target import as_target, use_all_cpus
 
-__all__ = ["compile_graph", "needs_build"]
+__all__ = ["BuildOptions", "PreparedCompile", "build_options", "compile_graph", "graph_key", "known_key",
+           "needs_build", "prepare"]
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """What a build of a graph depends on besides the graph, and where it is cached.
+
+    ``target`` is a ``tvm.target.Target``; ``schedule`` one of
+    :data:`~subgraph.properties.tvm.lowering.passes.SCHEDULES`; ``database`` the tuning
+    records used (:class:`~subgraph.properties.tvm.build.tuning_db.TuningDatabase`; None on
+    GPU targets and for schedules other than ``"cpu"``); ``lift_weights`` whether large
+    weights stay out of the library; ``directory`` the disk cache.
+    """
+
+    target: Any
+    schedule: str
+    database: Any | None
+    lift_weights: bool
+    directory: Path
+
+    @property
+    def variant(self) -> str:
+        """The schedule, the tuning records and where the weights live, as the key holds them."""
+        return (self.schedule + (f"|tuned:{self.database.digest()}" if self.database else "")
+                + ("" if self.lift_weights else "|embedded"))
+
+
+@dataclass(frozen=True)
+class PreparedCompile:
+    """A graph ready for TVM: ``graph`` is the graph TVM compiles (the intake's
+    :func:`~subgraph.properties.tvm.intake.importer.checked_prepared`), ``key`` its cache key
+    (:func:`graph_key`) under ``options``."""
+
+    graph: Graph
+    options: BuildOptions
+    key: str
 
 
 def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: str | os.PathLike | None = None,
@@ -120,41 +157,22 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
     [array([0. , 0.5, 2. ], dtype=float32)]
     """
     use_all_cpus()
-    graph, tgt, directory, database, key = _prepare(graph, target, cache_dir, use_cache, schedule, tuning,
-                                                    lift_weights=lift_weights)
-    device = tvm.device(tgt.get_target_device_type(), 0)
-    tiles = database.tiles() if database else None
-    memory_key = key if index_checks else key + "|unchecked"  # one library, two wrappers
+    job = prepare(graph, build_options(graph.name, target, cache_dir, use_cache, schedule, tuning, lift_weights))
+    memory_key = job.key if index_checks else job.key + "|unchecked"  # one library, two wrappers
     if use_cache and memory_key in MEMORY:
         return MEMORY[memory_key]
-    with BUILD_LOCK:
+    with BUILD_LOCK:  # one build at a time; a thread that waited for it finds it in memory
         if use_cache and memory_key in MEMORY:
             return MEMORY[memory_key]
-        entry = load_entry(directory, key, device) if use_cache else None
-        if entry is not None:
-            module, meta, weights = entry
-            constant_outputs, tuned, source = list(meta.get("constant_outputs", [])), meta.get("tuned", []), "disk"
-            notes = [KernelNote(n["function"], tuple(n["nodes"]), n["status"], n["reason"])
-                     for n in meta.get("notes", [])]
-        else:
-            model = prepared_onnx(graph)
-            # in a worker thread: Ctrl-C stops waiting at once (TVM would turn it into a failed build)
-            module, constant_outputs, keys, notes, weights = interruptible(build, graph, model, tgt, schedule,
-                                                                           tiles, lift_weights)
-            tuned = sorted(database.records[k].name for k in keys) if database else []
-            source = "compiled"
-            if use_cache:
-                stored = store_entry(directory, key, module, {
-                    "graph": graph.name, "target": str(tgt), "schedule": schedule, "tvm": tvm.__version__,
-                    "constant_outputs": constant_outputs, "tuned": tuned,
-                    "notes": [{"function": n.function, "nodes": list(n.nodes), "status": n.status,
-                               "reason": n.reason} for n in notes]}, weights)
-                module = module if stored is None else stored  # machine code ready: no JIT
-        fn = TVMFunction(module, device, name=graph.name, key=key, target=str(tgt),
-                         inputs=[(v.name, v.shape, v.dtype) for v in graph.inputs],
-                         output_names=[v.name for v in graph.outputs],
-                         constant_outputs=constant_outputs, source=source, tuned=tuned, weights=weights,
-                         index_checks=_index_checks(graph) if index_checks else [], notes=notes)
+        device = tvm.device(job.options.target.get_target_device_type(), 0)
+        directory = job.options.directory
+        library = cache_get(directory, job.key, device) if use_cache else None
+        if library is None:
+            library = _build(job)
+            if use_cache:  # the stored library, loaded: machine code ready, no JIT
+                library = cache_put(directory, job.key, library, {
+                    "graph": job.graph.name, "target": str(job.options.target), "schedule": schedule})
+        fn = _function(job, library, device, index_checks)
         if use_cache:
             MEMORY[memory_key] = fn
         return fn
@@ -168,44 +186,107 @@ def needs_build(graph: Graph, target: str | dict | Any = "llvm", cache_dir: str 
 
     ``False`` with ``use_cache=False``: a build then stores nothing another process could
     hand over. A damaged disk entry counts as present (the compile itself warns and rebuilds).
+    The key is computed once per graph and options (:func:`known_key`): the compile that
+    follows does not prepare and hash ``graph`` again.
     """
     if not use_cache:
         return False
-    _, _, directory, _, key = _prepare(graph, target, cache_dir, use_cache, schedule, tuning, keep=True,
-                                       lift_weights=lift_weights)
+    options = build_options(graph.name, target, cache_dir, use_cache, schedule, tuning, lift_weights)
+    key = known_key(graph, options)
     if key in MEMORY or key + "|unchecked" in MEMORY:
         return False
-    return not ((directory / f"{key}.so").exists() and (directory / f"{key}.json").exists())
+    return not ((options.directory / f"{key}.so").exists() and (options.directory / f"{key}.json").exists())
 
 
-def _prepare(graph: Graph, target: str | dict | Any, cache_dir: str | os.PathLike | None, use_cache: bool,
-             schedule: str, tuning: bool | str | os.PathLike, keep: bool = False,
-             lift_weights: bool = True) -> tuple[Graph, Any, Path, Any, str]:
-    """The graph TVM compiles, the target, the cache folder, the tuning database (or None)
-    and the cache key: a digest of the graph's ONNX structure and of its weights' bytes,
-    without writing them into an ONNX model (a cache hit needs none; AlexNet's 230 MB took
-    0.9 s to write and serialise). ``keep``: hold the prepared graph for the next call
-    about ``graph`` with the same target and variant, which takes it (:func:`needs_build`
-    then :func:`compile_graph` prepare a detector once: 0.24 s); the graph returned is then
-    ``None`` when the key was known.""" 
+def build_options(name: str, target: str | dict | Any, cache_dir: str | os.PathLike | None, use_cache: bool,
+                  schedule: str, tuning: bool | str | os.PathLike, lift_weights: bool = True) -> BuildOptions:
+    """The :class:`BuildOptions` of :func:`compile_graph`'s arguments for the graph ``name``;
+    the cache folder is checked (:func:`~subgraph.properties.tvm.build.cache.check_private`)
+    when ``use_cache``.
+
+    Raises
+    ------
+    PropertyError
+        ``schedule`` is unknown, or the cache folder is not private.
+    """
     if schedule not in SCHEDULES:
-        raise PropertyError(f"unknown TVM schedule {schedule!r} for graph {graph.name!r}; "
+        raise PropertyError(f"unknown TVM schedule {schedule!r} for graph {name!r}; "
                             f"expected one of {list(SCHEDULES)}")
     tgt = as_target(target)
     directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     if use_cache:
         check_private(directory)
     database = open_database(tuning, directory) if tgt.kind.name == "llvm" and schedule == "cpu" else None
-    variant = schedule + (f"|tuned:{database.digest()}" if database else "") + ("" if lift_weights else "|embedded")
-    key, prepared = _known_key(graph, str(tgt), variant)  # a prepared graph is kept only beside its key
-    if key is None:
-        prepared = checked_prepared(graph)
-        structure = prepared_onnx(prepared, weights=False).SerializeToString(deterministic=True)
-        key = cache_key(structure, str(tgt), variant, weights=_weight_bytes(prepared))
-        _remember_key(graph, str(tgt), variant, key, prepared if keep else None)
-    elif prepared is None and not keep:
-        prepared = checked_prepared(graph)
-    return prepared, tgt, directory, database, key
+    return BuildOptions(tgt, schedule, database, lift_weights, directory)
+
+
+def graph_key(prepared: Graph, options: BuildOptions) -> str:
+    """The cache key of the prepared graph under ``options``: a digest of its ONNX structure
+    and of its weights' bytes (:func:`~subgraph.properties.tvm.build.cache.cache_key`), without
+    writing them into an ONNX model (a cache hit needs none; AlexNet's 230 MB took 0.9 s to
+    write and serialise)."""
+    structure = prepared_onnx(prepared, weights=False).SerializeToString(deterministic=True)
+    return cache_key(structure, str(options.target), options.variant, weights=_weight_bytes(prepared))
+
+
+def prepare(graph: Graph, options: BuildOptions) -> PreparedCompile:
+    """``graph`` prepared for TVM, with its key: both remembered from :func:`needs_build` when
+    it asked about this graph object with these options (the prepared graph is handed over
+    once), else made here (the key then remembered).
+
+    Examples
+    --------
+    >>> g = Graph("relu")
+    >>> x = g.add_input("x", (3,), "float32")
+    >>> g.set_outputs([g.add_node("Relu", [x], name="r").outputs[0]])
+    >>> from subgraph.analysis.shape_inference import infer_shapes
+    >>> infer_shapes(g)
+    >>> options = build_options("relu", "llvm", None, use_cache=False, schedule="cpu", tuning=False)
+    >>> job = prepare(g, options)
+    >>> job.key == graph_key(job.graph, options) == known_key(g, options), len(job.key)
+    (True, 64)
+    """
+    known = _known(graph, options, take=True)
+    prepared = known.prepared if known is not None and known.prepared is not None else checked_prepared(graph)
+    if known is not None:
+        return PreparedCompile(prepared, options, known.key)
+    key = graph_key(prepared, options)
+    _remember(graph, options, _Known(key))
+    return PreparedCompile(prepared, options, key)
+
+
+def known_key(graph: Graph, options: BuildOptions) -> str:
+    """The key of ``graph`` under ``options``, remembered per graph object; computing it keeps
+    the prepared graph for the compile that follows (:func:`prepare` takes it: a detector is
+    prepared once, 0.24 s)."""
+    known = _known(graph, options, take=False)
+    if known is not None:
+        return known.key
+    prepared = checked_prepared(graph)
+    key = graph_key(prepared, options)
+    _remember(graph, options, _Known(key, prepared))
+    return key
+
+
+def _build(job: PreparedCompile) -> CompiledLibrary:
+    """Build ``job`` (:func:`~subgraph.properties.tvm.build.attempts.build`), in a worker thread:
+    Ctrl-C stops waiting at once (TVM would turn it into a failed build)."""
+    options = job.options
+    model = prepared_onnx(job.graph)
+    tiles = options.database.tiles() if options.database else None
+    executable, constant_outputs, keys, notes, weights = interruptible(
+        build, job.graph, model, options.target, options.schedule, tiles, options.lift_weights)
+    tuned = sorted(options.database.records[k].name for k in keys) if options.database else []
+    return CompiledLibrary(executable, "compiled", constant_outputs=constant_outputs, tuned=tuned, notes=notes,
+                           weights=weights)
+
+
+def _function(job: PreparedCompile, library: CompiledLibrary, device: Any, index_checks: bool) -> TVMFunction:
+    """The callable over ``library`` for the graph of ``job`` (checking its index inputs if ``index_checks``)."""
+    graph = job.graph
+    signature = Signature(graph.name, [(v.name, v.shape, v.dtype) for v in graph.inputs],
+                          [v.name for v in graph.outputs], _index_checks(graph) if index_checks else [])
+    return TVMFunction(library, signature, device, key=job.key, target=str(job.options.target))
 
 
 def _weight_bytes(graph: Graph) -> list[Any]:
@@ -220,36 +301,65 @@ def _weight_bytes(graph: Graph) -> list[Any]:
     return parts
 
 
-#: id(graph) -> (weak reference to the graph, {(target, schedule variant): cache key},
-#: {(target, schedule variant): prepared graph kept for the next call}): a graph asked
-#: about by needs_build and then compiled is prepared and hashed once
-_KEYS: dict[int, tuple[weakref.ref, dict[tuple[str, str], str], dict[tuple[str, str], Graph]]] = {}
-_KEYS_LOCK = threading.Lock()
+@dataclass
+class _Known:
+    """What is remembered of a graph under some options: its key, and the prepared graph
+    :func:`known_key` made, until :func:`prepare` takes it."""
+
+    key: str
+    prepared: Graph | None = None
 
 
-def _known_key(graph: Graph, target: str, variant: str) -> tuple[str | None, Graph | None]:
-    """The key of ``graph`` if known, and its prepared graph if one was kept (taken: kept once)."""
-    with _KEYS_LOCK:
-        entry = _KEYS.get(id(graph))
-        if entry is None or entry[0]() is not graph:
-            return None, None
-        return entry[1].get((target, variant)), entry[2].pop((target, variant), None)
+class _GraphRef(weakref.ref):
+    """A weak reference to a graph that hashes and compares by the graph's identity (a
+    ``Graph`` is mutable, unhashable, compared with ``equals()``): a key of :data:`_KNOWN`.
+    A reference whose graph is gone equals only itself, so a new graph made where a dead one
+    lived is never taken for it."""
+
+    __slots__ = ("_hash",)
+
+    def __init__(self, graph: Graph, callback: Any = None) -> None:
+        super().__init__(graph, callback)
+        self._hash = object.__hash__(graph)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, _GraphRef):
+            return NotImplemented
+        graph = self()
+        return graph is not None and graph is other()
 
 
-def _remember_key(graph: Graph, target: str, variant: str, key: str, prepared: Graph | None) -> None:
-    with _KEYS_LOCK:
-        entry = _KEYS.get(id(graph))
-        if entry is None or entry[0]() is not graph:
-            entry = _KEYS[id(graph)] = (weakref.ref(graph, _forget(id(graph))), {}, {})
-        entry[1][(target, variant)] = key
-        if prepared is not None:
-            entry[2][(target, variant)] = prepared
+#: graph (weakly, by identity) -> {(target, variant): what is known of it}: a graph asked
+#: about by needs_build and then compiled is prepared and hashed once; an entry goes with its graph
+_KNOWN: dict[_GraphRef, dict[tuple[str, str], _Known]] = {}
+_KNOWN_LOCK = threading.Lock()
 
 
-def _forget(ident: int):
-    """The weak reference's callback: drop the keys of a graph that is gone (no lock: the
+def _known(graph: Graph, options: BuildOptions, take: bool) -> _Known | None:
+    """What is known of ``graph`` under ``options``; ``take`` hands its prepared graph over (kept once)."""
+    with _KNOWN_LOCK:
+        known = _KNOWN.get(_GraphRef(graph), {}).get((str(options.target), options.variant))
+        if known is None or not take:
+            return known
+        handed, known.prepared = _Known(known.key, known.prepared), None
+        return handed
+
+
+def _remember(graph: Graph, options: BuildOptions, known: _Known) -> None:
+    with _KNOWN_LOCK:
+        ref = _GraphRef(graph, _forget)
+        _KNOWN.setdefault(ref, {})[(str(options.target), options.variant)] = known
+
+
+def _forget(ref: _GraphRef) -> None:
+    """The weak reference's callback: drop what is known of a graph that is gone (no lock: the
     collector may run it inside a locked section; one dict operation is atomic)."""
-    return lambda _ref: _KEYS.pop(ident, None)
+    _KNOWN.pop(ref, None)
 
 
 def _index_checks(graph: Graph) -> list[tuple[int, object, list[tuple[int, int]]]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,38 @@ from subgraph.properties.base import CompiledKernel
 from subgraph.properties.tvm.runtime.messages import error_summary
 from subgraph.properties.tvm.runtime.tensors import aligned_empty, as_tvm_tensor, shared_tensor, to_numpy
 
-__all__ = ["TVMFunction"]
+__all__ = ["CompiledLibrary", "Signature", "TVMFunction"]
+
+
+@dataclass(frozen=True)
+class CompiledLibrary:
+    """What one build made, or the disk cache held: the executable and what goes with it.
+
+    ``executable`` is the Relax executable; ``weights`` the tensors its ``main`` takes after
+    the inputs (:mod:`~subgraph.properties.tvm.runtime.weights`); ``constant_outputs`` the
+    outputs TVM returns as its own constants; ``tuned`` the tuning records whose tiles the
+    build used; ``notes`` the :class:`~subgraph.properties.base.KernelNote` of each function
+    that did not get the scheduled path; ``source`` ``"compiled"`` or ``"disk"``.
+    """
+
+    executable: Any
+    source: str
+    constant_outputs: list[int] = field(default_factory=list)
+    tuned: list[str] = field(default_factory=list)
+    notes: list[Any] = field(default_factory=list)
+    weights: list[Any] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Signature:
+    """The graph a compiled function computes, as its callers see it: its ``name``, its
+    ``inputs`` ``(name, shape, dtype)`` and ``output_names`` in graph order, and the
+    ``index_checks`` each call makes (see :attr:`TVMFunction.index_checks`)."""
+
+    name: str
+    inputs: list[tuple[str, tuple[int, ...], np.dtype]]
+    output_names: list[str]
+    index_checks: list[tuple[int, Any, list[tuple[int, int]]]] = field(default_factory=list)
 
 
 class TVMFunction(CompiledKernel):
@@ -59,25 +91,22 @@ class TVMFunction(CompiledKernel):
         The weights the executable's ``main`` takes after the inputs (kept out of the
         library, :mod:`~subgraph.properties.tvm.runtime.weights`); each call passes them.
     """
-    def __init__(self, module: Any, device: Any, *, name: str, key: str, target: str,
-                 inputs: list[tuple[str, tuple[int, ...], np.dtype]], output_names: list[str],
-                 constant_outputs: list[int], source: str, tuned: list[str] | None = None,
-                 index_checks: list[tuple[int, Any, list[tuple[int, int]]]] | None = None,
-                 notes: list[Any] | None = None, weights: list[Any] | None = None) -> None:
-        self.tuned = list(tuned or [])
-        self.weights = list(weights or [])
-        self.notes = list(notes or [])
-        self.index_checks = list(index_checks or [])
-        self._module = module
+    def __init__(self, library: CompiledLibrary, signature: Signature, device: Any, *, key: str,
+                 target: str) -> None:
+        self.tuned = list(library.tuned)
+        self.weights = list(library.weights)
+        self.notes = list(library.notes)
+        self.index_checks = list(signature.index_checks)
+        self._module = library.executable
         self.device = device
-        self.name = name
+        self.name = signature.name
         self.key = key
         self.target = target
-        self._inputs = inputs
-        self.input_names = [name for name, _, _ in inputs]
-        self.output_names = output_names
-        self.constant_outputs = constant_outputs
-        self.source = source
+        self._inputs = list(signature.inputs)
+        self.input_names = [name for name, _, _ in signature.inputs]
+        self.output_names = list(signature.output_names)
+        self.constant_outputs = list(library.constant_outputs)
+        self.source = library.source
         self._local = threading.local()
         self._host = device.dlpack_device_type() == 1  # DLPack's CPU: numpy memory can be shared
 

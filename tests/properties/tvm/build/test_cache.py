@@ -16,13 +16,18 @@ pytest.importorskip("tvm", reason="needs apache-tvm")  # the backend's modules i
 
 from subgraph.errors import PropertyError
 from subgraph.onnx.writer import to_onnx
+from subgraph.properties.base import KernelNote
 from subgraph.properties.tvm.build.cache import (
+    cache_get,
     cache_key,
+    cache_put,
     clear_memory_cache,
     content_digest,
     default_cache_dir,
 )
-from subgraph.properties.tvm.build.compiler import _prepare, compile_graph
+from subgraph.properties.tvm.build.compiler import build_options, compile_graph, graph_key
+from subgraph.properties.tvm.intake.importer import checked_prepared
+from subgraph.properties.tvm.runtime.function import CompiledLibrary
 from tests.properties.tvm.tvm_graphs import compile_after_damage, conv_relu_graph, mm_softmax_graph, sample
 
 pytestmark = pytest.mark.tvm
@@ -102,7 +107,8 @@ def test_cache_key_depends_on_model_and_target():
 
 
 def test_the_key_covers_every_weight_byte_and_its_type_without_writing_the_weights(cache_dir):
-    key = lambda g: _prepare(g, "llvm", cache_dir, True, "cpu", False)[-1]  # noqa: E731
+    options = build_options("conv_relu", "llvm", cache_dir, True, "cpu", False)
+    key = lambda g: graph_key(checked_prepared(g), options)  # noqa: E731
     graph = conv_relu_graph()
     weights = next(v for v in graph.initializers.values() if v.data.ndim == 4)
     first = key(graph)
@@ -118,6 +124,30 @@ def test_the_key_covers_every_weight_byte_and_its_type_without_writing_the_weigh
     structure = to_onnx(graph, weights=False)
     stored = {t.name: t for t in structure.graph.initializer}[weights.name]
     assert list(stored.dims) == list(weights.data.shape) and not stored.raw_data and not stored.float_data
+
+
+def test_cache_put_then_get_gives_the_library_back_with_the_same_metadata(cache_dir):
+    import tvm
+
+    fn = compile_graph(conv_relu_graph(), use_cache=False)
+    notes = [KernelNote("fused_conv2d", ("conv",), "fallback", "ContractionRule failed")]
+    built = CompiledLibrary(fn.executable, "compiled", constant_outputs=[0], tuned=["conv_relu/f"], notes=notes)
+    cache_dir.mkdir(mode=0o700)
+    stored = cache_put(cache_dir, "k" * 64, built, {"graph": "conv_relu", "target": fn.target, "schedule": "cpu"})
+    assert stored.executable is not built.executable  # the stored file, loaded
+    assert (stored.source, stored.constant_outputs, stored.tuned, stored.notes) == ("compiled", [0], ["conv_relu/f"],
+                                                                                    notes)
+    meta = json.loads((cache_dir / f"{'k' * 64}.json").read_text())
+    assert meta["notes"] == [{"function": "fused_conv2d", "nodes": ["conv"], "status": "fallback",
+                              "reason": "ContractionRule failed"}]
+    assert sorted(meta) == ["constant_outputs", "digest", "graph", "notes", "schedule", "size", "target", "tuned",
+                            "tvm"]
+    assert (meta["graph"], meta["tvm"], meta["tuned"], meta["constant_outputs"]) == ("conv_relu", tvm.__version__,
+                                                                                      ["conv_relu/f"], [0])
+    got = cache_get(cache_dir, "k" * 64, tvm.cpu())
+    assert (got.source, got.constant_outputs, got.tuned, got.notes, got.weights) == ("disk", [0], ["conv_relu/f"],
+                                                                                     notes, [])
+    assert cache_get(cache_dir, "j" * 64, tvm.cpu()) is None  # no such entry
 
 
 def test_content_digest_covers_every_byte_and_the_division_into_parts(tmp_path):

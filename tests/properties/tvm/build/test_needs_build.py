@@ -72,7 +72,58 @@ def test_the_key_is_per_graph_object_and_settings(cache_dir, writes):
     needs_build(conv_relu_graph())  # an equal graph, another object: computed again
     assert writes == [("prepare", "conv_relu"), ("structure", "conv_relu")] * 3
     assert needs_build(graph, use_cache=False) is False  # nothing stored for another process
-    count = len(compiler._KEYS)
+    count = len(compiler._KNOWN)
     del graph
     gc.collect()
-    assert len(compiler._KEYS) < count  # a graph that is gone is forgotten
+    assert len(compiler._KNOWN) < count  # a graph that is gone is forgotten
+
+
+def test_needs_build_answers_without_building(cache_dir, writes, monkeypatch):
+    def no_build(*args, **kwargs):
+        raise AssertionError("needs_build built")
+
+    monkeypatch.setattr(compiler, "build", no_build)
+    graph = conv_relu_graph()
+    assert needs_build(graph) is True and needs_build(graph) is True  # asked twice: prepared and hashed once
+    assert writes == [("prepare", "conv_relu"), ("structure", "conv_relu")]
+    assert not cache_dir.exists() or [p.name for p in cache_dir.iterdir() if not p.name.startswith("tuning")] == []
+
+
+def _options(cache_dir):
+    return compiler.build_options("conv_relu", "llvm", cache_dir, True, "cpu", False)
+
+
+def _changed_weights():
+    graph = conv_relu_graph()
+    graph.initializers["w"].data = graph.initializers["w"].data * np.float32(2)
+    return graph
+
+
+def test_a_new_graph_is_never_taken_for_a_dead_one_that_hashed_alike(cache_dir, monkeypatch):
+    # every graph's reference hashes alike here, as a new graph made at a dead one's address would
+    monkeypatch.setattr(compiler._GraphRef, "__hash__", lambda self: 0)
+    gc.collect()  # earlier tests' graphs gone
+    first = conv_relu_graph()
+    key = compiler.known_key(first, _options(cache_dir))
+    count = len(compiler._KNOWN)
+    del first
+    gc.collect()
+    assert len(compiler._KNOWN) == count - 1  # forgotten with its graph
+    changed = _changed_weights()
+    assert compiler.known_key(changed, _options(cache_dir)) != key  # computed for this graph, not remembered
+    same = conv_relu_graph()
+    assert compiler.known_key(same, _options(cache_dir)) == key
+    assert compiler.known_key(changed, _options(cache_dir)) != key  # live graphs that hash alike stay apart
+    del changed, same
+    gc.collect()
+    assert len(compiler._KNOWN) == count - 1
+
+
+def test_compile_takes_the_prepared_graph_once(cache_dir, writes):
+    graph = conv_relu_graph()
+    options = _options(cache_dir)
+    key = compiler.known_key(graph, options)
+    first = compiler.prepare(graph, options)  # the prepared graph needs_build made
+    again = compiler.prepare(graph, options)  # prepared afresh; the key is remembered
+    assert first.key == again.key == key and first.graph is not again.graph
+    assert writes == [("prepare", "conv_relu"), ("structure", "conv_relu"), ("prepare", "conv_relu")]
