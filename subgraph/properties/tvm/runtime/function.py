@@ -67,7 +67,7 @@ class TVMFunction(CompiledKernel):
     name : str
         The graph's name.
     key : str
-        The cache key (sha256 hex digest).
+        The cache key (a BLAKE3 hex digest: :func:`~subgraph.properties.tvm.build.cache.content_digest`).
     target : str
         The canonical TVM target (JSON).
     input_names, output_names : list[str]
