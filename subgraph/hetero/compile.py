@@ -240,6 +240,7 @@ def _partition_model(graph: Graph, device: str, device_properties: Mapping[str, 
         work = partition_graph(work, Leftover(props[FALLBACK_DEVICE], {n.name for n in leftover}))
     builder = ModelBuilder(work, props, settings)
     subgraphs = builder.build()
+    _record_affinity(work, affinity)
     kernels, profile = builder.kernels, settings.profile
     if plan is None:
         return CompiledModel(work, affinity, subgraphs, profile, kernels)
@@ -257,6 +258,17 @@ def _partition_model(graph: Graph, device: str, device_properties: Mapping[str, 
         if feeds is not None:
             plan.measured = time_stages(work, kernels, model.stages, feeds)
     return model
+
+
+def _record_affinity(model_graph: Graph, affinity: Mapping[str, str]) -> None:
+    """Record on each node inside the model's fused subgraphs the device it was assigned
+    (``rt_info["affinity"]``, as OpenVINO's runtime model reports it), once the model is
+    built: an output of the compile, which the export writes beside each node; the
+    partition read the affinity as its support rules, never from the nodes."""
+    for fused in model_graph.nodes:
+        for node in fused.subgraph.nodes if fused.subgraph is not None else ():
+            if node.name in affinity:
+                node.rt_info["affinity"] = affinity[node.name]
 
 
 def _pipeline_affinity(graph: Graph, devices: list[str], props: dict[str, SubgraphProperty],

@@ -1,5 +1,7 @@
-"""Affinity is an input of the partition, never written onto nodes by HETERO; a user's own
-``rt_info["affinity"]`` (manual mode) still decides. A property whose ``compile`` returns a
+"""Affinity is an input of the partition, never written onto the caller's nodes by HETERO nor
+read back from nodes by the partition; the built model records each fused node's device on
+the nodes inside it (what the export writes); a user's own ``rt_info["affinity"]`` (manual
+mode) still decides. A property whose ``compile`` returns a
 plain callable gets the compiled-kernel defaults in the summary and the profile."""
 
 import numpy as np
@@ -13,24 +15,26 @@ from subgraph.testing import seed_example
 X = np.array([-1.5, -0.25, 0.5, 2.0], dtype=np.float32)
 
 
-def stamped(model):
-    """Nodes of the compiled model's graph (fused subgraphs included) carrying an affinity."""
-    return [n.name for node in model.graph.nodes for n in [node, *(node.subgraph.nodes if node.subgraph else ())]
-            if "affinity" in n.rt_info]
+def recorded(model):
+    """``{node name: affinity}`` of the nodes of the compiled model's graph (fused subgraphs
+    included) that carry one."""
+    return {n.name: n.rt_info["affinity"] for node in model.graph.nodes
+            for n in [node, *(node.subgraph.nodes if node.subgraph else ())] if "affinity" in n.rt_info}
 
 
-def test_automatic_affinity_is_written_onto_no_node():
+def test_automatic_affinity_is_written_onto_no_node_of_the_callers_graph():
     graph = seed_example()
     model = partition_model(graph, "HETERO:NUMPY", {"NUMPY": {"ops": ["Relu", "Add", "Sigmoid"]}})
     assert [(s.device, s.nodes) for s in model.subgraphs] == [("NUMPY", ("1", "2", "3", "4", "5", "6", "7"))]
-    assert stamped(model) == [] and all(not n.rt_info for n in graph.nodes)
-    assert model.affinity == dict.fromkeys("1234567", "NUMPY")
+    assert all(not n.rt_info for n in graph.nodes)
+    assert model.affinity == recorded(model) == dict.fromkeys("1234567", "NUMPY")
 
 
 def test_pipeline_split_writes_no_affinity():
     graph = seed_example()
     model = compile_model(graph, "HETERO:NUMPY", split="pipeline", pipeline_costs=dict.fromkeys("1234567", 1.0))
-    assert stamped(model) == [] and all(not n.rt_info for n in graph.nodes)
+    assert all(not n.rt_info for n in graph.nodes)
+    assert recorded(model) == model.affinity == dict.fromkeys("1234567", "NUMPY")
 
 
 def test_manual_affinity_still_decides_and_stays_the_users():
@@ -40,7 +44,7 @@ def test_manual_affinity_still_decides_and_stays_the_users():
     model = compile_model(graph, "HETERO:NUMPY.1,NUMPY")
     assert [(s.device, s.nodes) for s in model.subgraphs] == [
         ("NUMPY", ("1", "2", "4")), ("NUMPY.1", ("3", "5")), ("NUMPY", ("6", "7"))]
-    assert stamped(model) == []  # read as the partition's input, not carried into the model
+    assert recorded(model) == {n: "NUMPY.1" if n in "35" else "NUMPY" for n in "1234567"}  # the model's record
     assert {n.name: n.rt_info["affinity"] for n in graph.nodes}["3"] == "numpy.1"  # the caller's graph as given
 
 
