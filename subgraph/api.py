@@ -47,10 +47,15 @@ def partition_model(graph: Graph | str | os.PathLike | onnx.ModelProto, *args: A
     return model
 
 
-def example_model() -> str:
-    """The path of the built-in example ONNX model: a 19-node CNN (Conv, BatchNormalization,
+def example_model(symbolic: bool = False) -> str:
+    """The path of a built-in example ONNX model: a 19-node CNN (Conv, BatchNormalization,
     Relu, MaxPool, a residual Add, Gemm, MatMul, Softmax) on one ``image: float32[1,3,32,32]``
     input. The ``subgraph`` command uses it when given no model.
+
+    ``symbolic=True``: the same CNN as exporters write it with symbolic dimensions,
+    ``image: float32[N,3,H,W]`` (H and W at least 4) to ``probs: float32[N,10]``, flattened
+    by ``Shape -> Gather -> Unsqueeze -> Concat -> Reshape`` (23 nodes; the four of shape
+    arithmetic fold away at any static input shape, see ``zoo/make_example.py``).
 
     Returns
     -------
@@ -63,8 +68,12 @@ def example_model() -> str:
     >>> graph = subgraph.from_onnx(subgraph.example_model())
     >>> len(graph.nodes), [v.name for v in graph.inputs]
     (19, ['image'])
+    >>> symbolic = subgraph.from_onnx(subgraph.example_model(symbolic=True))
+    >>> len(symbolic.nodes), symbolic.inputs[0].type_str(), symbolic.outputs[0].type_str()
+    (23, 'float32[N,3,H,W]', 'float32[N,10]')
     """
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "example.onnx")
+    name = "example_symbolic.onnx" if symbolic else "example.onnx"
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", name)
 
 
 def _close(word: str, choices: list[str]) -> str:

@@ -26,6 +26,8 @@ def test_example_model_is_the_packaged_file():
     path = subgraph.example_model()
     assert os.path.isabs(path) and path.endswith(os.path.join("subgraph", "data", "example.onnx"))
     assert os.path.isfile(path)
+    symbolic = subgraph.example_model(symbolic=True)
+    assert symbolic == os.path.join(os.path.dirname(path), "example_symbolic.onnx") and os.path.isfile(symbolic)
 
 
 def test_set_affinity_writes_a_copy_that_compile_honours(graph):
