@@ -92,7 +92,10 @@ def set_affinity(graph: Graph, mapping: Mapping[str, str], device: str | None = 
     (OpenVINO HETERO's manual and combined modes), every name and device checked.
 
     Nodes ``mapping`` does not name keep what they had. Manual mode needs an affinity on
-    every node: edit the map :func:`~subgraph.query_model` returns and pass all of it.
+    every node: edit the map :func:`~subgraph.query_model` returns and pass all of it. For
+    a graph with symbolic dimensions, ask ``query_model`` with ``input_shapes`` (a device
+    that takes static shapes only declines every node whose shape is symbolic) and compile
+    the result with the same ``input_shapes``, or without them to specialize per call.
 
     Parameters
     ----------

@@ -16,12 +16,14 @@ Examples
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from subgraph.errors import DeviceError
 from subgraph.hetero.islands import shape_islands
-from subgraph.ir import Graph, Node, Value
+from subgraph.hetero.symbolic import dynamic_value, specialized_graph, symbolic_declines, symbolic_warning
+from subgraph.ir import Graph, Node
 from subgraph.properties import SubgraphProperty, get_property, registered_devices
 from subgraph.properties.base import checked_supports
 from subgraph.properties.registry import PROPERTIES
@@ -209,16 +211,12 @@ def device_properties_for(devices: list[str], device_properties: Mapping[str, Ma
     return props
 
 
-def _dynamic_value(node: Node) -> Value | None:
-    return next((v for v in (*node.inputs, *node.outputs) if v is not None and not v.is_static), None)
-
-
 def decline_reason(prop: SubgraphProperty, node: Node) -> str | None:
     """Why ``prop``'s device does not take ``node`` under HETERO, or ``None`` when it does:
     a device that does not say it takes dynamic shapes never gets a node with one, then
     the property's own :meth:`~subgraph.properties.SubgraphProperty.decline_reason`."""
     if not prop.dynamic_shapes:
-        value = _dynamic_value(node)
+        value = dynamic_value(node)
         if value is not None:
             return (f"%{value.name} has a dynamic shape ({value.type_str()}) and {prop.device} takes "
                     "static shapes only")
@@ -228,36 +226,104 @@ def decline_reason(prop: SubgraphProperty, node: Node) -> str | None:
 def takes(prop: SubgraphProperty, node: Node) -> bool:
     """True when ``prop``'s device takes ``node`` under HETERO (see :func:`decline_reason`);
     :class:`~subgraph.errors.PropertyError` when ``supports`` raises or answers no bool."""
-    if not prop.dynamic_shapes and _dynamic_value(node) is not None:
+    if not prop.dynamic_shapes and dynamic_value(node) is not None:
         return False
     return checked_supports(prop, node)
 
 
 def query_model(graph: Graph | str | os.PathLike | onnx.ModelProto, device: str = "HETERO:TVM,NUMPY",
-                device_properties: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, str]:
+                device_properties: Mapping[str, Mapping[str, Any]] | None = None, *,
+                input_shapes: Mapping[str, Sequence[int]] | None = None,
+                feeds: Mapping[str, Any] | None = None) -> dict[str, str]:
     """The first device, in priority order, that supports each node.
 
     ``graph`` may also be an ONNX file path or an ``onnx.ModelProto`` (:func:`model_graph`).
     Nodes no device supports are absent. Manual affinities in ``rt_info`` are ignored
     (the query asks the devices, as OpenVINO's does).
 
+    A graph with symbolic input dimensions has values without a static shape, and a
+    device that takes static shapes only (TVM) declines them, though
+    :func:`~subgraph.compile_model` specializes the graph per input signature and that
+    device then takes them. Give ``input_shapes`` (or ``feeds``) to get the answer for
+    that specialization (:func:`~subgraph.hetero.symbolic.specialized_graph`), keyed by
+    ``graph``'s node names, so that it can go to :func:`~subgraph.set_affinity` on
+    ``graph`` and then to ``compile_model(..., input_shapes=...)``. The specialization
+    folds shape arithmetic (``Shape -> Gather -> Concat`` feeding a ``Reshape``) away; such
+    a folded node gets what the query answers for it on ``graph`` (it folds away at every
+    static shape, so its entry only completes the map for manual mode). Without shapes,
+    a :class:`UserWarning` says when a device declines nodes only because their shapes are
+    symbolic (:func:`~subgraph.hetero.symbolic.symbolic_declines`).
+
+    Parameters
+    ----------
+    graph
+        The model; never modified.
+    device, device_properties
+        As for :func:`~subgraph.compile_model`.
+    input_shapes
+        ``{input name: shape}`` fixing every symbolic input dimension, as for
+        ``compile_model``.
+    feeds
+        ``{input name: array}``: the shapes of these arrays instead of ``input_shapes``.
+
     Raises
     ------
     DeviceError
         ``graph`` is not a Graph, file path or ModelProto, a bad device string or ``device_properties`` (see
-        :func:`device_properties_for`).
+        :func:`device_properties_for`), both ``input_shapes`` and ``feeds`` given, or
+        ``input_shapes`` not a mapping.
+    ShapeError
+        ``input_shapes`` names an unknown input, contradicts a declared shape, binds one
+        symbolic dimension to two sizes or leaves a symbolic input out.
+    InputError
+        ``feeds`` lacks an input, names one the graph does not have, or has a wrong dtype.
     PropertyError
         A device's ``supports`` raised or answered something other than a bool.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from subgraph.ir import Graph
+    >>> g = Graph("g")
+    >>> x = g.add_input("x", ("N", 4), "float32")
+    >>> g.set_outputs([g.add_node("Relu", [x], name="relu").outputs[0]])
+    >>> from subgraph.analysis import infer_shapes
+    >>> infer_shapes(g)
+    >>> query_model(g, "HETERO:TVM,NUMPY", input_shapes={"x": (2, 4)})
+    {'relu': 'TVM'}
+    >>> query_model(g, "HETERO:TVM,NUMPY", feeds={"x": np.ones((3, 4), np.float32)})
+    {'relu': 'TVM'}
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     query_model(g, "HETERO:TVM,NUMPY")
+    {'relu': 'NUMPY'}
+    >>> print(caught[0].message)  # doctest: +ELLIPSIS
+    query_model: TVM declines 1 of 1 nodes only because their shapes are symbolic (input x: float32[N,4]); pass input_shapes={'x': [N, 4]} ...
     """
     graph = model_graph(graph, "query_model")
     devices = parse_devices(device)
     props = device_properties_for(devices, device_properties)
+    if input_shapes is None and feeds is None:
+        counts = symbolic_declines(graph, devices, props)
+        if counts:
+            warnings.warn(symbolic_warning(graph, counts, "query_model"), UserWarning, stacklevel=2)
+        return _first_devices(graph.nodes, devices, props)
+    static = specialized_graph(graph, input_shapes, feeds, "query_model")
+    answer = _first_devices(static.nodes, devices, props)
+    answer.update(_first_devices([n for n in graph.nodes if not static.has_node(n.name)], devices, props))
+    return {n.name: answer[n.name] for n in graph.nodes if n.name in answer}
+
+
+def _first_devices(nodes: Iterable[Node], devices: list[str], props: Mapping[str, SubgraphProperty]
+                  ) -> dict[str, str]:
+    """Node name -> the first device of ``devices`` that takes it (:func:`takes`), in
+    the order of ``nodes``; nodes no device takes are absent."""
     affinity = {}
-    for node in graph.nodes:
-        for name in devices:
-            if takes(props[name], node):
-                affinity[node.name] = name
-                break
+    for node in nodes:
+        name = next((d for d in devices if takes(props[d], node)), None)
+        if name is not None:
+            affinity[node.name] = name
     return affinity
 
 

@@ -13,15 +13,24 @@ NodeExplanation(affinity='NUMPY', subgraph=None, device=None, why='TVM: Sigmoid 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from subgraph.hetero.devices import (FALLBACK_DEVICE, decline_reason, device_properties_for, moved_islands,
-                                     parse_devices, takes)
+from subgraph.hetero.devices import (
+    FALLBACK_DEVICE,
+    decline_reason,
+    device_properties_for,
+    moved_islands,
+    parse_devices,
+    takes,
+)
 from subgraph.hetero.islands import island_reason
-from subgraph.hetero.model import CompiledModel
-from subgraph.ir import Graph
+from subgraph.hetero.model import CompiledModel, SubgraphInfo
+from subgraph.hetero.symbolic import specialized_graph, symbolic_declines, symbolic_warning
+from subgraph.ir import Graph, format_shape
+from subgraph.properties import SubgraphProperty
 
 __all__ = ["NodeExplanation", "explain_affinity"]
 
@@ -42,7 +51,9 @@ class NodeExplanation:
 
 def explain_affinity(graph: Graph, device: str = "HETERO:TVM,NUMPY",
                      device_properties: Mapping[str, Mapping[str, Any]] | None = None,
-                     model: CompiledModel | None = None, min_subgraph_size: int = 1) -> dict[str, NodeExplanation]:
+                     model: CompiledModel | None = None, min_subgraph_size: int = 1, *,
+                     input_shapes: Mapping[str, Sequence[int]] | None = None,
+                     feeds: Mapping[str, Any] | None = None) -> dict[str, NodeExplanation]:
     """For each node of ``graph``: its affinity, subgraph and why.
 
     It asks the devices the same questions :func:`~subgraph.compile_model` does, without
@@ -51,6 +62,13 @@ def explain_affinity(graph: Graph, device: str = "HETERO:TVM,NUMPY",
     a shape). With manual affinity (``rt_info["affinity"]`` on the nodes) the affinity is
     the node's, and a device that declines its node says why. Give the ``model``
     compiled from ``graph`` to add the subgraph each node ended in.
+
+    On a graph with symbolic input dimensions, give ``input_shapes`` (or ``feeds``) as
+    to :func:`~subgraph.query_model`: the answer is then for the static specialization
+    ``compile_model`` builds at those shapes (and ``model`` is the one compiled with
+    them); a node the specialization folds away (shape arithmetic) is explained as on
+    ``graph``, its ``why`` starting with that. Without shapes, a :class:`UserWarning` says
+    when a device declines nodes only because their shapes are symbolic.
 
     Parameters
     ----------
@@ -62,6 +80,8 @@ def explain_affinity(graph: Graph, device: str = "HETERO:TVM,NUMPY",
         The compiled model, when there is one.
     min_subgraph_size
         As given to ``compile_model``: names the reason a node left its device's subgraph.
+    input_shapes, feeds
+        As for :func:`~subgraph.query_model`: the static shapes to answer for.
 
     Returns
     -------
@@ -71,14 +91,48 @@ def explain_affinity(graph: Graph, device: str = "HETERO:TVM,NUMPY",
     Raises
     ------
     DeviceError
-        A bad device string or ``device_properties`` (as for ``compile_model``).
+        A bad device string or ``device_properties`` (as for ``compile_model``), or bad
+        ``input_shapes``/``feeds`` (as for ``query_model``, with its ``ShapeError`` and
+        ``InputError``).
     PropertyError
         A device's ``supports`` or ``decline_reason`` raised, or ``supports`` answered no bool.
+
+    Examples
+    --------
+    >>> from subgraph.ir import Graph
+    >>> g = Graph("g")
+    >>> x = g.add_input("x", ("N", 4), "float32")
+    >>> g.set_outputs([g.add_node("Relu", [x], name="relu").outputs[0]])
+    >>> from subgraph.analysis import infer_shapes
+    >>> infer_shapes(g)
+    >>> explain_affinity(g, "HETERO:TVM,NUMPY", input_shapes={"x": (2, 4)})["relu"].why
+    'TVM supports it (first device in priority order)'
     """
     devices = parse_devices(device)
     props = device_properties_for(devices, device_properties)
-    manual = any("affinity" in n.rt_info for n in graph.nodes)
     where = {} if model is None else {name: s for s in model.subgraphs for name in s.nodes}
+    if input_shapes is None and feeds is None:
+        counts = symbolic_declines(graph, devices, props)
+        if counts:
+            warnings.warn(symbolic_warning(graph, counts, "explain_affinity"), UserWarning, stacklevel=2)
+        return _explain(graph, devices, props, where, min_subgraph_size)
+    static = specialized_graph(graph, input_shapes, feeds, "explain_affinity")
+    answer = _explain(static, devices, props, where, min_subgraph_size)
+    folded = [n for n in graph.nodes if not static.has_node(n.name)]
+    if folded:
+        shapes = ", ".join(f"{v.name}: {format_shape(v.shape)}" for v in static.inputs)
+        for name, e in _explain(graph, devices, props, {}, min_subgraph_size).items():
+            if not static.has_node(name):
+                answer[name] = NodeExplanation(e.affinity, None, None, f"folded away at {shapes} (shape "
+                                               f"arithmetic, computed once per specialization); as "
+                                               f"declared: {e.why}")
+    return {n.name: answer[n.name] for n in graph.nodes}
+
+
+def _explain(graph: Graph, devices: list[str], props: dict[str, SubgraphProperty], where: Mapping[str, SubgraphInfo],
+             min_subgraph_size: int) -> dict[str, NodeExplanation]:
+    """:func:`explain_affinity` of ``graph`` as it is, ``where`` the subgraph of each node name."""
+    manual = any("affinity" in n.rt_info for n in graph.nodes)
     priority = {} if manual else {n.name: next((d for d in devices if takes(props[d], n)), None)
                                   for n in graph.nodes}
     islands = {} if manual else moved_islands(graph, {n: d for n, d in priority.items() if d is not None},
