@@ -69,3 +69,34 @@ print([(r.levelname, r.getMessage()) for r in records])
     assert result.stderr == ""
     # one record for both lines, or (when TVM wrote them in two logged blocks) one each
     assert result.stdout.strip() in (repr([("INFO", WARNING)]), repr([("INFO", WARNING.replace(", 2 times", ""))] * 2))
+
+
+def test_a_blockbuilder_left_open_by_a_failed_import_is_logged_not_printed(tmp_path):
+    """TVM's importer fails at the Reshape (its pooling left 0 rows) and the model falls back
+    to NUMPY. The BlockBuilder the importer left open used to be destroyed after that, out
+    of the redirection, and its destructor's C++ line reached the terminal."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("AveragePool", ["x"], ["p"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Reshape", ["p", "shape"], ["y"], name="reshape")]
+    graph = helper.make_graph(nodes, "bb", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 1, 30])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array([1, 8, 15], np.int64), "shape")])
+    path = tmp_path / "bb.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    code = f"""
+import logging, sys, warnings, subgraph
+if sys.argv[1:] == ["log"]:
+    logging.getLogger("subgraph.tvm").addHandler(logging.StreamHandler(sys.stdout))
+    logging.getLogger("subgraph.tvm").setLevel(logging.INFO)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    model = subgraph.compile_model(subgraph.from_onnx({str(path)!r}), "HETERO:TVM,NUMPY", {{"TVM": {{"use_cache": False}}}})
+print([s.device for s in model.subgraphs], str(caught[0].message).split(":")[0])
+"""
+    quiet, logged = _run(["-c", code], tmp_path), _run(["-c", code, "log"], tmp_path)
+    fallback = "['NUMPY'] TVM could not compile subgraph0 (2 nodes, first 'pool'); it runs on NUMPY instead\n"
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, fallback, "")
+    assert (logged.returncode, logged.stderr) == (0, "")
+    assert logged.stdout == ("TVM warning: BlockBuilder destroyed with remaining blocks! (relax/ir/block_builder.cc:67)\n"
+                             + fallback)

@@ -19,6 +19,7 @@ import re
 import sys
 import tempfile
 import threading
+import traceback
 from collections.abc import Iterator
 from typing import IO
 
@@ -125,6 +126,9 @@ def native_log_to_logging(logger: logging.Logger = LOGGER) -> Iterator[None]:
         _state["depth"] = int(_state["depth"]) + 1  # type: ignore[call-overload]
     try:
         yield
+    except BaseException as exc:
+        _release_frames(exc)  # what they hold is destroyed now, its C++ lines written while captured
+        raise
     finally:
         text = ""
         with _state_lock:
@@ -140,6 +144,28 @@ def native_log_to_logging(logger: logging.Logger = LOGGER) -> Iterator[None]:
                 _state.update(saved=None, sink=None)
         if text:
             log_native_lines(text, logger)
+
+
+def _release_frames(exc: BaseException) -> None:
+    """Clear the local variables of the finished frames of the exceptions ``exc`` carries
+    (its cause and context, theirs in turn), as :mod:`unittest` does for the errors it keeps.
+
+    A TVM error raised while its ONNX importer builds a function leaves the importer's
+    BlockBuilder open in those frames; an error of ours raised from it keeps them alive
+    until the caller drops it, and the BlockBuilder's destructor then writes
+    ``block_builder.cc:67: Warning: BlockBuilder destroyed with remaining blocks!`` to
+    file descriptor 2, outside any redirection. Cleared here, it is destroyed at once.
+    Tracebacks print as before (they need no locals).
+    """
+    seen: set[int] = set()
+    chained = [exc.__cause__, exc.__context__]
+    while chained:
+        error = chained.pop()
+        if error is None or id(error) in seen:
+            continue
+        seen.add(id(error))
+        traceback.clear_frames(error.__traceback__)
+        chained += [error.__cause__, error.__context__]
 
 
 def _flush(stream: IO[str] | None) -> None:
