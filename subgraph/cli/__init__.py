@@ -12,7 +12,10 @@ Subcommands::
 
 Every subcommand takes ``--devices HETERO:TVM,NUMPY`` (priority order), ``--device-option
 DEV.KEY=VALUE`` (``TVM.exclude_ops=Softmax,MaxPool``, ``TVM.target=llvm``, ``NUMPY.ops=...``),
-``--exclude DEV:OP,OP`` (short for ``DEV.exclude_ops``) and ``--input-shape NAME=1,3,224,224``;
+``--exclude DEV:OP,OP`` (short for ``DEV.exclude_ops``) and ``--input-shape NAME=1,3,224,224``
+(a model with symbolic input dimensions gets static ones: the shapes of ``run --inputs``, those
+of ``--input-shape``, else sizes the model suggests or stated defaults, see
+:mod:`subgraph.cli.shapes`);
 ``partition`` and ``run`` take ``--affinity MAP.json`` (combined mode: the edited output of
 ``query``) and ``--min-size N``. Without a model they use a built-in 19-node CNN.
 
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import statistics
@@ -47,6 +51,7 @@ from subgraph.cli.options import (
     random_inputs,
     read_inputs,
 )
+from subgraph.cli.shapes import DEFAULT_IMAGE, DEFAULT_SIZE, static_graph
 from subgraph.errors import SubgraphError
 from subgraph.fileio import write_atomic
 from subgraph.hetero.devices import known_options
@@ -125,7 +130,9 @@ def _common(affinity: bool) -> argparse.ArgumentParser:
     p.add_argument("--exclude", action="append", default=[], metavar="DEV:OP,OP",
                    help="op types a device must not take, e.g. TVM:Softmax (same as DEV.exclude_ops=...)")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D,D,...",
-                   help="a static shape for an input with symbolic dimensions, repeatable")
+                   help="a static shape for an input with symbolic dimensions, repeatable (default: the "
+                        "shape of its --inputs array, else sizes the model suggests or batch 1, image "
+                        f"{DEFAULT_IMAGE}x{DEFAULT_IMAGE}, other {DEFAULT_SIZE}; the command says which)")
     if affinity:
         p.add_argument("--affinity", metavar="MAP.json",
                        help="JSON {node name: device} for every node (combined mode: edit the output of "
@@ -268,23 +275,39 @@ def _log_to_stderr() -> None:
 
 
 # ----------------------------------------------------------------------------- commands
-def _setup(args: argparse.Namespace) -> tuple[Any, str, list[str], dict[str, dict[str, Any]], bool]:
-    """The loaded graph (with affinities from --affinity), its label, devices and options."""
+@dataclasses.dataclass
+class _Setup:
+    """What every command starts from: the static graph (affinities from --affinity set),
+    its label, the devices and their options, and how its input shapes were chosen."""
+    graph: Any
+    label: str
+    devices: list[str]
+    options: dict[str, dict[str, Any]]
+    manual: bool
+    feeds: dict[str, Any] | None  #: the arrays of run --inputs
+    shapes: list[str]  #: one sentence per input with symbolic dimensions
+
+
+def _setup(args: argparse.Namespace, inputs: str | None = None) -> _Setup:
+    """The loaded graph, its symbolic input dimensions bound (to the arrays of ``inputs``,
+    --input-shape, or stated defaults) and specialized, with affinities from --affinity."""
     from subgraph.hetero import parse_devices
 
     devices = parse_devices(args.devices)
     props = device_properties(args.device_option, args.exclude, devices)
     _properties(devices, props)  # a device that cannot work (TVM not installed) says so first
-    graph, label = load_graph(args.model, args.input_shape)
+    graph, label, given = load_graph(args.model, args.input_shape)
     calls = [n.name for n in graph.nodes if n.subgraph is not None]
     if calls:
         shown = ", ".join(calls[:4]) + (", ..." if len(calls) > 4 else "")
         raise UsageError(f"{label} is already partitioned: it calls {len(calls)} subgraph function(s) "
                          f"({shown}); give the original model")
+    feeds = read_inputs(inputs, graph) if inputs else None
+    graph, notes = static_graph(graph, given, feeds, inputs)
     manual = bool(getattr(args, "affinity", None))
     if manual:
         graph = apply_affinity(graph, args.affinity, devices)
-    return graph, label, devices, props, manual
+    return _Setup(graph, label, devices, props, manual, feeds, notes)
 
 
 def _properties(devices: list[str], options: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -297,10 +320,11 @@ def _partition(args: argparse.Namespace) -> int:
     from subgraph.api import partition_model
     from subgraph.cli.report import format_explanation, format_table
 
-    graph, label, devices, options, manual = _setup(args)
-    with _explained_on_failure(args, graph, devices, options, manual):
+    setup = _setup(args)
+    graph, devices, options = setup.graph, setup.devices, setup.options
+    with _explained_on_failure(args, graph, devices, options, setup.manual):
         model = partition_model(graph, args.devices, options, min_subgraph_size=args.min_size)
-    print(format_table(model, graph, label, args.devices, manual))
+    print(format_table(model, graph, setup.label, args.devices, setup.manual, setup.shapes))
     if args.explain:
         print()
         print(format_explanation(graph, model, args.devices, options, args.min_size))
@@ -352,8 +376,11 @@ def _export(graph: Any, path: str) -> None:
 def _query(args: argparse.Namespace) -> int:
     from subgraph.hetero import query_model
 
-    graph, _, _, options, _ = _setup(args)
-    affinity = query_model(graph, args.devices, options)
+    setup = _setup(args)
+    graph = setup.graph
+    for note in setup.shapes:  # stdout is the JSON
+        print(f"subgraph: note: {note}", file=sys.stderr)
+    affinity = query_model(graph, args.devices, setup.options)
     text = json.dumps(affinity, indent=2)
     if args.output:
         try:
@@ -403,11 +430,14 @@ def _run(args: argparse.Namespace) -> int:
     from subgraph.cli.report import compare_outputs, format_outputs
     from subgraph.executor import run
 
-    graph, label, devices, options, manual = _setup(args)
-    feeds = read_inputs(args.inputs, graph) if args.inputs else random_inputs(graph, args.seed)
+    setup = _setup(args, args.inputs)
+    graph, devices, options = setup.graph, setup.devices, setup.options
+    feeds = setup.feeds if setup.feeds is not None else random_inputs(graph, args.seed)
     source = args.inputs or f"random inputs, seed {args.seed}"
-    print(f"model    {label} ({graph.name}), {source}")
-    model = _compile(graph, args, options, devices, manual)
+    print(f"model    {setup.label} ({graph.name}), {source}")
+    for note in setup.shapes:
+        print(f"shapes   {note}")
+    model = _compile(graph, args, options, devices, setup.manual)
     if args.explain:
         from subgraph.cli.report import format_explanation
 
@@ -453,7 +483,10 @@ def _tune(args: argparse.Namespace) -> int:
     from subgraph.properties.tvm.build.tuner import tune_graphs
     from subgraph.properties.tvm.build.tuning_db import open_database
 
-    graph, label, devices, options, _ = _setup(args)
+    setup = _setup(args)
+    graph, label, devices, options = setup.graph, setup.label, setup.devices, setup.options
+    for note in setup.shapes:
+        print(f"shapes   {note}")
     if "TVM" not in devices:
         raise UsageError(f"tune measures TVM builds, and TVM is not among the devices {args.devices!r}")
     tvm_options = options.get("TVM", {})

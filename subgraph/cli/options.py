@@ -61,27 +61,51 @@ def input_shapes(items: Sequence[str]) -> dict[str, list[int]]:
     return shapes
 
 
-def load_graph(path: str | None, shapes: Sequence[str]) -> tuple[Graph, str]:
-    """The graph of the ONNX file ``path`` (the built-in example when None), and its label."""
+def load_graph(path: str | None, shapes: Sequence[str]) -> tuple[Graph, str, dict[str, list[int]]]:
+    """The graph of the ONNX file ``path`` (the built-in example when None) as declared,
+    symbolic dimensions kept, its label, and the shapes ``--input-shape`` gives (checked
+    against the declared ones; :func:`~subgraph.cli.shapes.choose_shapes` binds them)."""
     from subgraph.errors import ShapeError
     from subgraph.frontend import from_onnx
 
     path = path or EXAMPLE_MODEL
     label = "built-in example" if path == EXAMPLE_MODEL else path
+    given = input_shapes(shapes)
     try:
-        graph = from_onnx(path, input_shapes=input_shapes(shapes) or None)
+        try:
+            graph = from_onnx(path)
+        except ShapeError:
+            if not given:
+                raise
+            graph = from_onnx(path, input_shapes=given)  # e.g. an input without a declared rank
     except ShapeError as exc:  # say it with the option this command takes
         text = re.sub(r"from_onnx\(\.\.\., input_shapes=\{'([^']*)': \[([^\]]*)\]\}\)",
                       lambda m: f"--input-shape {m[1]}={m[2].replace(' ', '')}", str(exc))
+        text = re.sub(r"input_shapes\['([^']*)'\] = \[([^\]]*)\]",
+                      lambda m: f"--input-shape {m[1]}={m[2].replace(' ', '')}", text)
         raise UsageError(text) from None
-    for value in graph.inputs:  # the commands draw inputs and show one partition: shapes must be fixed
-        for i, dim in enumerate(value.shape):
-            if not isinstance(dim, int):
-                example = ",".join(str(d) if isinstance(d, int) else "1" for d in value.shape)
-                what = f"symbolic ({dim!r})" if dim else "unknown"
-                raise UsageError(f"input {value.name!r} dimension {i} is {what} in {format_shape(value.shape)}; "
-                                 f"fix it with --input-shape {value.name}={example}")
-    return graph, label
+    _check_given(graph, given)
+    return graph, label, given
+
+
+def _check_given(graph: Graph, given: dict[str, list[int]]) -> None:
+    """``--input-shape`` must name inputs and agree with their declared rank and fixed sizes."""
+    declared = {v.name: v for v in graph.inputs}
+    for name, shape in given.items():
+        item = f"--input-shape {name}={','.join(map(str, shape))}"
+        value = declared.get(name)
+        if value is None:
+            raise UsageError(f"{item} names no input of model {graph.name!r}; its inputs are "
+                             f"{', '.join(declared)}")
+        if value.shape is None:
+            continue
+        if len(value.shape) != len(shape):
+            raise UsageError(f"{item} has rank {len(shape)}, but input {name!r} is declared with rank "
+                             f"{len(value.shape)} ({format_shape(value.shape)})")
+        for i, (dim, size) in enumerate(zip(value.shape, shape)):
+            if isinstance(dim, int) and dim != size:
+                raise UsageError(f"{item} sets dimension {i} to {size}, but input {name!r} declares it as "
+                                 f"{dim} ({format_shape(value.shape)})")
 
 
 def _option_value(key: str, text: str) -> Any:

@@ -34,9 +34,11 @@ def _cut_tensors(graph: Graph) -> list[Any]:
     return cut
 
 
-def format_table(model: Any, graph: Graph, label: str, device: str, manual: bool) -> str:
-    """The model line, then :meth:`~subgraph.hetero.CompiledModel.summary` (one row per
-    subgraph), then totals."""
+def format_table(model: Any, graph: Graph, label: str, device: str, manual: bool,
+                 shapes: Sequence[str] = ()) -> str:
+    """The model line (and a line for each sentence of ``shapes``: how symbolic input
+    dimensions were sized), then :meth:`~subgraph.hetero.CompiledModel.summary` (one row
+    per subgraph), then totals."""
     mode = "affinity from file" if manual else "automatic affinity"
     inputs = ", ".join(f"{v.name}: {v.type_str()}" for v in graph.inputs)
     per_device: dict[str, int] = {}
@@ -47,7 +49,8 @@ def format_table(model: Any, graph: Graph, label: str, device: str, manual: bool
     cut_bytes = format_bytes(sum(v.nbytes or 0 for v in cut))
     total = f"{len(model.subgraphs)} subgraph(s) ({counts}); {len(cut)} tensor(s) cross between subgraphs"
     return "\n".join([f"model    {label} ({graph.name}): {len(graph.nodes)} nodes, inputs {inputs}",
-                      f"devices  {device} ({mode})", "", model.summary(), "", f"{total}, {cut_bytes}"])
+                      *(f"shapes   {note}" for note in shapes), f"devices  {device} ({mode})", "",
+                      model.summary(), "", f"{total}, {cut_bytes}"])
 
 
 def format_explanation(graph: Graph, model: Any | None, device: str, options: Mapping[str, Any],

@@ -271,6 +271,7 @@ def test_input_shape_fixes_symbolic_dimensions(cli_env, tmp_path):
     result = cli(cli_env, "partition", str(_symbolic_model(tmp_path)), "--input-shape", "x=2,4")
     assert result.returncode == 0, result.stderr
     assert "inputs x: float32[2,4]" in result.stdout
+    assert "shapes   input 'x': symbolic dims batch set to 2 (--input-shape)" in result.stdout.splitlines()
     assert _rows(result.stdout) == [["0", "TVM", "1", "64 B", "Relu"]]  # 32 B in, 32 B out
 
 
@@ -314,12 +315,15 @@ def _error_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
             "--exclude 'TVM:Relu' names device 'TVM', which is not among the devices NUMPY"),
         "bad input shape": (
             ["partition", "--input-shape", "image"], "--input-shape 'image' must look like NAME=1,3,224,224"),
-        "symbolic input": (
-            ["partition", symbolic],
-            "input 'x' dimension 0 is symbolic ('batch') in [batch, 4]; fix it with --input-shape x=1,4"),
+        "input shape of no input": (
+            ["partition", symbolic, "--input-shape", "y=1,4"],
+            "--input-shape y=1,4 names no input of model 'tiny'; its inputs are x"),
         "wrong input rank": (
             ["query", symbolic, "--input-shape", "x=4"],
-            "input_shapes['x'] = [4] has rank 1, but input 'x' is declared with rank 2 ([batch, 4])"),
+            "--input-shape x=4 has rank 1, but input 'x' is declared with rank 2 ([batch, 4])"),
+        "input shape against a fixed size": (
+            ["run", symbolic, "--input-shape", "x=2,5"],
+            "--input-shape x=2,5 sets dimension 1 to 5, but input 'x' declares it as 4 ([batch, 4])"),
         "affinity missing": (
             ["partition", "--affinity", none],
             f"cannot read affinity file {none!r}: [Errno 2] No such file or directory: {none!r}"),
@@ -372,8 +376,8 @@ def error_results(cli_env, tmp_path_factory):
 
 
 ERROR_CASES = ["missing file", "not onnx", "empty device list", "unknown device", "repeated device",
-               "bad device option", "option for another device", "bad input shape", "symbolic input",
-               "wrong input rank", "affinity missing", "affinity not json", "affinity not a mapping",
+               "bad device option", "option for another device", "bad input shape", "input shape of no input",
+               "wrong input rank", "input shape against a fixed size", "affinity missing", "affinity not json", "affinity not a mapping",
                "affinity unknown nodes", "affinity missing nodes", "affinity unknown device",
                "affinity device refuses node", "inputs not npz", "inputs wrong name", "output folder missing"]
 
