@@ -249,6 +249,6 @@ def static_graph(graph: Graph, given: Mapping[str, Sequence[int]], arrays: Mappi
         text = str(exc)
         if text.endswith(": give a larger size"):
             text += f" (the arrays of {source} have these shapes)" if arrays else " with --input-shape"
-        elif notes and not arrays:
-            text += f" ({'; '.join(notes)})"
+        elif notes and not arrays:  # shapes the command chose: say how, and how to choose others
+            text += "".join(f"\n  {note}" for note in notes)
         raise ShapeError(text) from None

@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 import subgraph
 from subgraph.analysis.inputs import random_inputs
 from subgraph.cli.options import UsageError
-from subgraph.cli.shapes import choose_shapes
+from subgraph.cli.shapes import choose_shapes, static_graph
 from subgraph.ir import Graph
 
 needs_tvm = pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="needs apache-tvm")
@@ -202,3 +202,19 @@ def test_input_shape_contradicting_the_inputs_file_is_refused():
     g.add_input("x", ("N", 4), "float32")
     with pytest.raises(UsageError, match=r"^--input-shape x=2,4 contradicts the array in x\.npz, of shape \[3, 4\]$"):
         choose_shapes(g, {"x": [2, 4]}, {"x": np.zeros((3, 4), np.float32)}, "x.npz")
+
+
+def test_default_shapes_a_model_cannot_take_are_an_error_saying_how_they_were_chosen():
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape")]
+    graph = helper.make_graph(nodes, "rows", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array([1, 3, 48, 7, -1], np.int64), "s")])
+    model = subgraph.from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    with pytest.raises(subgraph.ShapeError) as caught:
+        static_graph(model, {}, None, None)
+    lines = str(caught.value).splitlines()
+    assert lines[0] == "input shapes x=1x3x224x224: shape inference failed in graph 'rows':"
+    assert lines[-1] == f"  {DEFAULT_NOTE}"
+    static, notes = static_graph(model, {"x": [1, 3, 48, 7]}, None, None)
+    assert static.value("y").shape == (1, 3, 48, 7, 1)
+    assert notes == ["input 'x': symbolic dims N, H, W set to 1, 48, 7 (--input-shape)"]
