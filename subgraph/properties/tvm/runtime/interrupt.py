@@ -7,6 +7,9 @@ a build was lost. Python runs signal handlers in the main thread only, so
 and the calling thread waits in a loop that Ctrl-C breaks at once. A child process would
 stop at once too, but would pay for importing TVM and shipping the module on every build.
 
+The worker runs in a copy of the caller's :mod:`contextvars` context, so what the caller set
+there (the listener of :mod:`subgraph.properties.events`) holds in ``fn`` as well.
+
 On Ctrl-C the worker is told to stop (:class:`Cancelled` raised before TVM's next pass,
 through a pass instrument of the worker's own, thread-local ``PassContext``), given a moment
 to do so (it then leaves nothing running, and process-wide state it changed, such as
@@ -25,6 +28,7 @@ Examples
 
 from __future__ import annotations
 
+import contextvars
 import sys
 import threading
 from collections.abc import Callable
@@ -70,13 +74,14 @@ def interruptible(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     cancel = threading.Event()
     done = threading.Event()
     context = _current_pass_context()  # TVM's pass contexts are per thread: hand the caller's over
+    variables = contextvars.copy_context()  # and so are context variables (the compile's event listener)
 
     def work() -> None:
         try:
             with _NATIVE:
                 if not cancel.is_set():
                     with _cancellable(context, cancel):
-                        outcome["value"] = fn(*args, **kwargs)
+                        outcome["value"] = variables.run(fn, *args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
             outcome["error"] = exc
         finally:
