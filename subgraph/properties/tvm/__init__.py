@@ -19,11 +19,13 @@ checks the order):
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from subgraph.errors import BackendNotInstalledError
 from subgraph.ir import Graph, Node
 from subgraph.properties.base import CompiledKernel, FusedKernel, SubgraphProperty, time_kernel
+from subgraph.properties.events import emit
 from subgraph.properties.registry import register_property
 from subgraph.properties.tvm.intake.support import tvm_installed, unsupported_reason
 from subgraph.properties.tvm.runtime.messages import native_log_to_logging, not_installed_message
@@ -84,6 +86,8 @@ class TVMProperty(SubgraphProperty):
         return None if reason is None else reason.split("): ", 1)[-1]
 
     def compile(self, subgraph: Graph):
+        if "subgraph.properties.tvm.build.compiler" not in sys.modules:
+            emit("load TVM")  # the first compile of a process imports tvm: seconds
         from subgraph.properties.tvm.build.compiler import compile_graph  # the lazy seam: imports tvm
 
         with native_log_to_logging():  # TVM's C++ warnings go to logging, not the terminal

@@ -7,6 +7,11 @@ function built alone first, those whose code fails getting a simpler schedule; t
 without the layout rewrite; only then, as a last resort, with TVM's unscheduled pipeline
 for the whole subgraph (with a warning). What did not get the scheduled path is returned
 as :class:`~subgraph.properties.base.KernelNote` lines.
+
+Each attempt starts with a ``relax build`` event (:mod:`~subgraph.properties.events`; its
+step counts the attempts, its name says which); on the scheduled CPU path the schedule
+emits ``schedule`` per function and ``codegen`` after the last
+(:class:`~subgraph.properties.tvm.schedule.isolation.ApplyScheduleRules`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import tvm
 from subgraph.errors import PropertyError
 from subgraph.ir import Graph
 from subgraph.properties.base import KernelNote
+from subgraph.properties.events import emit, listened
 from subgraph.properties.tvm.intake.importer import check_outputs, relax_module
 from subgraph.properties.tvm.lowering.passes import relax_pipeline
 from subgraph.properties.tvm.runtime.messages import error_summary
@@ -41,6 +47,14 @@ def _attempts(schedule: str) -> list[tuple[str, bool, bool]]:
     return [*tries, ("none", False, True)]
 
 
+def _attempt_name(schedule: str, verify: bool, rewrite: bool) -> str:
+    """What an attempt of :func:`_attempts` is, as its ``relax build`` event names it."""
+    if schedule == "none":
+        return "unscheduled"
+    return ", ".join([f"{schedule} schedule", *(["each function built alone"] if verify else []),
+                      *([] if rewrite else ["no layout rewrite"])])
+
+
 def build(graph: Graph, model: Any, target: Any, schedule: str, tiles: dict | None = None,
           lift: bool = True) -> tuple[Any, list[int], list[str], list[KernelNote], list[Any]]:
     """Import, then ``tvm.compile`` with the :mod:`~subgraph.properties.tvm.lowering.passes` pipeline on CPU targets.
@@ -53,6 +67,7 @@ def build(graph: Graph, model: Any, target: Any, schedule: str, tiles: dict | No
     mod = relax_module(graph, model)
     constant_outputs = check_outputs(graph, mod["main"])
     if target.kind.name != "llvm":
+        emit("relax build", 1, 1, "default pipeline")
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -61,7 +76,10 @@ def build(graph: Graph, model: Any, target: Any, schedule: str, tiles: dict | No
             raise PropertyError(f"TVM could not compile graph {graph.name!r} for target "
                                 f"{target.kind.name}: {error_summary(exc)}") from None
     failures = []
-    for attempt, verify, rewrite in _attempts(schedule):
+    attempts = _attempts(schedule)
+    for number, (attempt, verify, rewrite) in enumerate(attempts, 1):
+        if listened():
+            emit("relax build", number, len(attempts), _attempt_name(attempt, verify, rewrite))
         tuned: list[str] = []
         status: dict[str, FunctionStatus] = {}
         lifted: list[Any] | None = [] if lift else None

@@ -1,6 +1,7 @@
 """Compile a (sub)graph with Apache TVM: the entry point the ``tvm`` property calls.
 
-:func:`compile_graph` is four steps: :func:`prepare` the graph
+:func:`compile_graph` is four steps, each reported to a listener of
+:mod:`~subgraph.properties.events` as it starts: :func:`prepare` the graph
 (:mod:`~subgraph.properties.tvm.intake.importer`) and compute its key (:func:`graph_key`);
 get the library from the caches (:mod:`~subgraph.properties.tvm.build.cache`: memory, then
 disk); else build it (:mod:`~subgraph.properties.tvm.build.attempts`; on CPU targets through the
@@ -27,6 +28,7 @@ from subgraph.analysis.ranges import index_source
 from subgraph.errors import PropertyError
 from subgraph.ir import Graph
 from subgraph.ops.index import INDEX_OPS, index_limits
+from subgraph.properties.events import emit
 from subgraph.properties.tvm.build.attempts import build
 from subgraph.properties.tvm.build.cache import (
     BUILD_LOCK,
@@ -130,6 +132,12 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
 
     Notes
     -----
+    The compile reports its phases to a listener of :mod:`subgraph.properties.events`:
+    ``prepare``, then ``cache read`` (with the cache), then for a build ``import``, ``relax
+    build``, ``schedule`` (each TIR function, on the scheduled CPU path) and ``codegen``
+    (:mod:`~subgraph.properties.tvm.build.attempts`), then ``cache write``. A hit in memory
+    ends after ``prepare``.
+
     Compiled CPU code runs its parallel loops on TVM's thread pool; unless ``TVM_NUM_THREADS``
     is set, the first call of this function sets it to the CPUs this process may use (TVM
     would otherwise take half the hardware threads on x86). The pool is sized once per process.
@@ -157,6 +165,7 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
     [array([0. , 0.5, 2. ], dtype=float32)]
     """
     use_all_cpus()
+    emit("prepare")
     job = prepare(graph, build_options(graph.name, target, cache_dir, use_cache, schedule, tuning, lift_weights))
     memory_key = job.key if index_checks else job.key + "|unchecked"  # one library, two wrappers
     if use_cache and memory_key in MEMORY:
@@ -166,10 +175,13 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
             return MEMORY[memory_key]
         device = tvm.device(job.options.target.get_target_device_type(), 0)
         directory = job.options.directory
+        if use_cache:
+            emit("cache read")
         library = cache_get(directory, job.key, device) if use_cache else None
         if library is None:
             library = _build(job)
             if use_cache:  # the stored library, loaded: machine code ready, no JIT
+                emit("cache write")
                 library = cache_put(directory, job.key, library, {
                     "graph": job.graph.name, "target": str(job.options.target), "schedule": schedule})
         fn = _function(job, library, device, index_checks)
@@ -272,6 +284,7 @@ def _build(job: PreparedCompile) -> CompiledLibrary:
     """Build ``job`` (:func:`~subgraph.properties.tvm.build.attempts.build`), in a worker thread:
     Ctrl-C stops waiting at once (TVM would turn it into a failed build)."""
     options = job.options
+    emit("import")  # the ONNX model written here, imported into Relax by the build
     model = prepared_onnx(job.graph)
     tiles = options.database.tiles() if options.database else None
     executable, constant_outputs, keys, notes, weights = interruptible(

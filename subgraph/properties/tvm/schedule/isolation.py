@@ -22,6 +22,7 @@ from tvm import s_tir, tirx
 
 from subgraph.ir import Graph
 from subgraph.properties.base import KernelNote
+from subgraph.properties.events import emit
 from subgraph.properties.tvm.runtime.messages import error_summary
 
 __all__ = ["ApplyScheduleRules", "FunctionStatus", "fallback_schedule", "nodes_behind", "status_notes"]
@@ -110,6 +111,12 @@ class ApplyScheduleRules:
         Also build each scheduled function alone and reject a schedule whose code does not
         build (costs a code generation per function: the build uses it only after a build
         failed).
+
+    Notes
+    -----
+    The functions are scheduled in the order of their names. Each, as its turn comes, is a
+    ``schedule`` event (step k of the module's n PrimFuncs, named after it) and the end of the pass a ``codegen`` event: the phases of
+    :mod:`subgraph.properties.events` a progress display shows.
     """
 
     def __init__(self, rules: list[Any], status: dict[str, FunctionStatus], verify: bool = False) -> None:
@@ -118,10 +125,11 @@ class ApplyScheduleRules:
     def transform_module(self, mod: Any, _ctx: Any) -> Any:
         target = tvm.target.Target.current(allow_none=False)
         updated = {}
-        for gvar, func in mod.functions_items():
-            if not isinstance(func, tirx.PrimFunc):
-                continue
+        functions = sorted(((gvar, func) for gvar, func in mod.functions_items() if isinstance(func, tirx.PrimFunc)),
+                           key=lambda item: item[0].name_hint)  # by name: the progress reads the same every build
+        for step, (gvar, func) in enumerate(functions, 1):
             name = gvar.name_hint
+            emit("schedule", step, len(functions), name)
             if func.attrs is not None and int(func.attrs.get("tirx.is_scheduled", 0)) == 1:
                 self.status[name] = FunctionStatus(name, "scheduled", "prescheduled")
                 continue
@@ -130,6 +138,7 @@ class ApplyScheduleRules:
                 updated[gvar] = new.with_attr("tirx.is_scheduled", True)
         for gvar, func in updated.items():
             mod[gvar] = func
+        emit("codegen")  # what follows the schedules: lowering and code generation
         return mod
 
     def _schedule(self, name: str, func: Any, target: Any) -> tuple[Any | None, FunctionStatus]:
