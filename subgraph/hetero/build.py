@@ -6,7 +6,8 @@ fused nodes in topological order, compiles each one on its device (those whose d
 in built ahead in worker processes), falls back to NUMPY when a device fails and, with
 ``choose="measured"``, moves a subgraph to NUMPY when that is faster. Moving a subgraph goes
 through :meth:`~subgraph.properties.runtime.FusedKernels.move`, which owns the node's device
-and kernel. :class:`CompileSettings` says how.
+and kernel. :class:`CompileSettings` says how. Besides the ``progress`` callback after each
+subgraph, a listener of :mod:`~subgraph.properties.events` hears each subgraph start.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from subgraph.hetero.model import SubgraphInfo
 from subgraph.hetero.workers import compile_in_workers, worth_workers
 from subgraph.ir import Graph, Node
 from subgraph.properties import FusedKernels, SubgraphProperty
+from subgraph.properties.events import emit, listened
 from subgraph.properties.runtime import property_of
 from subgraph.selectors import ContainOpSelector, SubgraphSelector
 
@@ -38,7 +40,9 @@ class CompileSettings:
 
     #: make kernels that record per-op times (``compile_model(profile=True)``)
     profile: bool = False
-    #: called as ``progress(done, total, info)`` after each subgraph compiles
+    #: called as ``progress(done, total, info)`` after each subgraph compiles; a listener of
+    #: :mod:`~subgraph.properties.events` hears a ``subgraph`` event (k of n, "DEVICE, N nodes")
+    #: as each starts, then its device's phases, and ``workers`` (n subgraphs) before builds in workers
     progress: Callable[[int, int, SubgraphInfo], None] | None = None
     #: a device that fails to compile a subgraph hands it to NUMPY (else an error)
     fallback: bool = True
@@ -101,6 +105,9 @@ class ModelBuilder:
         ahead = self._build_ahead(fused) if settings.compile_now and settings.workers > 1 else {}
         infos = []
         for index, node in enumerate(fused):
+            if settings.compile_now and listened():
+                count = len(node.subgraph.nodes)
+                emit("subgraph", index + 1, len(fused), f"{node.attrs['device']}, {count} node{'s' * (count != 1)}")
             failed = self._compile(node, ahead.get(node.name)) if settings.compile_now else False
             costs, moved = (), False
             if settings.choose == "measured" and settings.compile_now and node.attrs["device"] != FALLBACK_DEVICE:
@@ -148,6 +155,7 @@ class ModelBuilder:
         tasks = [(node.name, property_of(node), node.subgraph) for node in fused if _opts_in(node)]
         if not worth_workers([len(task[2].nodes) for task in tasks], self.settings.workers):
             return {}
+        emit("workers", 0, len(tasks))
         return compile_in_workers(tasks, self.settings.workers)
 
     def _compile(self, node: Node, built: BaseException | None = None) -> bool:

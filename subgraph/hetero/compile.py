@@ -117,7 +117,9 @@ def compile_model(graph: Graph | str | os.PathLike | onnx.ModelProto, device: st
     profile : bool
         Collect per-subgraph and per-op times on every run (:meth:`CompiledModel.profiling_info`).
     progress : callable(done, total, info) | None
-        Called after each subgraph compiles.
+        Called after each subgraph compiles. What a compile is doing meanwhile (TVM: import,
+        Relax build, each function's schedule, code generation) goes to a listener of
+        :mod:`subgraph.properties.events` around the call (``subgraph run`` shows it).
     choose : {"priority", "measured"}
         ``"priority"`` (default): each subgraph runs on the device the priority order gave
         it, as in OpenVINO; deterministic. ``"measured"``: every compiled subgraph not on
