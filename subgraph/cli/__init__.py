@@ -227,17 +227,32 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command with ``argv`` (default ``sys.argv[1:]``); returns the exit code.
 
-    Ctrl-C ends it with 130 and the one line ``subgraph: interrupted`` on standard error.
+    Ctrl-C ends it with 130 and the one line ``subgraph: interrupted`` on standard error; a
+    reader that leaves early (``subgraph ops | head``) ends it quietly with 0, as ``git log |
+    head`` does.
     """
     with noting_interrupts():
         try:
-            return _main(argv)
+            code = _main(argv)
+            sys.stdout.flush()  # a reader that left shows here, not in the interpreter's last flush
+            return code
+        except BrokenPipeError:
+            return _reader_left()
         except KeyboardInterrupt:
             return interrupted()
         except Exception:
             if interrupt_seen():  # native code turned the interrupt into another error
                 return interrupted()
             raise
+
+
+def _reader_left() -> int:
+    """Standard output's reader closed the pipe: nothing is wrong and nothing more can be said.
+    Python's recipe (library/signal, "Note on SIGPIPE"): point the descriptor at devnull so the
+    interpreter's last flush of the unwritten rest cannot fail again."""
+    with contextlib.suppress(OSError, ValueError):  # not a file descriptor (a test's StringIO)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -250,9 +265,6 @@ def _main(argv: Sequence[str] | None) -> int:
         _log_to_stderr()
     try:
         return args.func(args)
-    except BrokenPipeError:  # e.g. `subgraph query | head`: the reader left, nothing to report
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
     except _CheckFailed as exc:
         print(f"subgraph: check failed: {exc}", file=sys.stderr)
         return 1
