@@ -6,6 +6,10 @@ callers can catch one class. Messages name the node, its op and what was wrong.
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
+
 __all__ = [
     "SubgraphError",
     "GraphError",
@@ -22,7 +26,7 @@ __all__ = [
     "UnknownNodeError",
     "UnknownDeviceError",
     "BackendNotInstalledError",
-]  # the exception classes, re-exported by subgraph; call_hook is for the passes, not users
+]  # the exception classes, re-exported by subgraph; call_hook and warn_hook are for the passes, not users
 
 
 class SubgraphError(Exception):
@@ -113,3 +117,43 @@ def call_hook(error: type[SubgraphError], owner: object, hook: str, *args: objec
     except Exception as exc:
         call = f"{type(owner).__name__}.{hook}" + ("" if where is None else f"({where})")
         raise error(f"{call} raised {type(exc).__name__}: {exc}") from exc
+
+
+#: this package's folder: frames and code in it are not the user's
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _users(filename: str) -> bool:
+    return not os.path.abspath(filename).startswith(_PACKAGE)
+
+
+def warn_hook(message: str, owner: object, *hooks: str, category: type[Warning] = RuntimeWarning) -> None:
+    """Warn about user code (a property's or selector's hook) where the user can act on it.
+
+    The warning points at the definition of the first of ``owner``'s ``hooks`` that is the
+    user's (written outside this package); when none is, at the first caller outside this
+    package, however deep the package's own frames go (``stacklevel`` counted for them).
+
+    >>> class Device:
+    ...     def compile(self, subgraph):
+    ...         return None
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     warn_hook("Device.compile returned None", Device(), "compile")
+    >>> caught[0].lineno == Device.compile.__code__.co_firstlineno, str(caught[0].message)
+    (True, 'Device.compile returned None')
+    """
+    for hook in hooks:
+        function = getattr(owner, hook, None)
+        function = getattr(function, "__func__", function)  # a bound method's function
+        code = getattr(function, "__code__", None)
+        if code is not None and _users(code.co_filename):
+            module = function.__globals__
+            warnings.warn_explicit(message, category, code.co_filename, code.co_firstlineno,
+                                   module=module.get("__name__"), module_globals=module,
+                                   registry=module.setdefault("__warningregistry__", {}))
+            return
+    frame, level = sys._getframe(1), 2  # level 2: warn_hook's caller
+    while frame is not None and not _users(frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)

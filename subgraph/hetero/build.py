@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import os
 import pickle
-import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from subgraph.errors import SubgraphError
+from subgraph.errors import SubgraphError, warn_hook
 from subgraph.hetero.devices import FALLBACK_DEVICE
 from subgraph.hetero.measured import measure_node
 from subgraph.hetero.model import SubgraphInfo
@@ -171,9 +170,11 @@ class ModelBuilder:
             if not self.settings.fallback or device == FALLBACK_DEVICE:
                 raise SubgraphError(f"{device} could not compile {node.name} (nodes "
                                     f"{[n.name for n in node.subgraph.nodes][:8]}): {exc}") from exc
-            warnings.warn(f"{device} could not compile {node.name} ({len(node.subgraph.nodes)} nodes, first "
-                          f"{node.subgraph.nodes[0].name!r}); it runs on {FALLBACK_DEVICE} instead: "
-                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", stacklevel=3)
+            hooks = ("compile_profiled", "compile") if self.settings.profile else ("compile",)
+            warn_hook(f"{device} could not compile {node.name} ({len(node.subgraph.nodes)} nodes, first "
+                      f"{node.subgraph.nodes[0].name!r}); it runs on {FALLBACK_DEVICE} instead: "
+                      f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", property_of(node), *hooks,
+                      category=UserWarning)
             self.kernels.move(node, self.props[FALLBACK_DEVICE]).compile()
             return True
 
