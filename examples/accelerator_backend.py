@@ -16,13 +16,14 @@ The script partitions ResNet-18 from the zoo with ``partition_graph(graph, "cbr"
 with HETERO (``compile_model(graph, "HETERO:CBR,NUMPY")``), runs both and checks them
 against ``subgraph.run`` on the original graph.
 
-Run: ``python examples/accelerator_backend.py``
+Run: ``python examples/accelerator_backend.py`` in the clone, after the README's first command
+(``pip install -e ".[tvm]"``): it needs nothing more.
 """
 
 from __future__ import annotations
 
-import time
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout root, for zoo/ (not installed)

@@ -15,7 +15,8 @@ This is OpenVINO HETERO's combined mode:
    ``to_onnx`` writes the partitioned model, each subgraph a local function that
    onnxruntime runs and Netron shows with its device.
 
-Run: ``python examples/framework_integrator.py [OUTPUT_DIR]`` (a temporary folder when not given).
+Run: ``python examples/framework_integrator.py [OUTPUT_DIR]`` (a temporary folder when not given)
+in the clone, after the README's first command (``pip install -e ".[tvm]"``): it needs nothing more.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The scripts in examples/ run as a user runs them and print what they show."""
+"""The scripts in examples/ run as a user runs them, after the README's first command
+(``pip install -e ".[tvm]"``: no onnxruntime, torch or pytest), and print what they show."""
 
 from __future__ import annotations
 
@@ -16,10 +17,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
-def example_env(tmp_path_factory) -> dict[str, str]:
+def example_env(tmp_path_factory, first_command_env) -> dict[str, str]:
     cache = tmp_path_factory.getbasetemp() / "tvm-cache"  # shared with tests/cli/test_cli.py
     cache.mkdir(exist_ok=True)
-    return {**os.environ, "SUBGRAPH_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
+    return first_command_env({**os.environ, "SUBGRAPH_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)})
+
+
+def test_the_examples_run_where_only_the_first_command_installed_packages(example_env):
+    code = ("import importlib.util as u; "
+            "print([m for m in ('onnxruntime', 'torch', 'pytest', 'numpy', 'onnx', 'rich') if u.find_spec(m)])")
+    result = subprocess.run([sys.executable, "-c", code], env=example_env, capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.split("\n")[0] == "['numpy', 'onnx', 'rich']"
 
 
 def run_example(env: dict[str, str], name: str, *args: str) -> subprocess.CompletedProcess:

@@ -6,7 +6,9 @@ with bash, and the lines a block shows after a command must be what the command 
 without output only has to succeed (its output holds timings). The two fresh-machine
 commands at the top install the package, so only the part after the install runs.
 
-``subgraph`` on PATH is a shim running this checkout's ``python -m subgraph``.
+``subgraph`` on PATH is a shim running this checkout's ``python -m subgraph``. Everything runs
+where only the packages the README's first command installs can be imported, with a
+temporary folder of the test's own (the remote example's servers, killed, leave theirs).
 """
 
 from __future__ import annotations
@@ -62,14 +64,17 @@ def folder(tmp_path) -> Path:
 
 
 @pytest.fixture
-def env(tmp_path) -> dict[str, str]:
+def env(tmp_path, first_command_env) -> dict[str, str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     shim = bin_dir / "subgraph"
     shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m subgraph "$@"\n')
     shim.chmod(0o755)
-    return {**os.environ, "PYTHONPATH": str(ROOT), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-            "SUBGRAPH_CACHE_DIR": str(tmp_path / "cache"), "COLUMNS": "100"}
+    (tmp_path / "tmp").mkdir()
+    return first_command_env({**os.environ, "PYTHONPATH": str(ROOT),
+                              "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+                              "SUBGRAPH_CACHE_DIR": str(tmp_path / "cache"), "COLUMNS": "100",
+                              "TMPDIR": str(tmp_path / "tmp")})
 
 
 def test_readme_has_exactly_two_fresh_machine_commands_and_every_block_is_covered():

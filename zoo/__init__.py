@@ -14,7 +14,8 @@ byte for byte (each weight is drawn from a generator seeded by the seed and its 
 
 Networks with BatchNormalization get running statistics measured on a calibration
 batch, so their activations stay O(1) as in a trained network (this runs onnxruntime
-once while building). ``onnx`` and ``onnxruntime`` are imported only when a model is built.
+once while building, or ``subgraph.run`` where onnxruntime is not installed). ``onnx`` and
+``onnxruntime`` are imported only when a model is built.
 
 Examples
 --------
