@@ -7,10 +7,10 @@ and renamed over the target only once it is complete.
 
 Examples
 --------
->>> import tempfile, os
->>> folder = tempfile.mkdtemp()
->>> write_atomic(os.path.join(folder, "a.txt"), "hello")
->>> open(os.path.join(folder, "a.txt")).read()
+>>> import tempfile
+>>> with tempfile.TemporaryDirectory() as folder:
+...     write_atomic(Path(folder) / "a.txt", "hello")
+...     (Path(folder) / "a.txt").read_text()
 'hello'
 """
 

@@ -1,10 +1,13 @@
-"""TVM RPC servers and trackers on 127.0.0.1 as subprocesses, each in its own process group."""
+"""TVM RPC servers and trackers on 127.0.0.1 as subprocesses, each in its own process group and
+with a temporary folder of its own, removed when it is killed: a server makes a folder per
+session for the libraries it is sent (``tempfile.mkdtemp``), and a killed one cannot remove it."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -13,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 
 
 def needs_rpc() -> None:
@@ -45,6 +47,7 @@ class Process:
 
     def __init__(self, kind: str, port: int, log: Path, *extra: str) -> None:
         self.kind, self.port, self.log, self.extra = kind, port, log, extra
+        self.work = log.with_name(f"{log.stem}.tmp")  # its TMPDIR, beside its log
         self.proc: subprocess.Popen | None = None
         self.start()
 
@@ -55,7 +58,8 @@ class Process:
     def start(self) -> None:
         cmd = [sys.executable, "-m", f"tvm.exec.{self.kind}", "--host", "127.0.0.1", "--port", str(self.port),
                "--port-end", str(self.port + 1), *self.extra]
-        env = {**os.environ, "TVM_NUM_THREADS": "1"}  # two cores shared by the suite
+        self.work.mkdir(exist_ok=True)
+        env = {**os.environ, "TVM_NUM_THREADS": "1", "TMPDIR": str(self.work)}  # two cores shared by the suite
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                          start_new_session=True,
@@ -76,10 +80,11 @@ class Process:
             os.killpg(self.proc.pid, number)
 
     def kill(self) -> None:
-        """Kill the process group and reap the process."""
+        """Kill the process group, reap the process and remove its temporary folder."""
         if self.proc is not None and self.proc.poll() is None:
             self.signal(signal.SIGCONT)
             self.signal(signal.SIGKILL)
             self.proc.wait(timeout=30)
         elif self.proc is not None:
             self.signal(signal.SIGKILL)  # its forked workers, should any be left
+        shutil.rmtree(self.work, ignore_errors=True)
