@@ -16,6 +16,7 @@ Without apache-tvm, doctest collection skips the TVM backend's modules (its supp
 rewrites need no tvm).
 """
 
+import fnmatch
 import getpass
 import importlib.util
 import os
@@ -33,9 +34,11 @@ _SESSION_ENV = ("TMPDIR", "PYTEST_DEBUG_TEMPROOT", "SUBGRAPH_CORPUS_DIR")
 _saved: dict[str, "str | None"] = {}
 #: the home folder's entries (and ~/.cache's) when the session started
 _home_before: set[str] = set()
-#: what libraries keep in the temporary folder for their next run, by design: onnxruntime (1.32)
-#: writes its session id to ``$TMPDIR/.ses`` when imported and reads it back the next time
-_KEPT_BY_LIBRARIES = {".ses"}
+#: what libraries keep in the temporary folder for their next run, by design (removed with the
+#: session's folder, not reported): onnxruntime (1.32) writes its session id to ``.ses`` when
+#: imported and reads it back the next time; importing torch's inductor (the exporters do) makes
+#: its cache folder ``torchinductor_<user>``
+_KEPT_BY_LIBRARIES = (".ses", "torchinductor_*")
 #: what in the home folder would be this suite's
 _OURS = re.compile(r"subgraph|tvm", re.IGNORECASE)
 
@@ -75,7 +78,7 @@ def leftovers() -> list[str]:
         return []
     mine = {_saved.get("folder"), *_removed_at_exit()}
     found = sorted(str(p) for p in Path(session).iterdir()
-                   if str(p) not in mine and p.name not in _KEPT_BY_LIBRARIES)
+                   if str(p) not in mine and not any(fnmatch.fnmatch(p.name, k) for k in _KEPT_BY_LIBRARIES))
     return found + sorted(p for p in _home_entries() - _home_before if _OURS.search(os.path.basename(p)))
 
 
