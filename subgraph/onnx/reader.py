@@ -44,8 +44,15 @@ from onnx import helper, numpy_helper
 from subgraph.errors import GraphError, ModelLoadError, ShapeError, SubgraphError
 from subgraph.ir import FUSED_DOMAIN, FUSED_OP, Graph, Node, format_shape, fresh_name
 from subgraph.ir.limits import check_tensor_size
-from subgraph.onnx.attrs import (CONSTANT_KEY, COPY_KEY, FUNCTION_DOMAIN, GRAPH_NAME_KEY, RT_INFO_PREFIX,
-                                 attrs_from_onnx, check_attribute_names)
+from subgraph.onnx.attrs import (
+    CONSTANT_KEY,
+    COPY_KEY,
+    FUNCTION_DOMAIN,
+    GRAPH_NAME_KEY,
+    RT_INFO_PREFIX,
+    attrs_from_onnx,
+    check_attribute_names,
+)
 from subgraph.onnx.bodies import node_outer_names
 from subgraph.onnx.load import load_model, ordered_nodes, unique_node_names
 
@@ -74,7 +81,8 @@ def read_onnx(path_or_model: str | os.PathLike | onnx.ModelProto,
 
 
 def _tensor_type(info: onnx.ValueInfoProto) -> tuple[list[int | str | None] | None, np.dtype | None]:
-    """Dims (``int``, ``dim_param`` or ``None``) and dtype of a tensor ``ValueInfoProto``."""
+    """Dims (``int``, ``dim_param`` or ``None``: unnamed, also for ``"?"``) and dtype of a tensor
+    ``ValueInfoProto``."""
     if not info.type.HasField("tensor_type"):
         raise ShapeError(f"value {info.name!r} has type {info.type.WhichOneof('value')}; only tensors "
                          "are supported as graph inputs")
@@ -85,7 +93,9 @@ def _tensor_type(info: onnx.ValueInfoProto) -> tuple[list[int | str | None] | No
     dims: list[int | str | None] = []
     for d in tensor_type.shape.dim:
         kind = d.WhichOneof("value")
-        dims.append(int(d.dim_value) if kind == "dim_value" else (d.dim_param or None))
+        # "?" names no dimension: exporters (Paddle2ONNX) write it for every unknown size, so two
+        # of them need not agree, as onnxruntime reads them; a real name binds one size
+        dims.append(int(d.dim_value) if kind == "dim_value" else (None if d.dim_param in ("", "?") else d.dim_param))
     return dims, dtype
 
 
@@ -99,7 +109,8 @@ def _np_dtype(elem_type: int, name: str) -> np.dtype:
 
 def _input_shape(info: onnx.ValueInfoProto, given: Sequence[int] | None) -> tuple[int | str | None, ...]:
     """The input's shape: ``given`` when the caller fixed it, else as declared, symbolic
-    dimensions (``dim_param``, or ``None`` when unnamed) kept for each run to bind."""
+    dimensions (``dim_param``, or ``None`` when unnamed, as is a ``dim_value`` of -1) kept
+    for each run to bind."""
     dims, _ = _tensor_type(info)
     name = info.name
     if given is not None:
@@ -118,9 +129,11 @@ def _input_shape(info: onnx.ValueInfoProto, given: Sequence[int] | None) -> tupl
         raise ShapeError(f"input {name!r} has no declared shape (not even a rank); give it with "
                          f"from_onnx(..., input_shapes={{{name!r}: [...]}})")
     for i, d in enumerate(dims):
-        if isinstance(d, int) and d < 0:
+        if d == -1:  # PaddlePaddle's and old TensorFlow exporters' "any size": unnamed, as onnxruntime reads it
+            dims[i] = None
+        elif isinstance(d, int) and d < 0:
             raise ShapeError(f"input {name!r} dimension {i} is {d} in {format_shape(dims)}: dimensions "
-                             "are sizes (at least 0) or symbolic names")
+                             "are sizes (at least 0), symbolic names, or -1 for any size")
     return tuple(dims)
 
 

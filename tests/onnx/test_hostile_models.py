@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 from onnx import helper
 
+import subgraph
 from subgraph.errors import GraphError, ModelLoadError, ShapeError
 from tests.onnx.onnx_protos import load_in_child
 from tests.onnx.test_bad_models import F, assert_rejected, external_model, make_model, save, tensor
@@ -109,7 +111,20 @@ def test_negative_input_dimension(tmp_path):
     model = make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [tensor("x", [-2])],
                        [tensor("y", [2])])
     assert_rejected(save(model, tmp_path / "m.onnx"), ShapeError,
-                    r"^input 'x' dimension 0 is -2 in \[-2\]: dimensions are sizes \(at least 0\) or symbolic names$")
+                    r"^input 'x' dimension 0 is -2 in \[-2\]: dimensions are sizes \(at least 0\), symbolic names, "
+                    r"or -1 for any size$")
+
+
+def test_an_input_dimension_of_minus_one_is_any_size(tmp_path):
+    """PaddlePaddle's exporter (rapidocr's text-direction classifier) writes -1 for a dynamic
+    batch: onnxruntime reads it as unnamed, and so do we; each run binds it."""
+    model = make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [tensor("x", [-1, 2])],
+                       [tensor("y", [-1, 2])])
+    path = save(model, tmp_path / "m.onnx")
+    graph = subgraph.from_onnx(str(path))
+    assert graph.inputs[0].shape == (None, 2)
+    x = np.array([[-1.0, 2.0], [3.0, -4.0], [0.5, -0.5]], dtype=np.float32)
+    np.testing.assert_array_equal(subgraph.run(graph, {"x": x})["y"], np.maximum(x, 0))
 
 
 def test_a_graph_without_outputs(tmp_path):
@@ -168,3 +183,14 @@ def test_invalid_utf8_in_a_string_attribute(tmp_path):
     path.write_bytes(hostile_bytes(model, "MODEZZ"))
     assert_rejected(path, ModelLoadError, r"^node 'pad' \(Pad\): attribute 'mode' is not valid UTF-8 text "
                                           r"\(b'\\xff\\xff\\xff\\xff\\xff\\xff'\.\.\.\)$")
+
+
+def test_question_mark_dimensions_are_unnamed(tmp_path):
+    """Paddle2ONNX writes ``?`` for each unknown size (rapidocr's classifier: [-1, 3, ?, ?]);
+    like onnxruntime we bind each one alone, so a 48x192 image runs."""
+    model = make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [tensor("x", [-1, 3, "?", "?"])],
+                       [tensor("y", [-1, 3, "?", "?"])])
+    graph = subgraph.from_onnx(str(save(model, tmp_path / "m.onnx")))
+    assert graph.inputs[0].shape == (None, 3, None, None)
+    x = np.linspace(-1, 1, 2 * 3 * 4 * 6, dtype=np.float32).reshape(2, 3, 4, 6)
+    np.testing.assert_array_equal(subgraph.run(graph, {"x": x})["y"], np.maximum(x, 0))
