@@ -110,7 +110,7 @@ def fuse(graph: Graph, index: PartitionIndex, prop, dedup: bool,
         members = [nodes[i] for i in member_ids]
         bd = _boundary(graph, members, {id(m) for m in members}, dedup)
         sub = build_subgraph(graph, members, bd, f"{graph.name}_{prop.name}_{sid}")
-        node = _create(prop, sub, sid, members, originals | {id(n) for n in sub.nodes}, returned)
+        node = _create(prop, sub, sid, members, originals, returned)
         if node is None:
             index.uncommit(b)
             for i in member_ids:
@@ -129,7 +129,8 @@ def fuse(graph: Graph, index: PartitionIndex, prop, dedup: bool,
 def _create(prop, sub: Graph, sid: int, members: list[Node], originals: set[int],
             returned: dict[int, int]) -> Node | None:
     """The property's fused node for subgraph ``sid``: a new Node (or None), never one it
-    returned before (the second would run the first subgraph) nor a node of the graph."""
+    returned before (the second would run the first subgraph) nor a node of the graph
+    (``originals``: their ids, made once for every subgraph) or of ``sub``."""
     where = f"subgraph {sid} (nodes {[m.name for m in members[:5]]}{'...' if len(members) > 5 else ''})"
     call = f"{type(prop).__name__}.create_subgraph_node"
     node = call_hook(PropertyError, prop, "create_subgraph_node", sub, sid, where=where)
@@ -137,7 +138,7 @@ def _create(prop, sub: Graph, sid: int, members: list[Node], originals: set[int]
         return None
     if not isinstance(node, Node):
         raise PropertyError(f"{call} must return a Node or None for {where}, got {type(node).__name__}")
-    if id(node) in originals:
+    if id(node) in originals or any(node is n for n in sub.nodes):
         raise PropertyError(f"{call} returned node {node.name!r} ({node.op}) of the graph itself for {where}; "
                             "it must return a new fused node")
     if id(node) in returned:
