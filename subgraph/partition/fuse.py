@@ -149,9 +149,9 @@ def _create(prop, sub: Graph, sid: int, members: list[Node], originals: set[int]
         raise PropertyError(f"{call} returned node {node.name!r} ({node.op}) without a subgraph for {where} "
                             f"(its subgraph is {type(inner).__name__}); a fused node runs the graph it was "
                             "given")
-    signature = [[v.type_str() for v in g.inputs] + ["->"] + [v.type_str() for v in g.outputs]
-                 for g in (inner, sub)]
-    if inner is not sub and signature[0] != signature[1]:  # a rewritten subgraph of the same types is fine
+    signature = [] if inner is sub else [  # the subgraph it was given needs no check of its types
+        [v.type_str() for v in g.inputs] + ["->"] + [v.type_str() for v in g.outputs] for g in (inner, sub)]
+    if signature and signature[0] != signature[1]:  # a rewritten subgraph of the same types is fine
         raise PropertyError(f"{call} returned node {node.name!r} ({node.op}) for {where} whose subgraph "
                             f"{inner.name!r} has types ({' '.join(signature[0])}); the subgraph it was given "
                             f"has ({' '.join(signature[1])})")
