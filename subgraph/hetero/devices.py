@@ -22,10 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 from subgraph.errors import DeviceError
 from subgraph.hetero.islands import shape_islands
-from subgraph.hetero.symbolic import dynamic_value, specialized_graph, symbolic_declines, symbolic_warning
+from subgraph.hetero.symbolic import (
+    dynamic_value,
+    specialized_graph,
+    symbolic_declines,
+    symbolic_warning,
+    takes,
+)
 from subgraph.ir import Graph, Node
 from subgraph.properties import SubgraphProperty, get_property, registered_devices
-from subgraph.properties.base import checked_supports
 from subgraph.properties.registry import PROPERTIES
 
 if TYPE_CHECKING:
@@ -221,14 +226,6 @@ def decline_reason(prop: SubgraphProperty, node: Node) -> str | None:
             return (f"%{value.name} has a dynamic shape ({value.type_str()}) and {prop.device} takes "
                     "static shapes only")
     return prop.decline_reason(node)
-
-
-def takes(prop: SubgraphProperty, node: Node) -> bool:
-    """True when ``prop``'s device takes ``node`` under HETERO (see :func:`decline_reason`);
-    :class:`~subgraph.errors.PropertyError` when ``supports`` raises or answers no bool."""
-    if not prop.dynamic_shapes and dynamic_value(node) is not None:
-        return False
-    return checked_supports(prop, node)
 
 
 def query_model(graph: Graph | str | os.PathLike | onnx.ModelProto, device: str = "HETERO:TVM,NUMPY",

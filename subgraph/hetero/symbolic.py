@@ -36,7 +36,7 @@ from subgraph.properties.base import checked_supports
 from subgraph.transform.constants import fold_constants
 from subgraph.transform.specialize import specialize
 
-__all__ = ["dynamic_value", "specialized_graph", "symbolic_declines", "symbolic_warning"]
+__all__ = ["dynamic_value", "specialized_graph", "symbolic_declines", "symbolic_warning", "takes"]
 
 #: the size every unknown dimension gets in the probe that asks a device whether it would take
 #: a node at a static shape (any size > 0 would do; a larger one keeps constant indices in range)
@@ -101,8 +101,14 @@ def _probe(graph: Graph) -> Graph:
     return fold_constants(probe)
 
 
-def _takes(prop: SubgraphProperty, node: Node) -> bool:
-    return (prop.dynamic_shapes or dynamic_value(node) is None) and checked_supports(prop, node)
+def takes(prop: SubgraphProperty, node: Node) -> bool:
+    """True when ``prop``'s device takes ``node`` under HETERO (see
+    :func:`~subgraph.hetero.devices.decline_reason`): a device that does not say it takes
+    dynamic shapes never gets a node with one; :class:`~subgraph.errors.PropertyError` when
+    ``supports`` raises or answers no bool."""
+    if not prop.dynamic_shapes and dynamic_value(node) is not None:
+        return False
+    return checked_supports(prop, node)
 
 
 def symbolic_declines(graph: Graph, devices: list[str], props: Mapping[str, SubgraphProperty]) -> dict[str, int]:
@@ -146,9 +152,9 @@ def symbolic_declines(graph: Graph, devices: list[str], props: Mapping[str, Subg
     for node in candidates:
         for device in devices:
             prop = props[device]
-            if _takes(prop, node):
+            if takes(prop, node):
                 break
-            if not prop.dynamic_shapes and (not probe.has_node(node.name) or _takes(prop, probe.node(node.name))):
+            if not prop.dynamic_shapes and (not probe.has_node(node.name) or takes(prop, probe.node(node.name))):
                 counts[device] = counts.get(device, 0) + 1
                 break
     return {d: counts[d] for d in devices if d in counts}
