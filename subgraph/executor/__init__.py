@@ -118,7 +118,6 @@ class Executor:
 
     def __init__(self, graph: Graph, check_shapes: bool = True, kernel_for: KernelFor | None = None) -> None:
         self.graph = graph
-        self.check_shapes = check_shapes
         self.kernel_for = kernel_for or op_kernel
         #: what every run does (:class:`~subgraph.executor.plan.Plan`), shared with the generated code
         self.plan = plan = Plan(graph, check_shapes)
@@ -136,6 +135,11 @@ class Executor:
         self._direct = type(self).run_node is Executor.run_node
         # such an executor runs its plan as generated code once it has run it once (straight.py)
         self._straight: Callable[[Mapping[str, Any]], dict[str, np.ndarray]] | None = None
+
+    @property
+    def check_shapes(self) -> bool:
+        """Whether runs compare kernels' outputs with the inferred types (fixed by the plan)."""
+        return self.plan.check_shapes
 
     @property
     def stats(self) -> RunStats:

@@ -35,7 +35,7 @@ from subgraph.executor.plan import Plan, Step
 __all__ = ["straight_line"]
 
 
-def straight_line(plan: Plan, kernels: Sequence[Callable[..., Any]], record: Callable[[int], None] | None = None
+def straight_line(plan: Plan, kernels: Sequence[Callable[..., Any]], record: Callable[[int], None]
                   ) -> Callable[[Mapping[str, Any]], dict[str, np.ndarray]]:
     """An executor's run of ``plan`` as generated code: what the interpreter of
     :class:`~subgraph.executor.Executor` does, without its loop.
@@ -47,7 +47,7 @@ def straight_line(plan: Plan, kernels: Sequence[Callable[..., Any]], record: Cal
     kernels : sequence of callable(node, *inputs)
         The kernel of each node, in the plan's order (an executor knows them all once it
         has run once).
-    record : callable(int), optional
+    record : callable(int)
         Called with the run's peak bytes of intermediates at the end of each run that
         succeeds (an executor keeps them as its calling thread's
         :attr:`~subgraph.executor.Executor.stats`).
@@ -70,11 +70,7 @@ def straight_line(plan: Plan, kernels: Sequence[Callable[..., Any]], record: Cal
     48
     True
     """
-    return _Writer(plan, kernels, record or _ignore).function()
-
-
-def _ignore(peak: int) -> None:
-    pass
+    return _Writer(plan, kernels, record).function()
 
 
 class _Writer:
