@@ -126,7 +126,7 @@ class CompileProgress(_Display):
         self.events: list[CompileEvent] = []  # of the subgraph being compiled (or of the worker builds)
         self.times: list[tuple[str, float]] = []  # (device, seconds) per subgraph compiled
         self.lock = threading.Lock()  # events arrive from the build's thread, redraws run in rich's
-        self.start = self.last = time.perf_counter()
+        self.start = self.last = 0.0  # set when the display starts (__enter__)
         self._listening: Any = None
 
     def __enter__(self) -> CompileProgress:
@@ -164,13 +164,10 @@ class CompileProgress(_Display):
         first = events[0] if events and events[0].phase == "subgraph" else None
         seconds = now - (first.at if first is not None else self.last)
         self.done, self.total, self.last = done, total, now
-        if info is not None:  # its device after a fallback or a move, and its size
-            device, what = info.device, f"{info.device}, {_count(len(info.nodes), 'node')}"
-            if getattr(info, "fallback", False) and first is not None:
-                what += f", after {first.name.split(',')[0]} failed"  # the phases are the failed device's
-        else:
-            what = first.name if first is not None else ""
-            device = what.split(",")[0] or "?"
+        # its device after a fallback or a move, and its size
+        device, what = info.device, f"{info.device}, {_count(len(info.nodes), 'node')}"
+        if getattr(info, "fallback", False) and first is not None:
+            what += f", after {first.name.split(',')[0]} failed"  # the phases are the failed device's
         self.times.append((device, seconds))
         if not self.console.is_terminal:
             self._print(done_line(done, total, what, seconds, phase_seconds(events, now)))
