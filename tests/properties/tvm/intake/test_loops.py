@@ -71,3 +71,20 @@ def test_other_loops_are_declined_with_the_reason_and_run_on_numpy(model, reason
 def test_a_trip_count_fed_at_run_time_is_declined():
     graph = subgraph.from_onnx(cf.rnn_loop_model(trips_input=True), {"M": ()})
     assert "its trip count is not a constant" in unsupported_reason(graph.node("loop"))
+
+
+def test_a_loop_is_decided_once_until_what_it_reads_changes(monkeypatch):
+    """The support query may ask about a Loop many times (query, partition, explain): it is
+    unrolled and type-checked once, and again only when an input it reads changes."""
+    from subgraph.properties.tvm.intake import loops
+
+    decided = []
+    real = loops._decide
+    monkeypatch.setattr(loops, "_decide", lambda node, reason: decided.append(node.name) or real(node, reason))
+    graph = subgraph.from_onnx(cf.rnn_loop_model(5))
+    loop = graph.node("loop")
+    assert [unsupported_reason(loop) for _ in range(3)] == [None] * 3 and decided == ["loop"]
+    trips = next(v for v in loop.inputs if v is not None and v.data is not None)
+    trips.data = np.array(80, np.int64)  # what the decision read changed: decided again
+    assert unsupported_reason(loop) == unsupported_reason(loop)
+    assert "80 trips; TVM unrolls 1 to 64" in unsupported_reason(loop) and decided == ["loop", "loop"]
