@@ -113,6 +113,12 @@ def _input_shape(info: onnx.ValueInfoProto, given: Sequence[int] | None) -> tupl
     for each run to bind."""
     dims, _ = _tensor_type(info)
     name = info.name
+    for i, d in enumerate(dims or ()):
+        if d == -1:  # PaddlePaddle's and old TensorFlow exporters' "any size": unnamed, as onnxruntime reads it
+            dims[i] = None
+        elif isinstance(d, int) and d < 0:
+            raise ShapeError(f"input {name!r} dimension {i} is {d} in {format_shape(dims)}: dimensions "
+                             "are sizes (at least 0), symbolic names, or -1 for any size")
     if given is not None:
         shape = tuple(int(d) for d in given)
         if any(d < 0 for d in shape):
@@ -128,12 +134,6 @@ def _input_shape(info: onnx.ValueInfoProto, given: Sequence[int] | None) -> tupl
     if dims is None:
         raise ShapeError(f"input {name!r} has no declared shape (not even a rank); give it with "
                          f"from_onnx(..., input_shapes={{{name!r}: [...]}})")
-    for i, d in enumerate(dims):
-        if d == -1:  # PaddlePaddle's and old TensorFlow exporters' "any size": unnamed, as onnxruntime reads it
-            dims[i] = None
-        elif isinstance(d, int) and d < 0:
-            raise ShapeError(f"input {name!r} dimension {i} is {d} in {format_shape(dims)}: dimensions "
-                             "are sizes (at least 0), symbolic names, or -1 for any size")
     return tuple(dims)
 
 

@@ -150,6 +150,15 @@ def test_input_shapes_fix_a_symbolic_batch():
     assert [v.name for v in graph.inputs] == ["x"]  # w is an initializer, hence a constant
 
 
+def test_input_shapes_fix_a_minus_one_dimension():
+    """-1 (Paddle2ONNX's "any size", as the text-direction classifier rapidocr ships declares
+    its batch) is unnamed, so input_shapes may fix it like a symbolic name."""
+    relu = [helper.make_node("Relu", ["x"], ["y"], name="r")]
+    model = make_model(relu, [tensor("x", shape=[-1, 3, "?", "?"])], [tensor("y")])
+    assert from_onnx(model).inputs[0].type_str() == "float32[?,3,?,?]"
+    assert from_onnx(model, input_shapes={"x": [1, 3, 48, 192]}).value("y").type_str() == "float32[1,3,48,192]"
+
+
 def test_symbolic_dimensions_stay_symbolic_without_input_shapes():
     graph = from_onnx(symbolic_model())
     assert graph.inputs[0].type_str() == "float32[batch,3,4]"
