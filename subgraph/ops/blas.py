@@ -36,9 +36,7 @@ array([[3., 3.],
 
 from __future__ import annotations
 
-import os
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -47,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from subgraph.system import usable_cpus
+from subgraph.system import runnable_threads, usable_cpus
 
 __all__ = ["BLAS_SERIAL_MACS", "matmul"]
 
@@ -63,50 +61,17 @@ BLAS_SERIAL_MACS = 1 << 18
 _state: dict[str, Any] = {}
 _lock = threading.Lock()
 
-#: ``/proc/loadavg``: its fourth field is "runnable/total" scheduling entities, this thread included
-_LOADAVG = "/proc/loadavg"
-
-#: the count is read at most this often: a read costs 3-10 us, and a model's run asks before
-#: every large product (MobileNetV2: 35 of them in 6 ms); the answer stands for 5 ms
-_LOAD_SECONDS = 0.005
-
 
 def _cores_free() -> bool:
     """True when no more threads are runnable than there are cores, so each BLAS thread has one.
 
-    The count includes this thread and the BLAS's own workers, which stay runnable, yielding,
-    for a while after each product (OpenBLAS's ``THREAD_TIMEOUT``): at most ``cores`` of
-    them means nothing else competes. False where the count cannot be read (not Linux):
-    the chunked split is the safe side. Read again once :data:`_LOAD_SECONDS` have passed.
+    The count (:func:`~subgraph.system.runnable_threads`) includes this thread and the BLAS's
+    own workers, which stay runnable, yielding, for a while after each product (OpenBLAS's
+    ``THREAD_TIMEOUT``): at most ``cores`` of them means nothing else competes. False where
+    the count cannot be read (not Linux): the chunked split is the safe side.
     """
-    now = time.monotonic()
-    last = _state.get("free")
-    if last is not None and now - last[0] < _LOAD_SECONDS:
-        return last[1]
-    free = _read_cores_free()
-    _state["free"] = (now, free)
-    return free
-
-
-def _read_cores_free() -> bool:
-    fd = _state.get("loadavg")
-    if fd is None:
-        with _lock:
-            fd = _state.get("loadavg")
-            if fd is None:
-                try:
-                    fd = os.open(_LOADAVG, os.O_RDONLY)
-                except OSError:
-                    fd = -1
-                _state["cores"] = usable_cpus()
-                _state["loadavg"] = fd
-    if fd < 0:
-        return False
-    try:
-        runnable = int(os.pread(fd, 64, 0).split()[3].split(b"/")[0])
-    except (OSError, ValueError, IndexError):
-        return False
-    return runnable <= _state["cores"]
+    runnable = runnable_threads()
+    return runnable is not None and runnable <= usable_cpus()
 
 
 def _blas_pools() -> list[Any]:

@@ -81,42 +81,11 @@ def test_stack_times_one_matrix_is_one_product_of_all_rows(monkeypatch, cores_fr
     np.testing.assert_array_equal(nchw, before)  # the caller's array is not touched
 
 
-def test_cores_free_reads_the_runnable_count(monkeypatch, tmp_path):
-    loadavg = tmp_path / "loadavg"
-    monkeypatch.setattr(blas, "_LOADAVG", str(loadavg))
-    monkeypatch.setattr(blas, "_LOAD_SECONDS", 0.0)  # every call reads
-    for line, free in [("0.81 1.36 1.79 1/77 16379\n", True), ("2.00 1.9 1.5 2/80 100\n", True),
-                       ("3.1 2.9 2.0 3/81 101\n", False)]:
-        loadavg.write_text(line)
-        monkeypatch.delitem(blas._state, "loadavg", raising=False)
-        assert blas._cores_free() is (free or blas._state["cores"] >= 3), line
-        blas._state["cores"] = 2
-        assert blas._cores_free() is free, line
-        os.close(blas._state["loadavg"])
-    monkeypatch.setattr(blas, "_LOADAVG", str(tmp_path / "absent"))
-    monkeypatch.delitem(blas._state, "loadavg")
-    assert blas._cores_free() is False  # no count (not Linux): the safe side
-    monkeypatch.delitem(blas._state, "loadavg")
-
-
-def test_cores_free_stands_for_load_seconds(monkeypatch, tmp_path):
-    """One read serves the calls of the next _LOAD_SECONDS; the first call after reads again."""
-    loadavg = tmp_path / "loadavg"
-    monkeypatch.setattr(blas, "_LOADAVG", str(loadavg))
-    monkeypatch.delitem(blas._state, "loadavg", raising=False)
-    monkeypatch.delitem(blas._state, "free", raising=False)
-    monkeypatch.setitem(blas._state, "cores", 2)
-    clock = [100.0]
-    monkeypatch.setattr(blas.time, "monotonic", lambda: clock[0])
-    loadavg.write_text("0.5 0.5 0.5 1/70 1\n")
-    assert blas._cores_free() is True
-    loadavg.write_text("3.0 3.0 3.0 5/70 1\n")
-    clock[0] += blas._LOAD_SECONDS / 2
-    assert blas._cores_free() is True  # within the window: the last answer
-    clock[0] += blas._LOAD_SECONDS
-    assert blas._cores_free() is False
-    os.close(blas._state["loadavg"])
-    monkeypatch.delitem(blas._state, "loadavg")
+def test_cores_free_compares_the_runnable_count_with_the_cores(monkeypatch):
+    for runnable, cores, free in [(1, 2, True), (2, 2, True), (3, 2, False), (3, 4, True), (None, 2, False)]:
+        monkeypatch.setattr(blas, "runnable_threads", lambda r=runnable: r)
+        monkeypatch.setattr(blas, "usable_cpus", lambda c=cores: c)
+        assert blas._cores_free() is free, (runnable, cores)  # no count (not Linux): the safe side
 
 
 def test_small_product_runs_on_one_thread_then_restores(pool):
