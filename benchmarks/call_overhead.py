@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=200, help="calls per path (default 200)")
     parser.add_argument("--blocks", type=int, default=10, help="interleaved blocks (default 10)")
     args = parser.parse_args(argv)
-    from subgraph.properties.tvm.runtime.target import use_all_cpus
+    from subgraph.properties.tvm.runtime.threads import use_all_cpus
 
     use_all_cpus()
     print(f"TVM_NUM_THREADS={os.environ.get('TVM_NUM_THREADS')}  runs={args.runs} per path, "

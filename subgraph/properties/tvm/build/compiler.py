@@ -44,7 +44,8 @@ from subgraph.properties.tvm.intake.importer import checked_prepared, prepared_o
 from subgraph.properties.tvm.lowering.passes import SCHEDULES
 from subgraph.properties.tvm.runtime.function import CompiledLibrary, Signature, TVMFunction
 from subgraph.properties.tvm.runtime.interrupt import interruptible
-from subgraph.properties.tvm.runtime.target import as_target, use_all_cpus
+from subgraph.properties.tvm.runtime.target import as_target
+from subgraph.properties.tvm.runtime.threads import use_all_cpus
 
 __all__ = ["BuildOptions", "PreparedCompile", "build_options", "compile_graph", "graph_key", "known_key",
            "needs_build", "prepare"]

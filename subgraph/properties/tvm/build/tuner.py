@@ -37,7 +37,8 @@ from subgraph.properties.tvm.intake.importer import onnx_for_tvm, relax_module
 from subgraph.properties.tvm.lowering.passes import prepare_passes
 from subgraph.properties.tvm.runtime.interrupt import interruptible
 from subgraph.properties.tvm.runtime.messages import error_summary, native_log_to_logging
-from subgraph.properties.tvm.runtime.target import as_target, use_all_cpus
+from subgraph.properties.tvm.runtime.target import as_target
+from subgraph.properties.tvm.runtime.threads import use_all_cpus
 from subgraph.properties.tvm.schedule.cpu import (
     Tile,
     candidate_tiles,

@@ -17,6 +17,7 @@ from subgraph.ops.index import check_indices
 from subgraph.properties.base import CompiledKernel
 from subgraph.properties.tvm.runtime.messages import error_summary
 from subgraph.properties.tvm.runtime.tensors import aligned_empty, as_tvm_tensor, shared_tensor, to_numpy
+from subgraph.properties.tvm.runtime.threads import fit_to_load
 
 __all__ = ["CompiledLibrary", "Signature", "TVMFunction"]
 
@@ -125,6 +126,7 @@ class TVMFunction(CompiledKernel):
         if len(tensors) != len(self._inputs):
             raise InputError(f"TVM function for graph {self.name!r} takes {len(self._inputs)} "
                              f"input(s) {self.input_names}, got {len(tensors)}")
+        fit_to_load()
         try:
             result = self._entry()(*tensors, *self.weights)
         except Exception as exc:  # TVM raises its own error types

@@ -1,0 +1,132 @@
+"""TVM's thread pool: how many threads a call uses, on an idle machine, under load, in a stream.
+
+TVM runs a parallel loop as one equal share per pool thread and waits for every share (no
+stealing), and its workers spin ``TVM_THREAD_POOL_SPIN_COUNT`` yields (300000 by default)
+before they sleep. On a machine other processes load, a worker kept off its core stalls
+every loop for a scheduler slice while its partner spins, and the spinning workers take
+the slices the work needed: two ``python -c "while True: pass"`` beside a run on this
+2-vCPU machine made tv_squeezenet1_1 511x and hf_bert 112x slower than idle, where
+OpenVINO and onnxruntime slowed down 1.0-1.3x (``benchmarks/tvm_under_load.py``).
+
+Three settings decide it:
+
+- the process (:func:`use_all_cpus`, before TVM's first pool starts): ``TVM_NUM_THREADS``
+  the usable CPUs (TVM's own default is half the hardware threads on x86: one on a 2-vCPU
+  VM), ``TVM_BIND_THREADS=0`` (a worker pinned to a core another process keeps busy waits
+  for it; unpinned costs nothing idle), and ``TVM_THREAD_POOL_SPIN_COUNT`` :data:`SPIN_COUNT`:
+  a worker waits for the next loop a few tens of microseconds, the gap between loops of one
+  call, then sleeps instead of holding a core between calls;
+- each call (:func:`fit_to_load`): the calling thread's loops use as many threads as the
+  machine has cores free (:func:`~subgraph.system.runnable_threads`, this thread's own
+  counted out), at least one. Under load the loops run on the caller alone: no worker to
+  wait for. The count is read at most every 5 ms; changing it costs about a microsecond;
+- a stream of a ``THROUGHPUT`` model (:func:`use_threads`): its share of the CPUs, fixed.
+
+Variables the user set win: ``TVM_NUM_THREADS`` fixes every call's count (no adapting), as
+``TVM_BIND_THREADS=1`` does (TVM pins a thread to the first cores of the count it is given;
+a stream's threads are pinned to its own share); ``TVM_THREAD_POOL_SPIN_COUNT`` is kept.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+
+import tvm
+
+from subgraph.system import runnable_threads, usable_cpus
+
+__all__ = ["SPIN_COUNT", "fit_to_load", "thread_count", "use_all_cpus", "use_threads"]
+
+#: yields a TVM worker spins before it sleeps (TVM's default: 300000, about 0.1 s on an idle core)
+SPIN_COUNT = 1000
+
+#: TVM's ``runtime.config_threadpool`` mode "threads share the cores listed": under
+#: ``TVM_BIND_THREADS=1`` the pool's threads are pinned to those cores, else nothing is pinned
+_SHARE_CORES = -3
+
+#: set beside ``TVM_NUM_THREADS`` when :func:`use_all_cpus` sets it, so that this process and
+#: the processes it starts (which inherit both) tell the user's count from ours
+_OURS = "SUBGRAPH_TVM_NUM_THREADS"
+
+_user_fixed = False
+_local = threading.local()
+
+
+def use_all_cpus() -> None:
+    """The process's pool settings (see the module notes); a variable the user set is kept."""
+    global _user_fixed
+    if "TVM_NUM_THREADS" not in os.environ:
+        os.environ["TVM_NUM_THREADS"] = os.environ[_OURS] = str(usable_cpus())
+    # pinned threads do not adapt: TVM would pin this thread to the first cores of each count
+    _user_fixed = os.environ["TVM_NUM_THREADS"] != os.environ.get(_OURS) or \
+        os.environ.get("TVM_BIND_THREADS", "0") == "1"
+    os.environ.setdefault("TVM_BIND_THREADS", "0")
+    os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", str(SPIN_COUNT))
+
+
+class _Pool:
+    """This thread's pool: ``size`` threads (its first configuration, the most TVM then
+    lets it use), ``now`` in use, ``fixed`` when the count never adapts."""
+
+    def __init__(self, size: int, fixed: bool) -> None:
+        self.size = size
+        self.now = size
+        self.fixed = fixed
+        if not fixed:  # TVM makes a pool at the first count it is given: make it the largest
+            _configure(_cpus(size))
+
+
+def _pool() -> _Pool:
+    pool = getattr(_local, "pool", None)
+    if pool is None:
+        size = max(1, int(os.environ.get("TVM_NUM_THREADS") or usable_cpus()))
+        pool = _local.pool = _Pool(size, _user_fixed)
+    return pool
+
+
+def _cpus(threads: int) -> list[int]:
+    """The first ``threads`` CPUs this process may use (repeated when there are fewer)."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(threads))
+    return [cpus[i % len(cpus)] for i in range(threads)]
+
+
+def _configure(cpus: list[int]) -> None:
+    # TVM takes the number of cores listed as this thread's count: one entry per thread
+    tvm.get_global_func("runtime.config_threadpool")(_SHARE_CORES, len(cpus), [str(c) for c in cpus])
+
+
+def fit_to_load() -> None:
+    """Before a call: this thread's loops use the cores the machine has free, at least one.
+
+    Free cores are the machine's CPUs less the runnable threads that are not this thread's
+    (its pool's threads in use counted as its own: they spin a while after each loop).
+    Nothing changes where the count cannot be read, for a stream (:func:`use_threads`), or
+    when the user set ``TVM_NUM_THREADS`` or ``TVM_BIND_THREADS=1``.
+    """
+    pool = _pool()
+    if pool.fixed:
+        return
+    runnable = runnable_threads()
+    if runnable is None:
+        return
+    wanted = max(1, min(pool.size, (os.cpu_count() or 1) - (runnable - pool.now)))
+    if wanted != pool.now:
+        _configure(_cpus(wanted))
+        pool.now = wanted
+
+
+def use_threads(cpus: Sequence[int]) -> None:
+    """This thread's loops use ``len(cpus)`` threads from now on (a stream's share), never
+    adapted; under ``TVM_BIND_THREADS=1`` they are pinned to ``cpus``."""
+    pool = _pool()
+    pool.fixed = True
+    cpus = list(cpus)[:pool.size] or _cpus(1)
+    _configure(cpus)
+    pool.now = len(cpus)
+
+
+def thread_count() -> int:
+    """The threads this thread's next TVM call uses (before :func:`fit_to_load` adapts it)."""
+    return _pool().now

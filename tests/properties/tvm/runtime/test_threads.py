@@ -1,0 +1,160 @@
+"""Tests of :mod:`subgraph.properties.tvm.runtime.threads`: the pool's process settings, the
+per-call fit to the machine's load, a stream's fixed share. Counts and settings, never times."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tvm", reason="needs apache-tvm")  # the backend's modules import tvm at their tops
+
+from subgraph.properties.tvm.build.compiler import compile_graph
+from subgraph.properties.tvm.runtime import threads
+from tests.properties.tvm.tvm_graphs import linear_graph
+
+pytestmark = pytest.mark.tvm
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TVM_VARIABLES = ("TVM_NUM_THREADS", "TVM_BIND_THREADS", "TVM_THREAD_POOL_SPIN_COUNT", threads._OURS)
+
+
+def in_new_thread(work):
+    """``work()``'s result, run on a fresh thread (TVM's pool and ours are per thread)."""
+    out: list = []
+    thread = threading.Thread(target=lambda: out.append(work()))
+    thread.start()
+    thread.join()
+    return out[0]
+
+
+def run_script(body: str, **env: str) -> list[str]:
+    script = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {HERE!r})
+        import numpy as np
+        from tvm_graphs import linear_graph
+        from subgraph.properties.tvm.build.compiler import compile_graph
+    """) + textwrap.dedent(body)
+    clean = {k: v for k, v in os.environ.items() if k not in TVM_VARIABLES}
+    out = subprocess.run([sys.executable, "-c", script], env={**clean, **env}, capture_output=True, text=True,
+                         check=True)
+    return out.stdout.split()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_parallel_loops_use_every_cpu_by_default(tmp_path):
+    """TVM alone would start one thread on a 2-vCPU x86 machine (it halves for hyper-threading)."""
+    out = run_script(f"""
+        fn = compile_graph(linear_graph(), cache_dir={str(tmp_path)!r})
+        before = set(os.listdir("/proc/self/task"))
+        fn(np.ones((96, 64), np.float32))
+        # threads the call started (the build's worker thread may still be exiting: not a difference of counts)
+        print(os.environ["TVM_NUM_THREADS"], len(set(os.listdir("/proc/self/task")) - before))
+    """)
+    cpus = len(os.sched_getaffinity(0))
+    assert out == [str(cpus), str(cpus - 1)]  # the caller plus cpus - 1 workers
+
+
+_AFFINITIES = """
+    fn = compile_graph(linear_graph(), cache_dir={cache!r})
+    fn(np.ones((96, 64), np.float32))
+    mine = os.sched_getaffinity(0)
+    pinned = sorted(t for t in os.listdir("/proc/self/task") if os.sched_getaffinity(int(t)) != mine)
+    print(os.environ["TVM_BIND_THREADS"], len(pinned))
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+@pytest.mark.parametrize("user, expected", [(None, ["0", "0"]), ("1", ["1", "1"])],
+                         ids=["default: unpinned", "the user's TVM_BIND_THREADS=1 wins"])
+def test_pool_workers_are_not_pinned_to_cores_unless_the_user_says(tmp_path, user, expected):
+    """A worker pinned to a core another process keeps busy stalls every parallel loop."""
+    env = {"TVM_BIND_THREADS": user} if user is not None else {}
+    out = run_script(_AFFINITIES.format(cache=str(tmp_path)), **env)
+    assert out == expected  # TVM pins its one worker when told to (the caller stays free)
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({}, [str(threads.SPIN_COUNT), "adapts"]),
+    ({"TVM_THREAD_POOL_SPIN_COUNT": "0"}, ["0", "adapts"]),
+    ({"TVM_NUM_THREADS": "1"}, [str(threads.SPIN_COUNT), "fixed"]),
+    ({"TVM_BIND_THREADS": "1"}, [str(threads.SPIN_COUNT), "fixed"]),
+], ids=["default", "the user's spin count wins", "the user's thread count is fixed", "pinned threads are fixed"])
+def test_process_settings_keep_what_the_user_set(tmp_path, env, expected):
+    out = run_script(f"""
+        from subgraph.properties.tvm.runtime import threads
+        compile_graph(linear_graph(), cache_dir={str(tmp_path)!r})(np.ones((96, 64), np.float32))
+        print(os.environ["TVM_THREAD_POOL_SPIN_COUNT"], "fixed" if threads._pool().fixed else "adapts")
+    """, **env)
+    assert out == expected
+
+
+def test_a_process_started_by_ours_tells_our_thread_count_from_the_users(tmp_path):
+    """Children inherit TVM_NUM_THREADS as we set it: theirs still adapts."""
+    inherited = {"TVM_NUM_THREADS": str(len(os.sched_getaffinity(0))), threads._OURS: str(len(os.sched_getaffinity(0)))}
+    out = run_script(f"""
+        from subgraph.properties.tvm.runtime import threads
+        compile_graph(linear_graph(), cache_dir={str(tmp_path)!r})
+        print("fixed" if threads._pool().fixed else "adapts")
+    """, **inherited)
+    assert out == ["adapts"]
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """A machine of 4 CPUs whose runnable count the test sets; the pool is 4 threads (thread-local,
+    so each test works on a fresh thread)."""
+    state = {"runnable": 1}
+    monkeypatch.setattr(threads, "runnable_threads", lambda: state["runnable"])
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(threads, "_user_fixed", False)
+    monkeypatch.setenv("TVM_NUM_THREADS", "4")
+    return state
+
+
+def test_each_call_uses_the_cores_the_machine_has_free(machine):
+    def counts():
+        seen = []
+        # runnable counts include this thread's own (its pool's threads in use)
+        for runnable in (4, 5, 7, 9, 2, 1, None):
+            machine["runnable"] = runnable
+            threads.fit_to_load()
+            seen.append(threads.thread_count())
+        return seen
+    # 4 own, 1 other -> 3; 3 own + 4 others -> 1 (at least one); 1 own + 8 others -> 1;
+    # 1 own + 1 other -> 3; idle -> 4; no count (not Linux): unchanged
+    assert in_new_thread(counts) == [4, 3, 1, 1, 3, 4, 4]
+
+
+def test_a_stream_keeps_its_share_under_any_load(machine):
+    def counts():
+        threads.use_threads([0, 1])
+        seen = [threads.thread_count()]
+        for runnable in (9, 1):
+            machine["runnable"] = runnable
+            threads.fit_to_load()
+            seen.append(threads.thread_count())
+        threads.use_threads(range(8))  # never more than the pool has
+        return seen + [threads.thread_count()]
+    assert in_new_thread(counts) == [2, 2, 2, 4]
+
+
+def test_results_are_the_same_on_one_thread_and_on_all(tmp_path):
+    """A loop run inline (one thread, no pool) computes what the pool computes."""
+    fn = compile_graph(linear_graph(), cache_dir=str(tmp_path))
+    x = np.random.default_rng(0).standard_normal((96, 64)).astype(np.float32)
+
+    def run(count):
+        def work():
+            threads.use_threads(threads._cpus(count))
+            return threads.thread_count(), fn(x)[0]
+        return in_new_thread(work)
+    (one, single), (many, pooled) = run(1), run(len(os.sched_getaffinity(0)))
+    assert one == 1 and many == len(os.sched_getaffinity(0))
+    np.testing.assert_array_equal(single, pooled)
