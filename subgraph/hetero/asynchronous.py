@@ -97,6 +97,8 @@ class AsyncRequest:
 
 
 class _Submits(Protocol):
+    optimal_number_of_infer_requests: int
+
     def _submit(self, feeds: Mapping[str, Any]) -> concurrent.futures.Future: ...
 
 
@@ -109,7 +111,8 @@ class AsyncInferQueue:
         The compiled model; its pipeline runs the requests.
     jobs : int
         How many requests may be in flight at once; :meth:`start_async` blocks while all
-        are busy. With as many jobs as the model has stages, every stage stays busy.
+        are busy. ``0``: the model's ``optimal_number_of_infer_requests`` (one per stream
+        of a ``THROUGHPUT`` model, one per pipeline stage otherwise), as in OpenVINO.
 
     Raises
     ------
@@ -118,10 +121,13 @@ class AsyncInferQueue:
     """
 
     def __init__(self, model: _Submits, jobs: int = 2) -> None:
-        if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-            raise DeviceError(f"AsyncInferQueue: jobs must be an int >= 1, got {type(jobs).__name__} {jobs!r}")
+        if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
+            raise DeviceError(f"AsyncInferQueue: jobs must be an int >= 1 (0: the model's optimal number), "
+                              f"got {type(jobs).__name__} {jobs!r}")
         if not callable(getattr(model, "_submit", None)):
             raise DeviceError(f"AsyncInferQueue: model must be a CompiledModel, got {type(model).__name__}")
+        if jobs == 0:
+            jobs = max(1, int(model.optimal_number_of_infer_requests))
         self.model = model
         self.jobs = jobs
         self._slots = threading.BoundedSemaphore(jobs)

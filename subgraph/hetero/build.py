@@ -57,6 +57,8 @@ class CompileSettings:
     workers: int = 1
     #: passed to :func:`~subgraph.partition.partition_graph`
     partition_options: Mapping[str, Any] = field(default_factory=dict)
+    #: streams the model's asynchronous requests run on (1: pipelined; :mod:`~subgraph.hetero.streams`)
+    streams: int = 1
 
 
 class Leftover(SubgraphProperty):

@@ -35,6 +35,7 @@ from subgraph.hetero.dynamic import MAX_SPECIALIZATIONS, SpecializingModel
 from subgraph.hetero.model import CompiledModel, SubgraphInfo
 from subgraph.hetero.pipeline import time_stages
 from subgraph.hetero.split import PipelinePlan, measure_node_costs, plan_pipeline, transfer_function
+from subgraph.hetero.streams import stream_count
 from subgraph.ir import Graph, is_static_shape
 from subgraph.partition import partition_graph
 from subgraph.properties import SubgraphProperty
@@ -75,7 +76,7 @@ def partition_model(graph: Graph | str | os.PathLike | onnx.ModelProto, device: 
 
 def _specialized(graph: Graph, build: Callable[[Graph], CompiledModel],
                  input_shapes: Mapping[str, Sequence[int]] | None,
-                 max_specializations: int) -> CompiledModel | SpecializingModel:
+                 max_specializations: int, streams: int = 1) -> CompiledModel | SpecializingModel:
     """``build(graph)``, with the input shapes fixed first, or per call when they are symbolic."""
     if input_shapes is not None:
         if not isinstance(input_shapes, Mapping):
@@ -83,7 +84,7 @@ def _specialized(graph: Graph, build: Callable[[Graph], CompiledModel],
         return build(specialize(graph, input_shapes))
     if all(is_static_shape(v.shape) for v in graph.inputs):
         return build(graph)
-    return SpecializingModel(graph, build, max_specializations)
+    return SpecializingModel(graph, build, max_specializations, streams)
 
 
 def compile_model(graph: Graph | str | os.PathLike | onnx.ModelProto, device: str = "HETERO:TVM,NUMPY",
@@ -93,6 +94,7 @@ def compile_model(graph: Graph | str | os.PathLike | onnx.ModelProto, device: st
                   choose: str = "priority", input_shapes: Mapping[str, Sequence[int]] | None = None,
                   max_specializations: int = MAX_SPECIALIZATIONS, split: str | None = None,
                   pipeline_costs: Mapping[str, float] | None = None, compile_workers: int | None = None,
+                  performance_hint: str = "LATENCY", num_streams: int | None = None,
                   **partition_options: Any) -> CompiledModel | SpecializingModel:
     """Partition ``graph`` over the devices of ``device`` and compile every subgraph.
 
@@ -155,13 +157,24 @@ def compile_model(graph: Graph | str | os.PathLike | onnx.ModelProto, device: st
         where they can pay for their start (:func:`~subgraph.hetero.workers.worth_workers`);
         partition, libraries and outputs are the same as with ``1``, and a worker that dies
         is an error naming its subgraph (:mod:`~subgraph.hetero.workers`).
+    performance_hint : {"LATENCY", "THROUGHPUT"}
+        OpenVINO's ``PERFORMANCE_HINT``. ``"LATENCY"`` (default): each call uses every CPU,
+        and :meth:`CompiledModel.start_async` pipelines requests over the model's devices.
+        ``"THROUGHPUT"``: asynchronous requests run side by side on streams, each whole on
+        its share of the CPUs (:mod:`~subgraph.hetero.streams`); keep
+        :attr:`CompiledModel.optimal_number_of_infer_requests` requests in flight
+        (``AsyncInferQueue(model, 0)``). Synchronous calls are the same under both hints.
+    num_streams : int | None
+        OpenVINO's ``NUM_STREAMS``: how many streams (``None``: one per usable CPU under
+        ``"THROUGHPUT"``, none under ``"LATENCY"``; a number given wins over the hint).
     **partition_options
         Passed to :func:`~subgraph.partition_graph` (``min_subgraph_size`` ...).
 
     Raises
     ------
     DeviceError
-        A bad device string, ``choose``, ``split``, ``pipeline_costs``, ``compile_workers``, ``graph``,
+        A bad device string, ``choose``, ``split``, ``pipeline_costs``, ``compile_workers``,
+        ``performance_hint``, ``num_streams`` (or streams with ``split="pipeline"``), ``graph``,
         ``progress`` or ``device_properties`` (not a dict of dicts, an unknown option of a
         built-in device, a value of the wrong type), or a pipeline stage whose device does
         not support one of its nodes; the message names the argument, option or node.
@@ -204,6 +217,14 @@ def compile_model(graph: Graph | str | os.PathLike | onnx.ModelProto, device: st
             or compile_workers < 1:
         raise DeviceError(f"compile_model: compile_workers must be an int >= 1 (1: compile in this process), "
                           f"got {type(compile_workers).__name__} {compile_workers!r}")
+    try:
+        streams = stream_count(performance_hint, num_streams)
+    except DeviceError as exc:
+        raise DeviceError(f"compile_model: {exc}") from None
+    if streams > 1 and split == "pipeline":
+        raise DeviceError("compile_model: split='pipeline' runs each request over one stage per device, "
+                          f"streams run requests whole: give performance_hint='THROUGHPUT' or num_streams="
+                          f"{num_streams!r}, or split='pipeline', not both")
     parse_devices(device)  # a bad device string fails now, not on the first call
     check_device_options(device_properties)  # bad options fail now, not on the first call
 
@@ -212,10 +233,11 @@ def compile_model(graph: Graph | str | os.PathLike | onnx.ModelProto, device: st
     def build(static: Graph) -> CompiledModel:
         settings = CompileSettings(profile=profile, progress=progress, fallback=fallback, compile_now=True,
                                    choose=choose, split=split, pipeline_costs=pipeline_costs,
-                                   workers=int(compile_workers), partition_options=partition_options)
+                                   workers=int(compile_workers), partition_options=partition_options,
+                                   streams=streams)
         return _partition_model(static, device, device_properties, settings)
 
-    return _specialized(graph, build, input_shapes, max_specializations)
+    return _specialized(graph, build, input_shapes, max_specializations, streams)
 
 
 def _partition_model(graph: Graph, device: str, device_properties: Mapping[str, Mapping[str, Any]] | None,
@@ -245,7 +267,7 @@ def _partition_model(graph: Graph, device: str, device_properties: Mapping[str, 
     _record_affinity(work, affinity)
     kernels, profile = builder.kernels, settings.profile
     if plan is None:
-        return CompiledModel(work, affinity, subgraphs, profile, kernels)
+        return CompiledModel(work, affinity, subgraphs, profile, kernels, streams=settings.streams)
     stage_of = {name: j for j, names in enumerate(plan.stages) for name in names}
     stages: list[list[str]] = [[] for _ in plan.stages]
     for node in work.nodes:  # a fused node runs in its nodes' stage (one device, one stage)

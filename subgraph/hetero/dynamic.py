@@ -50,6 +50,9 @@ class SpecializingModel:
         Partitions and compiles one specialized (static) graph.
     max_specializations : int
         How many compiled specializations to keep; the least recently used goes first.
+    streams : int
+        The streams each specialization runs asynchronous requests on (``compile_model``'s
+        ``performance_hint`` and ``num_streams``; 1: pipelined).
 
     Examples
     --------
@@ -69,7 +72,7 @@ class SpecializingModel:
     """
 
     def __init__(self, graph: Graph, build: Callable[[Graph], CompiledModel],
-                 max_specializations: int = MAX_SPECIALIZATIONS) -> None:
+                 max_specializations: int = MAX_SPECIALIZATIONS, streams: int = 1) -> None:
         if isinstance(max_specializations, bool) or not isinstance(max_specializations, int) \
                 or max_specializations < 1:
             raise DeviceError(f"max_specializations must be an int of at least 1, got {max_specializations!r}")
@@ -82,6 +85,15 @@ class SpecializingModel:
         self._lock = threading.Lock()
         self._last: CompiledModel | None = None
         self._requests = 0
+        self.streams = streams
+
+    @property
+    def optimal_number_of_infer_requests(self) -> int:
+        """Requests to keep in flight: one per stream, else one per pipeline stage of the last
+        call's specialization (1 before the first call)."""
+        if self.streams > 1 or self._last is None:
+            return self.streams
+        return self._last.optimal_number_of_infer_requests
 
     @property
     def specializations(self) -> list[Signature]:

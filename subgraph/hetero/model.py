@@ -19,6 +19,7 @@ from subgraph.executor import Executor, ProfilingExecutor, check_feeds
 from subgraph.fileio import write_atomic
 from subgraph.hetero.asynchronous import AsyncRequest
 from subgraph.hetero.pipeline import Pipeline, copy_feeds, device_stages
+from subgraph.hetero.streams import Streams
 from subgraph.ir import Graph
 from subgraph.properties import FusedKernels, KernelNote
 
@@ -70,7 +71,7 @@ class CompiledModel:
 
     def __init__(self, graph: Graph, affinity: dict[str, str], subgraphs: list[SubgraphInfo],
                  profile: bool = False, kernels: FusedKernels | None = None,
-                 stages: Sequence[Sequence[str]] | None = None) -> None:
+                 stages: Sequence[Sequence[str]] | None = None, streams: int = 1) -> None:
         self.graph = graph
         self.affinity = affinity
         self.subgraphs = subgraphs
@@ -84,10 +85,19 @@ class CompiledModel:
         self._records: list[ProfileRecord] = []
         #: the ``split="pipeline"`` plan (stages, cut points, predicted and measured times), else None
         self.pipeline_plan = None
-        self._pipeline: Pipeline | None = None
+        self._pipeline: Pipeline | Streams | None = None
         self._pipeline_lock = threading.Lock()
+        #: how many requests :meth:`start_async` runs side by side, each whole on its share of
+        #: the CPUs (``performance_hint="THROUGHPUT"``: :mod:`~subgraph.hetero.streams`); 1: pipelined
+        self.streams = streams
         self._requests = 0
         self._direct: Any = None  # :meth:`_whole_subgraph`, found on the first run
+
+    @property
+    def optimal_number_of_infer_requests(self) -> int:
+        """Requests to keep in flight to keep the model busy (OpenVINO's property of that
+        name): one per stream, or one per pipeline stage."""
+        return self.streams if self.streams > 1 else len(self.stages)
 
     @property
     def fallbacks(self) -> list[SubgraphInfo]:
@@ -167,10 +177,19 @@ class CompiledModel:
         if pipeline is None:
             with self._pipeline_lock:
                 if self._pipeline is None:  # workers hold the stages and kernels, never the model
-                    self._pipeline = Pipeline(self.graph, self.kernels, self.stages)
+                    self._pipeline = self._workers()
                     weakref.finalize(self, self._pipeline.close)
                 pipeline = self._pipeline
         return pipeline.submit(arrays)
+
+    def _workers(self) -> Pipeline | Streams:
+        """The threads :meth:`start_async` hands requests to: streams, else the pipeline."""
+        if self.streams == 1:
+            return Pipeline(self.graph, self.kernels, self.stages)
+        direct = self._direct if self._direct is not None else self._whole_subgraph()
+        run = direct or Executor(self.graph, kernel_for=self.kernels).run
+        properties = {id(k.prop): k.prop for k in (self.kernels.fused(n) for n in self.graph.nodes if n.subgraph is not None)}
+        return Streams(run, properties.values(), self.streams, self.graph.name)
 
     def _collect(self, executor: Executor) -> list[ProfileRecord]:
         by_node = {s.fused_node: s for s in self.subgraphs}

@@ -337,6 +337,14 @@ class SubgraphProperty:
         """
         return False
 
+    def configure_thread(self, cpus: Sequence[int]) -> None:
+        """Called on a thread that will run this property's kernels on ``cpus`` (its share of
+        the CPUs): a stream of a model compiled with ``performance_hint="THROUGHPUT"``
+        (:mod:`~subgraph.hetero.streams`), before its first request. A device whose kernels
+        run a thread pool sizes this thread's pool here, ``len(cpus)`` threads (TVM's pool is
+        per calling thread); the default does nothing (numpy's BLAS is shared by the process
+        and adapts to load on its own: :mod:`~subgraph.ops.blas`)."""
+
     def transfer_seconds(self, nbytes: int) -> float | None:
         """Seconds to move ``nbytes`` between this device and the host, for cost-aware
         splits (``split="pipeline"``). ``None`` (the default): the bytes stay in this

@@ -248,9 +248,11 @@ def test_queue_delivers_errors_per_request_and_callback_errors_from_wait_all():
 
 def test_queue_arguments_are_checked():
     model = compile_model(seed_example(), "HETERO:NUMPY", ALL_OPS)
-    for jobs in (0, -1, 1.5, True, "2"):
-        with pytest.raises(DeviceError, match=r"AsyncInferQueue: jobs must be an int >= 1, got"):
+    for jobs in (-1, 1.5, True, "2"):
+        with pytest.raises(DeviceError, match=r"AsyncInferQueue: jobs must be an int >= 1 \(0: the model's "
+                                              r"optimal number\), got"):
             AsyncInferQueue(model, jobs=jobs)
+    assert len(AsyncInferQueue(model, jobs=0)) == model.optimal_number_of_infer_requests == 1  # one stage
     with pytest.raises(DeviceError, match=r"AsyncInferQueue: model must be a CompiledModel, got Graph"):
         AsyncInferQueue(seed_example())
     with pytest.raises(DeviceError, match=r"callback must be callable\(request, userdata\), got int 3"):

@@ -20,6 +20,7 @@ checks the order):
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from subgraph.errors import BackendNotInstalledError
@@ -109,6 +110,14 @@ class TVMProperty(SubgraphProperty):
         return needs_build(subgraph, target=self.options.get("target", "llvm"),
                            cache_dir=self.options.get("cache_dir"), schedule=self.options.get("schedule", "cpu"),
                            tuning=self.options.get("tuning", True))
+
+    def configure_thread(self, cpus: Sequence[int]) -> None:
+        """This thread's TVM pool uses ``len(cpus)`` threads from now on, never adapted to
+        load, pinned to ``cpus`` under ``TVM_BIND_THREADS=1``
+        (:func:`~subgraph.properties.tvm.runtime.threads.use_threads`)."""
+        from subgraph.properties.tvm.runtime.threads import use_threads  # the lazy seam: imports tvm
+
+        use_threads(cpus)
 
     #: cache key of a compiled function -> its measured seconds, shared by every instance
     _costs: dict[str, float] = {}  # noqa: RUF012 - shared on purpose: one timing per build
