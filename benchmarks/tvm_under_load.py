@@ -1,29 +1,44 @@
-"""TVM's thread pool on a loaded machine: ours against onnxruntime and OpenVINO under the same load.
+"""Latency under load and throughput: ours against onnxruntime and OpenVINO on the same inputs.
 
-    SUBGRAPH_CORPUS_DIR=/tmp/corpus-cache python benchmarks/tvm_under_load.py \\
-        [--models tv_squeezenet1_1,hf_bert] [--loads 0,1,2] [--threads 2] [--seconds 3]
+    python benchmarks/tvm_under_load.py --models tv_squeezenet1_1 hf_bert [--loads 0,1,2]
+    python benchmarks/tvm_under_load.py --models rec.onnx:x=1,3,48,320 --configs tvm,ort,ov
+    python benchmarks/tvm_under_load.py --throughput --models tv_squeezenet1_1 hf_bert
 
-For each load (that many ``python -c "while True: pass"`` processes started beside it, then
-ended) and each model, every configuration runs in a child process of its own (TVM reads its
-thread settings once, when its pool starts), all with ``--threads`` threads, and prints the
+A model is a corpus name (``zoo.corpus``, exported into ``SUBGRAPH_CORPUS_DIR``) or an ONNX
+file, its symbolic input dimensions fixed by ``:input=d,d,d`` (``;`` between inputs). Every
+engine gets the same seeded random inputs and ``--threads`` threads, and runs in a child
+process of its own (TVM reads its thread settings once, when its pool starts).
+
+Latency (default): for each model, each load (that many ``python -c "while True: pass"``
+processes started beside it, then ended; the loads of one model run back to back, so a
+model's idle and loaded figures come from the same minutes) and each configuration, the
 median of the calls made in ``--seconds`` (at least 5):
 
-- ``tvm``: ``compile_model(graph, "HETERO:TVM,NUMPY")`` with the settings
-  :func:`~subgraph.properties.tvm.runtime.target.use_all_cpus` gives TVM (workers not bound to cores);
-- ``tvm bind=1 spin=300000``: TVM's own defaults (workers bound to cores, spinning 300000
-  yields before they sleep), what ``use_all_cpus`` left TVM before;
-- ``tvm bind=B spin=S``: ``TVM_BIND_THREADS=B``, ``TVM_THREAD_POOL_SPIN_COUNT=S``
-  (``--configs "tvm bind=0 spin=1000,ort"`` picks others);
+- ``tvm``: ``compile_model(graph, "HETERO:TVM,NUMPY")`` with its defaults;
+- ``tvm spin=S bind=B threads=T``: the same under ``TVM_THREAD_POOL_SPIN_COUNT=S``,
+  ``TVM_BIND_THREADS=B``, ``TVM_NUM_THREADS=T`` (any of them; TVM's own defaults are
+  ``spin=300000 bind=1``);
+- ``numpy``: ``compile_model(graph, "HETERO:NUMPY")``;
 - ``ort``: onnxruntime (intra-op threads = ``--threads``);
-- ``ov``: OpenVINO CPU (``INFERENCE_NUM_THREADS``, ``ENABLE_CPU_PINNING`` off).
+- ``ov``: OpenVINO CPU (``INFERENCE_NUM_THREADS``, ``ENABLE_CPU_PINNING`` off, f32).
 
-The last column of each row is the slowdown against the same configuration with no load.
+Each row gives the slowdown against the same configuration idle, and for ours the ratio of
+that slowdown to OpenVINO's on the same model and load (``vs ov``: 1.0 means we slow down
+as much as OpenVINO does; the target is at most 1.5).
+
+Throughput (``--throughput``): requests per second over ``--seconds``, idle: a plain loop of
+synchronous calls against ``AsyncInferQueue`` kept full: ours with the default latency
+hint and ``jobs=2``, ours with ``performance_hint="THROUGHPUT"`` and as many jobs as the
+model says (``optimal_number_of_infer_requests``), OpenVINO's loop against its
+``AsyncInferQueue`` under ``PERFORMANCE_HINT: THROUGHPUT``. The last columns are each
+queue's gain over its own loop.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -35,110 +50,216 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the checkout root, for zoo/ (not installed)
 
-#: the configurations run by default (``tvm bind=B spin=S`` runs any other pair of TVM's settings)
-CONFIGS = ("tvm", "tvm bind=1 spin=300000", "tvm bind=0 spin=300000", "tvm bind=1 spin=0", "tvm bind=0 spin=0",
-           "ort", "ov")
+#: the configurations the latency table runs by default
+CONFIGS = ("tvm", "ort", "ov")
+#: where a child writes a corpus model for the engines that read files (removed at exit)
+_FOLDER = tempfile.TemporaryDirectory()
+#: ``tvm`` settings words -> TVM's environment variables
+TVM_SETTINGS = {"spin": "TVM_THREAD_POOL_SPIN_COUNT", "bind": "TVM_BIND_THREADS", "threads": "TVM_NUM_THREADS"}
 
 
 def config_env(config: str) -> dict[str, str]:
-    """The environment of a configuration: ``tvm bind=0 spin=1000`` sets ``TVM_BIND_THREADS``
-    and ``TVM_THREAD_POOL_SPIN_COUNT``; ``tvm`` leaves them to ``use_all_cpus``."""
-    names = {"bind": "TVM_BIND_THREADS", "spin": "TVM_THREAD_POOL_SPIN_COUNT"}
-    return {names[k]: v for k, v in (word.split("=") for word in config.split()[1:])}
+    """The environment of a configuration: ``tvm spin=1000 bind=0`` sets TVM's variables."""
+    return {TVM_SETTINGS[k]: v for k, v in (word.split("=") for word in config.split()[1:])}
 
 
-def child(config: str, name: str, threads: int, seconds: float) -> dict:
-    """Median seconds of one configuration's calls on ``name``."""
+def load_model(spec: str):
+    """``(onnx path, feeds)`` of a model spec: a corpus name or ``file.onnx[:in=d,d;in2=d]``."""
     import numpy as np
+    import onnx
 
+    import subgraph
+    from subgraph.analysis.inputs import random_inputs
+
+    if ".onnx" in spec:
+        path, _, dims = spec.partition(":")
+        shapes = {name: [int(d) for d in sizes.split(",")]
+                  for name, _, sizes in (item.partition("=") for item in dims.split(";") if item)}
+        graph = subgraph.from_onnx(path, shapes or None)
+        return path, random_inputs(graph)
     import zoo.corpus
 
-    exporter = "legacy" if "legacy" in zoo.corpus.entry(name).exporters else "dynamo"
-    sample = zoo.corpus.load(name, exporter)
-    feeds = {k: np.asarray(v) for k, v in sample.feeds.items()}
+    exporter = "legacy" if "legacy" in zoo.corpus.entry(spec).exporters else "dynamo"
+    sample = zoo.corpus.load(spec, exporter)
+    path = Path(_FOLDER.name) / f"{spec}.onnx"
+    onnx.save(sample.model, str(path))
+    return str(path), {k: np.asarray(v) for k, v in sample.feeds.items()}
+
+
+def openvino_model(path: str, feeds: dict, threads: int, hint: str):
+    import openvino
+
+    core = openvino.Core()
+    model = core.read_model(path)
+    model.reshape({name: openvino.PartialShape(list(a.shape)) for name, a in feeds.items()})
+    return core.compile_model(model, "CPU", {
+        "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32", "ENABLE_CPU_PINNING": False,
+        "PERFORMANCE_HINT": hint})
+
+
+def ours(path: str, feeds: dict, device: str, **options):
+    import subgraph
+
+    graph = subgraph.from_onnx(path, {k: list(v.shape) for k, v in feeds.items()})
+    return subgraph.compile_model(graph, device, **options)
+
+
+def latency_call(config: str, path: str, feeds: dict, threads: int):
+    """A no-argument function making one call of ``config``."""
     if config == "ort":
         import onnxruntime as ort
 
         options = ort.SessionOptions()
         options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-        session = ort.InferenceSession(sample.model.SerializeToString(), options,
-                                       providers=["CPUExecutionProvider"])
-        call = lambda: session.run(None, feeds)
-    elif config == "ov":
-        import onnx
-        import openvino
+        session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        return lambda: session.run(None, feeds)
+    if config == "ov":
+        request = openvino_model(path, feeds, threads, "LATENCY").create_infer_request()
+        return lambda: request.infer(feeds)
+    model = ours(path, feeds, "HETERO:NUMPY" if config == "numpy" else "HETERO:TVM,NUMPY")
+    return lambda: model(feeds)
 
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "model.onnx"
-            onnx.save(sample.model, str(path))
-            compiled = openvino.Core().compile_model(str(path), "CPU", {
-                "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32", "ENABLE_CPU_PINNING": False})
-        request = compiled.create_infer_request()
-        call = lambda: request.infer(feeds)
-    else:
-        import subgraph
 
-        model = subgraph.compile_model(subgraph.from_onnx(sample.model, sample.input_shapes), "HETERO:TVM,NUMPY")
-        call = lambda: model(feeds)
+def timed(call, seconds: float) -> dict:
     for _ in range(3):
         call()
     times: list[float] = []
     deadline = time.perf_counter() + seconds
-    while len(times) < 5 or (time.perf_counter() < deadline and len(times) < 2000):
+    while len(times) < 5 or (time.perf_counter() < deadline and len(times) < 5000):
         start = time.perf_counter()
         call()
         times.append(time.perf_counter() - start)
-    return {"median": statistics.median(times), "calls": len(times),
-            "env": {k: os.environ.get(k) for k in ("TVM_NUM_THREADS", "TVM_BIND_THREADS",
-                                                    "TVM_THREAD_POOL_SPIN_COUNT")}}
+    return {"median": statistics.median(times), "calls": len(times)}
 
 
-def run_child(config: str, name: str, args: argparse.Namespace) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("TVM_BIND_THREADS", "TVM_THREAD_POOL_SPIN_COUNT")}
-    env.update(TVM_NUM_THREADS=str(args.threads), **config_env(config))
-    cmd = [sys.executable, __file__, "--child", config, "--models", name, "--threads", str(args.threads),
-           "--seconds", str(args.seconds)]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
+def requests_per_second(start_one, wait_all, seconds: float) -> float:
+    """Requests per second of a queue: ``start_one()`` blocks while the queue is full."""
+    for _ in range(4):
+        start_one()
+    wait_all()
+    done, begin = 0, time.perf_counter()
+    while time.perf_counter() - begin < seconds:
+        start_one()
+        done += 1
+    wait_all()
+    return done / (time.perf_counter() - begin)
+
+
+def throughput(config: str, path: str, feeds: dict, threads: int, seconds: float) -> dict:
+    if config == "ov":
+        import openvino
+
+        latency = openvino_model(path, feeds, threads, "LATENCY").create_infer_request()
+        loop = 1 / timed(lambda: latency.infer(feeds), seconds)["median"]
+        compiled = openvino_model(path, feeds, threads, "THROUGHPUT")
+        jobs = compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")
+        queue = openvino.AsyncInferQueue(compiled, jobs)
+        rps = requests_per_second(lambda: queue.start_async(feeds), queue.wait_all, seconds)
+        return {"loop": loop, "queue": rps, "jobs": jobs}
+    from subgraph.hetero import AsyncInferQueue
+
+    model = ours(path, feeds, "HETERO:TVM,NUMPY")
+    loop = 1 / timed(lambda: model(feeds), seconds)["median"]
+    if config == "tvm latency":
+        jobs = 2
+    else:
+        model = ours(path, feeds, "HETERO:TVM,NUMPY", performance_hint="THROUGHPUT")
+        jobs = model.optimal_number_of_infer_requests
+    queue = AsyncInferQueue(model, jobs)
+    rps = requests_per_second(lambda: queue.start_async(feeds), queue.wait_all, seconds)
+    return {"loop": loop, "queue": rps, "jobs": jobs}
+
+
+def child(args: argparse.Namespace) -> dict:
+    path, feeds = load_model(args.models[0])
+    if args.throughput:
+        return throughput(args.child, path, feeds, args.threads, args.seconds)
+    return timed(latency_call(args.child, path, feeds, args.threads), args.seconds)
+
+
+def run_child(config: str, spec: str, args: argparse.Namespace) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in TVM_SETTINGS.values()}
+    if args.threads != len(os.sched_getaffinity(0)):  # a count the user sets is fixed: no adapting
+        env["TVM_NUM_THREADS"] = str(args.threads)
+    env.update(config_env(config) if config.startswith("tvm") else {})
+    cmd = [sys.executable, __file__, "--child", config, "--models", spec, "--threads", str(args.threads),
+           "--seconds", str(args.seconds)] + (["--throughput"] if args.throughput else [])
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
     if out.returncode != 0:
-        return {"error": (out.stderr.strip().splitlines() or ["?"])[-1][:120]}
+        return {"error": (out.stderr.strip().splitlines() or ["?"])[-1][:160]}
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def short(spec: str) -> str:
+    return Path(spec.partition(":")[0]).stem[:22]
+
+
+def latency_table(args: argparse.Namespace) -> None:
+    configs = args.configs.split(",")
+    loads = [int(n) for n in args.loads.split(",")]
+    print(f"threads={args.threads}; median ms per call (calls), slowdown vs idle, vs ov = our slowdown / "
+          f"OpenVINO's", flush=True)
+    worst: dict[str, float] = {}
+    for spec in args.models:
+        ms: dict[tuple[int, str], float] = {}
+        for load in loads:
+            busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(load)]
+            try:
+                time.sleep(0.5 if load else 0)
+                for config in configs:
+                    r = run_child(config, spec, args)
+                    if "error" in r:
+                        print(f"{short(spec):<22} load={load} {config:<26} failed: {r['error']}", flush=True)
+                        continue
+                    ms[load, config] = r["median"] * 1e3
+                    slow = ms[load, config] / ms[loads[0], config] if (loads[0], config) in ms else math.nan
+                    ov = ms[load, "ov"] / ms[loads[0], "ov"] if (load, "ov") in ms and (loads[0], "ov") in ms \
+                        else math.nan
+                    versus = f"  vs ov {slow / ov:5.2f}" if config.startswith("tvm") and ov == ov else ""
+                    if versus and load:
+                        worst[config] = max(worst.get(config, 0.0), slow / ov)
+                    print(f"{short(spec):<22} load={load} {config:<26} {ms[load, config]:10.3f} ms "
+                          f"({r['calls']:>4}) {slow:7.2f}x{versus}", flush=True)
+            finally:
+                for proc in busy:  # only the processes this run started, by their pid
+                    proc.kill()
+                    proc.wait()
+    for config, value in worst.items():
+        print(f"worst loaded slowdown of {config!r} against OpenVINO's: {value:.2f}x")
+
+
+def throughput_table(args: argparse.Namespace) -> None:
+    print(f"threads={args.threads}; requests per second: loop, AsyncInferQueue (jobs), queue / loop", flush=True)
+    gains: dict[str, list[float]] = {}
+    for spec in args.models:
+        for config in ("tvm latency", "tvm throughput", "ov"):
+            r = run_child(config, spec, args)
+            if "error" in r:
+                print(f"{short(spec):<22} {config:<15} failed: {r['error']}", flush=True)
+                continue
+            gains.setdefault(config, []).append(r["queue"] / r["loop"])
+            print(f"{short(spec):<22} {config:<15} {r['loop']:9.1f} {r['queue']:9.1f} ({r['jobs']}) "
+                  f"{r['queue'] / r['loop']:6.2f}x", flush=True)
+    for config, values in gains.items():
+        print(f"geomean queue / loop, {config}: {statistics.geometric_mean(values):.2f}x")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="tv_squeezenet1_1,hf_bert")
+    parser.add_argument("--models", nargs="+", default=["tv_squeezenet1_1", "hf_bert"])
     parser.add_argument("--loads", default="0,1,2", help="busy processes beside the run, one run per count")
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--throughput", action="store_true", help="requests per second, loop against queue")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.child, args.models, args.threads, args.seconds)))
-        return 0
-    configs = args.configs.split(",")
-    idle: dict[tuple[str, str], float] = {}
-    print(f"threads={args.threads}; median ms per call (calls made), slowdown vs no load", flush=True)
-    for load in (int(n) for n in args.loads.split(",")):
-        busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(load)]
-        try:
-            time.sleep(0.5 if load else 0)
-            for name in args.models.split(","):
-                for config in configs:
-                    r = run_child(config, name, args)
-                    if "error" in r:
-                        print(f"load={load} {name:<18} {config:<26} failed: {r['error']}", flush=True)
-                        continue
-                    ms = r["median"] * 1e3
-                    if load == 0:
-                        idle[name, config] = ms
-                    slow = f"{ms / idle[name, config]:7.1f}x" if (name, config) in idle else ""
-                    print(f"load={load} {name:<18} {config:<26} {ms:10.3f} ms ({r['calls']:>4}) {slow}",
-                          flush=True)
-        finally:
-            for proc in busy:  # only the processes this run started, by their pid
-                proc.kill()
-                proc.wait()
+        print(json.dumps(child(args)))
+    elif args.throughput:
+        throughput_table(args)
+    else:
+        latency_table(args)
     return 0
 
 
