@@ -13,6 +13,11 @@ Hugging Face transformers from small configs (``hf_*``), recurrent nets, a UNet,
 only), and ``*_dynamic`` entries exported with symbolic batch and sequence dimensions
 (``from_onnx`` needs ``input_shapes`` for them: :attr:`Sample.input_shapes`).
 
+Beside this small set, the deployment set (``deploy_*``, :mod:`zoo.corpus.deploy`): the
+same kinds of architecture at the sizes people deploy (224 px classifiers, a 640 px
+detector, full-size transformers at 128 tokens ...), listed by ``names(size="deploy")``.
+:func:`names` lists the small set only; :func:`entry` and :func:`load` take both.
+
 Needs torch, torchvision, timm, transformers and onnxscript (the ``corpus`` extra of
 setup.cfg); they are imported only when a model is exported.
 
@@ -22,6 +27,10 @@ Examples
 True
 >>> entry("control_loop").exporters
 ('legacy',)
+>>> names(size="deploy")[:2]
+['deploy_resnet50', 'deploy_mobilenet_v3_large']
+>>> entry("deploy_crnn").family
+'recurrent'
 """
 
 from __future__ import annotations
@@ -30,11 +39,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from zoo.corpus import small, text, vision
+from zoo.corpus import deploy, small, text, vision
 from zoo.corpus._torchvision import import_torchvision
 from zoo.corpus.export import EXPORTERS, cache_dir, cached_paths, export, save_feeds
 
-__all__ = ["EXPORTERS", "Entry", "Sample", "cache_dir", "entry", "load", "module_and_args", "names"]
+__all__ = ["EXPORTERS", "SIZES", "Entry", "Sample", "cache_dir", "entry", "load", "module_and_args", "names"]
 
 
 @dataclass(frozen=True)
@@ -103,12 +112,25 @@ def _batch_of_two(build: Callable[[], tuple[Any, tuple]]) -> Callable[[], tuple[
     return built
 
 
-_ENTRIES = {e.name: e for e in _entries()}
+def _deploy_entries() -> list[Entry]:
+    # the exporters of each family in the small set: control flow needs the legacy one
+    return [Entry(n, deploy.FAMILIES[n], lambda n=n: deploy.build(n), tuple(deploy.SIZES[n]),
+                  ("legacy",) if deploy.FAMILIES[n] == "control flow" else EXPORTERS)
+            for n in deploy.SIZES]
 
 
-def names() -> list[str]:
-    """Every corpus model, in registry order."""
-    return list(_ENTRIES)
+#: the sets :func:`names` lists: ``small`` (the default, what the test suite runs) and ``deploy``
+SIZES = ("small", "deploy")
+_SETS = {"small": {e.name: e for e in _entries()}, "deploy": {e.name: e for e in _deploy_entries()}}
+_ENTRIES = {**_SETS["small"], **_SETS["deploy"]}
+
+
+def names(size: str = "small") -> list[str]:
+    """The models of one set, in registry order: ``small`` (toy sizes, the default) or
+    ``deploy`` (deployment sizes); ValueError names the sets."""
+    if size not in _SETS:
+        raise ValueError(f"unknown corpus size {size!r}; expected one of {', '.join(SIZES)}")
+    return list(_SETS[size])
 
 
 def entry(name: str) -> Entry:
