@@ -1,6 +1,10 @@
 """This project against its peers, OpenVINO's CPU plugin and onnxruntime, on every corpus model.
 
-For each model of ``zoo/corpus`` (or ``--models a,b``), in one run, with the same thread
+For each model of ``zoo/corpus``'s small set (``--size small``, the default: toy sizes,
+where a call is mostly overhead) or of its deployment set (``--size deploy``: 224 px
+classifiers, a 640 px detector, BERT-base, DistilBERT and GPT-2 at 128 tokens, Whisper-tiny's
+encoder, a CRNN, a tiny model with ``If``; see :mod:`zoo.corpus.deploy`), or of
+``--models a,b`` (names from either set), in one run, with the same thread
 count everywhere (``--threads``, default 2: TVM's pool, OpenBLAS under numpy,
 onnxruntime's intra-op threads, OpenVINO's ``INFERENCE_NUM_THREADS``), the median latency
 in ms of ``--runs`` calls after ``--warmup`` calls, block by block (interleaved calls made
@@ -30,6 +34,7 @@ rounds, are the figures to read.
 
     python benchmarks/peers.py --models tv_resnet18,hf_bert           # 2 threads, 20 runs
     python benchmarks/peers.py --tune-budget 30 --json peers.json     # every model, tuned too
+    python benchmarks/peers.py --size deploy --json peers-deploy.json  # the deployment sizes
 """
 
 from __future__ import annotations
@@ -286,9 +291,12 @@ def _geomean(values: list[float]) -> float | None:
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's options (``--child`` runs one stage of one model: for the runs' own use)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", help="comma-separated corpus names (default: all)")
+    parser.add_argument("--size", choices=("small", "deploy"), default="small",
+                        help="the corpus set to run: small (toy sizes, default) or deploy (deployment sizes)")
+    parser.add_argument("--models", help="comma-separated corpus names, of either set (default: all of --size's)")
     parser.add_argument("--threads", type=int, default=2, help="threads for every path (default 2)")
     parser.add_argument("--runs", type=int, default=20, help="timed calls per path (default 20)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed calls first (default 3)")
@@ -303,7 +311,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--report", metavar="JSON", help="print the table of an earlier run's --json file")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.child:
         stage, name, out = args.child
         if stage in ("run", "tuned"):
@@ -331,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         return report(results, args)
     import zoo.corpus
 
-    models = args.models.split(",") if args.models else zoo.corpus.names()
+    models = args.models.split(",") if args.models else zoo.corpus.names(size=args.size)
     results = []
     for name in models:
         r = measure(name, args)
