@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from zoo.corpus._torchvision import import_torchvision
+from zoo.corpus.vision import as_tensors
 
 __all__ = ["BUILDERS", "FAMILIES", "SIZES", "build"]
 
@@ -90,17 +91,7 @@ def _detector() -> Any:
     # the class logits' weights drawn 5x wider than torchvision's init (std 0.01): at 0.01 the
     # 100 best of 760k scores lie within 1e-7 of each other and float rounding reorders them
     torch.nn.init.normal_(inner.head.classification_head.cls_logits.weight, std=0.05)
-
-    class Boxes(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, x: Any) -> Any:
-            out = self.inner([x[0]])[0]
-            return out["boxes"], out["scores"], out["labels"]
-
-    return Boxes()
+    return as_tensors(inner)
 
 
 def _hidden_states(inner: Any) -> Any:

@@ -11,7 +11,8 @@ from typing import Any
 
 from zoo.corpus._torchvision import import_torchvision
 
-__all__ = ["DETECTION", "SEGMENTATION", "TIMM", "TORCHVISION", "classifier", "detector", "segmenter", "timm_model"]
+__all__ = ["DETECTION", "SEGMENTATION", "TIMM", "TORCHVISION", "as_tensors", "classifier", "detector", "segmenter",
+           "timm_model"]
 
 
 def _image(size: int, batch: int = 1) -> Any:
@@ -95,17 +96,24 @@ def detector(name: str) -> tuple[Any, tuple]:
     if not name.startswith("ssdlite"):  # ssdlite resizes every image to 320x320
         kwargs.update(min_size=128, max_size=128)
     inner = getattr(tv.models.detection, name)(**kwargs)
+    return as_tensors(inner).eval(), (_image(128),)
+
+
+def as_tensors(detector: Any) -> Any:
+    """A torchvision detector taking one image tensor (batch of one) and returning its first
+    image's ``boxes``, ``scores`` and ``labels`` as tensors, which exporters need."""
+    import torch
 
     class Boxes(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.inner = inner
+            self.inner = detector
 
         def forward(self, x: Any) -> Any:
             out = self.inner([x[0]])[0]
             return out["boxes"], out["scores"], out["labels"]
 
-    return Boxes().eval(), (_image(128),)
+    return Boxes()
 
 
 #: timm model -> (input size, create_model keyword arguments)
