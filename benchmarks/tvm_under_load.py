@@ -60,7 +60,7 @@ TVM_SETTINGS = {"spin": "TVM_THREAD_POOL_SPIN_COUNT", "bind": "TVM_BIND_THREADS"
 
 def config_env(config: str) -> dict[str, str]:
     """The environment of a configuration: ``tvm spin=1000 bind=0`` sets TVM's variables."""
-    return {TVM_SETTINGS[k]: v for k, v in (word.split("=") for word in config.split()[1:])}
+    return {TVM_SETTINGS[k]: v for k, v in (word.split("=") for word in config.split()[1:] if "=" in word)}
 
 
 def load_model(spec: str):
