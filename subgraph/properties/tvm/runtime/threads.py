@@ -78,11 +78,14 @@ class _Pool:
             _configure(_cpus(size))
 
 
-def _pool() -> _Pool:
+def _pool(size: int | None = None, fixed: bool = False) -> _Pool:
+    """This thread's pool, made now if it has none: ``size`` threads (default: the process's
+    count), ``fixed`` (or the user's settings) keeping the count."""
     pool = getattr(_local, "pool", None)
     if pool is None:
-        size = max(1, int(os.environ.get("TVM_NUM_THREADS") or usable_cpus()))
-        pool = _local.pool = _Pool(size, _user_fixed)
+        if size is None:
+            size = max(1, int(os.environ.get("TVM_NUM_THREADS") or usable_cpus()))
+        pool = _local.pool = _Pool(size, fixed or _user_fixed)
     return pool
 
 
@@ -120,9 +123,10 @@ def fit_to_load() -> None:
 def use_threads(cpus: Sequence[int]) -> None:
     """This thread's loops use ``len(cpus)`` threads from now on (a stream's share), never
     adapted; under ``TVM_BIND_THREADS=1`` they are pinned to ``cpus``."""
-    pool = _pool()
+    cpus = list(cpus) or _cpus(1)
+    pool = _pool(len(cpus), fixed=True)  # a new stream thread gets a pool of its share, no more
     pool.fixed = True
-    cpus = list(cpus)[:pool.size] or _cpus(1)
+    cpus = cpus[:pool.size]
     _configure(cpus)
     pool.now = len(cpus)
 

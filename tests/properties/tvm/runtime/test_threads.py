@@ -140,9 +140,9 @@ def test_a_stream_keeps_its_share_under_any_load(machine):
             machine["runnable"] = runnable
             threads.fit_to_load()
             seen.append(threads.thread_count())
-        threads.use_threads(range(8))  # never more than the pool has
-        return seen + [threads.thread_count()]
-    assert in_new_thread(counts) == [2, 2, 2, 4]
+        threads.use_threads(range(8))  # a stream's pool is made at its share: never more after
+        return seen + [threads.thread_count(), threads._pool().size]
+    assert in_new_thread(counts) == [2, 2, 2, 2, 2]
 
 
 def test_results_are_the_same_on_one_thread_and_on_all(tmp_path):
