@@ -273,10 +273,36 @@ def _fold(nodes: list[Node], types: dict[str, _Type], known: dict[str, np.ndarra
     return progress
 
 
+def _domain_rule(node: Node, types: dict[str, _Type], hints: dict[str, _Type]) -> bool:
+    """Output types of a node of a domain ONNX has no schema for, from the op's registered
+    rule (:func:`~subgraph.ops.registry.register_types`) once its inputs are typed; True if any is new."""
+    from subgraph.ops.registry import OUTPUT_TYPES, kernel_key
+
+    rule = OUTPUT_TYPES.get(kernel_key(node.op, node.domain))
+    if rule is None or all(o.name in hints or _is_static(types.get(o.name, (None, None))) for o in node.outputs):
+        return False
+    inputs: list[_Type | None] = []
+    for value in node.inputs:
+        value_type = None if value is None else (
+            (value.shape, value.dtype) if value.producer is None else types.get(value.name, (None, None)))
+        if value_type is not None and (value_type[0] is None or value_type[1] is None):
+            return False
+        inputs.append(value_type)
+    new = False
+    for out, (shape, dtype) in zip(node.outputs, rule(node, inputs) or ()):
+        if out.name not in hints and shape is not None and dtype is not None:
+            hints[out.name] = (tuple(shape), np.dtype(dtype))
+            new = True
+    return new
+
+
 def _output_rules(graph: Graph, types: dict[str, _Type], hints: dict[str, _Type]) -> bool:
-    """Types of optional outputs ONNX's older schemas leave unknown; True if any is new."""
+    """Types of optional outputs ONNX's older schemas leave unknown, and of outputs of ops
+    outside ONNX's domains that have a rule; True if any is new."""
     progress = False
     for node in graph.nodes:
+        if node.domain not in ("", "ai.onnx"):
+            progress = _domain_rule(node, types, hints) or progress
         if node.op == "Dropout" and node.domain in ("", "ai.onnx") and len(node.outputs) > 1:
             mask, source = node.outputs[1], node.inputs[0]
             shape = source.shape if source.producer is None else types.get(source.name, (None, None))[0]

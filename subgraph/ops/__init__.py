@@ -28,14 +28,23 @@ from __future__ import annotations
 
 from subgraph.ir import Node
 from subgraph.ops import op_list
-from subgraph.ops.registry import KERNELS, SUPPORTS, Kernel, any_dtype, native_dtypes, register_kernel
+from subgraph.ops.registry import (
+    KERNELS,
+    SUPPORTS,
+    Kernel,
+    any_dtype,
+    kernel_key,
+    native_dtypes,
+    register_kernel,
+)
 
 __all__ = ["KERNELS", "SUPPORTS", "register_kernel", "op_path", "node_path", "numpy_ops", "get_kernel",
            "native_dtypes", "any_dtype", "numpy_runs", "op_list"]
 
 
 def numpy_ops() -> list[str]:
-    """The ops that have a numpy kernel, sorted.
+    """The ops that have a numpy kernel, sorted; ops of other domains than ONNX's default are
+    named ``"domain.op"`` (:func:`~subgraph.ops.registry.kernel_key`).
 
     Examples
     --------
@@ -51,7 +60,7 @@ def op_path(op: str, domain: str = "") -> str | None:
     ``"numpy"`` means the op has a numpy kernel; a particular node may still be declined
     by the kernel's predicate (see :func:`node_path`).
     """
-    if domain in ("", "ai.onnx") and op in KERNELS:
+    if kernel_key(op, domain) in KERNELS:
         return "numpy"
     from subgraph.ops.reference import reference_supports
 
@@ -60,7 +69,8 @@ def op_path(op: str, domain: str = "") -> str | None:
 
 def numpy_runs(node: Node) -> bool:
     """True when ``node`` has a numpy kernel whose predicate accepts it."""
-    return node.domain in ("", "ai.onnx") and node.op in KERNELS and SUPPORTS[node.op](node)
+    key = kernel_key(node.op, node.domain)
+    return key in KERNELS and SUPPORTS[key](node)
 
 
 def node_path(node: Node) -> str | None:
@@ -101,7 +111,7 @@ def get_kernel(node: Node) -> Kernel:
     array([0., 0., 2.], dtype=float32)
     """
     if numpy_runs(node):
-        return KERNELS[node.op]
+        return KERNELS[kernel_key(node.op, node.domain)]
     from subgraph.ops.reference import reference_kernel
 
     return reference_kernel(node)

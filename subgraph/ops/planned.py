@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from subgraph.ir import Node, Value
-from subgraph.ops.registry import KERNELS, PLANS, Kernel
+from subgraph.ops.registry import KERNELS, PLANS, Kernel, kernel_key
 
 __all__ = ["planned_kernel", "static_shape", "constant_rest", "static_plan", "float32_plan"]
 
@@ -77,8 +77,9 @@ def planned_kernel(node: Node) -> Kernel:
         What the op's plan (:data:`~subgraph.ops.registry.PLANS`) makes of ``node``, the
         registered kernel when the op has no plan or the plan keeps it.
     """
-    kernel = KERNELS[node.op]
-    planner = PLANS.get(node.op)
+    key = kernel_key(node.op, node.domain)
+    kernel = KERNELS[key]
+    planner = PLANS.get(key)
     return (None if planner is None else planner(node, kernel)) or kernel
 
 

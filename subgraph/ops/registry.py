@@ -15,21 +15,44 @@ import numpy as np
 
 from subgraph.ir import Node
 
-__all__ = ["KERNELS", "SUPPORTS", "PLANS", "Kernel", "register_kernel", "register_plan", "native_dtypes", "any_dtype"]
+__all__ = ["KERNELS", "SUPPORTS", "PLANS", "OUTPUT_TYPES", "Kernel", "kernel_key", "register_kernel", "register_plan",
+           "register_types", "native_dtypes", "any_dtype"]
 
 Kernel = Callable[..., Any]
 Predicate = Callable[[Node], bool]
 #: ``planner(node, kernel) -> Kernel | None``: ``node``'s kernel specialised once, ``None`` for the generic one
 Planner = Callable[[Node, Kernel], "Kernel | None"]
 
-#: ONNX op type (default domain) -> numpy kernel.
+#: ``rule(node, input_types) -> output_types``: ``(shape, dtype)`` per input (``None`` when absent)
+#: and per output, for ops ONNX's inference has no schema for (see :func:`register_types`)
+TypeRule = Callable[[Node, list], "list | None"]
+
+#: Op key (:func:`kernel_key`: the op type in the default domain) -> numpy kernel.
 KERNELS: dict[str, Kernel] = {}
 
-#: ONNX op type -> predicate saying which nodes its numpy kernel handles.
+#: Op key -> predicate saying which nodes its numpy kernel handles.
 SUPPORTS: dict[str, Predicate] = {}
 
-#: ONNX op type -> planner specialising its numpy kernel to one node (see :func:`register_plan`).
+#: Op key -> planner specialising its numpy kernel to one node (see :func:`register_plan`).
 PLANS: dict[str, Planner] = {}
+
+#: Op key -> output type rule of an op outside ONNX's schemas (see :func:`register_types`).
+OUTPUT_TYPES: dict[str, TypeRule] = {}
+
+#: Domains that name the default ONNX domain.
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def kernel_key(op: str, domain: str = "") -> str:
+    """The registry key of ``op`` in ``domain``: the op type itself in the default domain,
+    ``"domain.op"`` (as ONNX's textual syntax writes it) in any other.
+
+    Examples
+    --------
+    >>> kernel_key("Conv"), kernel_key("Conv", "ai.onnx"), kernel_key("QLinearAdd", "com.microsoft")
+    ('Conv', 'Conv', 'com.microsoft.QLinearAdd')
+    """
+    return op if domain in _DEFAULT_DOMAINS else f"{domain}.{op}"
 
 #: dtypes numpy computes with natively (ml_dtypes such as float8_e5m2 may claim kind "f")
 _NATIVE = frozenset(map(np.dtype, ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
@@ -66,16 +89,20 @@ def any_dtype(node: Node) -> bool:
     return True
 
 
-def register_kernel(*ops: str, supports: Predicate | None = None) -> Callable[[Kernel], Kernel]:
+def register_kernel(*ops: str, supports: Predicate | None = None, domain: str = "") -> Callable[[Kernel], Kernel]:
     """Decorator registering ``fn`` as the numpy kernel for each op in ``ops``.
 
     Parameters
     ----------
     *ops : str
-        ONNX op types of the default domain.
+        ONNX op types of ``domain``.
     supports : callable, optional
         ``supports(node) -> bool``; a node it declines runs on ``onnx.reference``.
         Defaults to :func:`native_dtypes`.
+    domain : str
+        The ops' domain; the default ONNX domain unless given (``"com.microsoft"``). Ops of
+        other domains are registered under :func:`kernel_key` and need an output type rule
+        (:func:`register_types`) for shape inference.
 
     Examples
     --------
@@ -88,8 +115,8 @@ def register_kernel(*ops: str, supports: Predicate | None = None) -> Callable[[K
 
     def wrap(fn: Kernel) -> Kernel:
         for op in ops:
-            KERNELS[op] = fn
-            SUPPORTS[op] = supports or native_dtypes
+            KERNELS[kernel_key(op, domain)] = fn
+            SUPPORTS[kernel_key(op, domain)] = supports or native_dtypes
         return fn
 
     return wrap
@@ -122,5 +149,30 @@ def register_plan(*ops: str) -> Callable[[Planner], Planner]:
         for op in ops:
             PLANS[op] = planner
         return planner
+
+    return wrap
+
+
+def register_types(*ops: str, domain: str) -> Callable[[TypeRule], TypeRule]:
+    """Decorator registering ``rule`` as the output type rule of each op of ``domain`` in ``ops``.
+
+    ONNX's shape inference has no schema for ops outside its domains; for them
+    :func:`subgraph.analysis.infer_shapes` asks ``rule(node, input_types)`` once every
+    present input's ``(shape, dtype)`` is known (``None`` for an absent input). It returns a
+    ``(shape, dtype)`` per output, or ``None`` when it cannot tell.
+
+    Examples
+    --------
+    >>> @register_types("MyCopy", domain="com.example")
+    ... def copy_types(node, input_types):
+    ...     return [input_types[0]]
+    >>> OUTPUT_TYPES.pop("com.example.MyCopy")(None, [((2,), np.dtype("int8"))])
+    [((2,), dtype('int8'))]
+    """
+
+    def wrap(rule: TypeRule) -> TypeRule:
+        for op in ops:
+            OUTPUT_TYPES[kernel_key(op, domain)] = rule
+        return rule
 
     return wrap
