@@ -98,6 +98,14 @@ def _shape_of(value: Any, shapes: Mapping[str, tuple | None]) -> tuple | None:
     return shapes.get(value.name, value.shape) if value.producer is not None else value.shape
 
 
+def _per_tensor_quantization(node: Node, shapes: Mapping[str, tuple | None]) -> bool:
+    """A QuantizeLinear or DequantizeLinear whose scale is a scalar or has one element."""
+    if node.op not in ("QuantizeLinear", "DequantizeLinear") or len(node.inputs) < 2 or node.inputs[1] is None:
+        return False
+    shape = _shape_of(node.inputs[1], shapes)
+    return shape is not None and (len(shape) == 0 or tuple(shape) == (1,))
+
+
 def _check_per_dimension_inputs(node: Node, shapes: Mapping[str, tuple | None]) -> None:
     for index, value in enumerate(node.inputs):
         limit = _PER_DIMENSION_INPUTS.get((node.op, index))
@@ -161,6 +169,8 @@ def _check_node(node: Node, shapes: Mapping[str, tuple | None]) -> None:
     if node.op in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv"):
         _check_group(node, shapes)
     rank = _rank(node, shapes)
+    if _per_tensor_quantization(node, shapes):
+        rank = None  # ONNX ignores the axis of a per-tensor scale: any value stands
     for name in (*_AXIS_ATTRS, "perm"):
         entries = _entries(node.attrs.get(name))
         if entries is None:
