@@ -30,6 +30,7 @@ from subgraph.ops import (  # noqa: F401  (imported for their registrations; sub
     linalg,
     norm,
     pool,
+    qlinear,
     quant,
     recurrent,
     reduce,
