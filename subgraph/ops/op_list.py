@@ -21,6 +21,7 @@ from __future__ import annotations
 from subgraph.ops import (  # noqa: F401  (imported for their registrations; submodules, not the package)
     activation,
     constant,
+    contrib_quant,
     conv,
     conv_plans,
     convert,

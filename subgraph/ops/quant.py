@@ -8,9 +8,11 @@ quantizes per tensor and the ``axis`` is then ignored; a 1-D scale quantizes alo
 rank and each of its entries covers ``block_size`` consecutive elements along ``axis``.
 Rounding is to nearest, ties to even, and results saturate to the output type's range.
 float8 / int4 types and ``precision`` stay on onnx.reference (the predicates decline them).
+The kernels also run onnxruntime's com.microsoft QuantizeLinear and DequantizeLinear, which
+compute the same (their type rules are in :mod:`subgraph.ops.contrib_quant`).
 
 :func:`quant_param` and :func:`saturate` are shared with the integer arithmetic kernels
-(:mod:`subgraph.ops.qlinear`).
+(:mod:`subgraph.ops.qlinear`, :mod:`subgraph.ops.contrib_quant`).
 
 Examples
 --------
@@ -162,6 +164,7 @@ def _quantizes(node: Node) -> bool:
 
 
 @register_kernel("QuantizeLinear", supports=_quantizes)
+@register_kernel("QuantizeLinear", supports=_quantizes, domain="com.microsoft")
 def quantize_linear(node: Node, x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None = None
                     ) -> np.ndarray:
     """ONNX QuantizeLinear: ``saturate(round(x / scale) + zero_point)``, ``x / scale`` in
@@ -189,6 +192,7 @@ def _dequantizes(node: Node) -> bool:
 
 
 @register_kernel("DequantizeLinear", supports=_dequantizes)
+@register_kernel("DequantizeLinear", supports=_dequantizes, domain="com.microsoft")
 def dequantize_linear(node: Node, x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None = None
                       ) -> np.ndarray:
     """ONNX DequantizeLinear: ``(x - zero_point) * scale`` in float32, of the scale's type

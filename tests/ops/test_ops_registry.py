@@ -172,8 +172,8 @@ def test_the_registry_is_a_leaf(import_graph):
 def test_every_listed_module_is_imported_and_registers_kernels(import_graph):
     listed = listed_modules(import_graph)
     assert listed == [f"subgraph.ops.{name}" for name in (
-        "activation", "constant", "conv", "conv_plans", "convert", "detection", "elementwise", "index", "linalg",
-        "norm", "pool", "qlinear", "quant", "recurrent", "reduce", "resize", "tensor")]
+        "activation", "constant", "contrib_quant", "conv", "conv_plans", "convert", "detection", "elementwise",
+        "index", "linalg", "norm", "pool", "qlinear", "quant", "recurrent", "reduce", "resize", "tensor")]
     registered = {kernel.__module__ for kernel in [*KERNELS.values(), *PLANS.values()]}
     for module in listed:
         assert module in sys.modules
