@@ -32,6 +32,7 @@ from subgraph.ops import (  # noqa: F401  (imported for their registrations; sub
     norm,
     pool,
     qlinear,
+    qlinear_plans,
     quant,
     recurrent,
     reduce,

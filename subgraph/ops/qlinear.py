@@ -13,9 +13,12 @@ channels) whose exact results add up in float64; float64 is exact for any ``K`` 
 ``2**37``. The int32 result wraps where its sum leaves int32, as ONNX allows
 ("the accumulation may overflow if and only if in 32 bits").
 
-The QLinear ops requantize as ONNX says: ``saturate(round(acc * a_scale * b_scale /
-y_scale) + y_zero_point)``, the multiplier computed in the scales' type (float32), the
-product in float64 and rounded half to even before the zero point is added.
+The QLinear ops requantize as ONNX says, ``saturate(round(acc * a_scale * b_scale /
+y_scale) + y_zero_point)``, rounding half to even before the zero point is added, with the
+int32 sum (bias included) converted to float32 and multiplied in float32 by the multiplier
+computed in float32, as onnxruntime's CPU kernels do: their results then agree bit for
+bit. (onnx.reference multiplies in float64; where the exact product lies within float32's
+rounding of a tie, about 2 elements in 100,000, the two differ by one step.)
 
 Examples
 --------
@@ -31,6 +34,9 @@ array([[252]], dtype=int32)
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 
 from subgraph.ir import Node
@@ -40,7 +46,8 @@ from subgraph.ops.conv import conv
 from subgraph.ops.quant import RANGES, per_tensor, saturate
 from subgraph.ops.registry import KERNELS, native_dtypes, register_kernel  # noqa: F401  (KERNELS: doctest)
 
-__all__ = ["EXACT_FLOAT32", "centered", "eight_bit_operands", "integer_matmul", "integer_conv", "requantize"]
+__all__ = ["EXACT_FLOAT32", "PreparedWeights", "centered", "eight_bit_operands", "integer_matmul", "integer_conv",
+           "requantize", "weights_zero_shape"]
 
 #: float32 represents every integer of at most this magnitude (float64: ``2**53``)
 EXACT_FLOAT32 = 2**24
@@ -71,8 +78,29 @@ def centered(node: Node, x: np.ndarray, zero_point: np.ndarray | None, shape: tu
     return values, max(high - int(zero.min(initial=high)), int(zero.max(initial=low)) - low)
 
 
+@dataclass(frozen=True)
+class PreparedWeights:
+    """A node's constant weights minus their zero point, worked out once by its plan
+    (:mod:`subgraph.ops.qlinear_plans`); a kernel uses them only for the very arrays they
+    were made from."""
+
+    #: the weights input and its zero point (``None`` when absent) they were made from
+    source: np.ndarray
+    zero_point: np.ndarray | None
+    #: ``source - zero_point`` as float32, and the largest magnitude it can have
+    values: np.ndarray
+    bound: int
+    #: a convolution's float Conv planned for these weights: ``float_conv(x, values)``
+    float_conv: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+
+    def fits(self, w: np.ndarray, zero_point: np.ndarray | None) -> bool:
+        return w is self.source and zero_point is self.zero_point
+
+
 def _integers(total: np.ndarray) -> np.ndarray:
     """Exact integer-valued floats as int32, wrapping outside int32's range."""
+    if total.dtype == np.float32:  # exact sums, all within 2**24
+        return total.astype(np.int32)
     return total.astype(np.int64).astype(np.int32)
 
 
@@ -101,12 +129,14 @@ def integer_matmul(a: np.ndarray, a_bound: int, b: np.ndarray, b_bound: int) -> 
     return total
 
 
-def integer_conv(node: Node, x: np.ndarray, x_bound: int, w: np.ndarray, w_bound: int) -> np.ndarray:
+def integer_conv(node: Node, x: np.ndarray, x_bound: int, w: np.ndarray, w_bound: int,
+                 float_conv: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> np.ndarray:
     """The convolution ``node`` describes of integer-valued float32 ``x`` and ``w``, exactly,
-    through the float Conv kernel; split along input channels where float32 would round."""
+    through the float Conv kernel (or ``float_conv(x, w)``, a plan of it for these weights);
+    split along input channels where float32 would round."""
     depth = int(np.prod(w.shape[1:], dtype=np.int64))
     if depth * x_bound * w_bound <= EXACT_FLOAT32:
-        return conv(node, x, w)
+        return conv(node, x, w) if float_conv is None else float_conv(x, w)
     taps = depth // max(1, w.shape[1])
     channels = EXACT_FLOAT32 // max(1, taps * x_bound * w_bound)
     if int(node.attrs.get("group", 1)) != 1 or channels == 0 or x.shape[1] != w.shape[1]:
@@ -119,15 +149,19 @@ def integer_conv(node: Node, x: np.ndarray, x_bound: int, w: np.ndarray, w_bound
 
 def requantize(total: np.ndarray, multiplier: np.ndarray, y_zero_point: np.ndarray | None,
                dtype: np.dtype) -> np.ndarray:
-    """``saturate(round(total * multiplier) + y_zero_point)`` in float64, as ``dtype``
-    (the parameters shaped to broadcast against ``total``).
+    """``saturate(round(total * multiplier) + y_zero_point)`` in float32, as ``dtype``
+    (the parameters shaped to broadcast against ``total``, ``total`` exact integers).
 
     Examples
     --------
     >>> requantize(np.array([5.0, 7.0, -900.0]), np.float32(0.5), np.uint8(10), np.dtype(np.uint8))
     array([12, 14,  0], dtype=uint8)
     """
-    values = total.astype(np.float64) * np.asarray(multiplier).astype(np.float64)
+    values, factor = total.astype(np.float32), np.asarray(multiplier).astype(np.float32)
+    if np.broadcast_shapes(values.shape, factor.shape) == values.shape:
+        values *= factor
+    else:
+        values = values * factor
     return saturate(values, dtype, y_zero_point)
 
 
@@ -162,25 +196,33 @@ def _row_shape(a: np.ndarray, zero_point: np.ndarray | None) -> tuple[int, ...] 
     return (zero_point.size, 1)
 
 
+def _right(node: Node, b: np.ndarray, b_zero_point: np.ndarray | None,
+           prepared: PreparedWeights | None) -> tuple[np.ndarray, int]:
+    if prepared is not None and prepared.fits(b, b_zero_point):
+        return prepared.values, prepared.bound
+    return centered(node, b, b_zero_point, None, "b_zero_point")
+
+
 @register_kernel("MatMulInteger", supports=eight_bit_operands)
 def matmul_integer(node: Node, a: np.ndarray, b: np.ndarray, a_zero_point: np.ndarray | None = None,
-                   b_zero_point: np.ndarray | None = None) -> np.ndarray:
+                   b_zero_point: np.ndarray | None = None, *, prepared: PreparedWeights | None = None) -> np.ndarray:
     """ONNX MatMulInteger: ``(a - a_zero_point) @ (b - b_zero_point)`` in int32; a 1-D
     ``a_zero_point`` is per row of ``a``, a 1-D ``b_zero_point`` per column of ``b``."""
     left, a_bound = centered(node, a, a_zero_point, _row_shape(a, a_zero_point), "a_zero_point")
-    right, b_bound = centered(node, b, b_zero_point, None, "b_zero_point")
+    right, b_bound = _right(node, b, b_zero_point, prepared)
     return _integers(integer_matmul(left, a_bound, right, b_bound))
 
 
 @register_kernel("QLinearMatMul", supports=eight_bit_operands)
 def qlinear_matmul(node: Node, a: np.ndarray, a_scale: np.ndarray, a_zero_point: np.ndarray | None,
                    b: np.ndarray, b_scale: np.ndarray, b_zero_point: np.ndarray | None,
-                   y_scale: np.ndarray, y_zero_point: np.ndarray | None = None) -> np.ndarray:
+                   y_scale: np.ndarray, y_zero_point: np.ndarray | None = None, *,
+                   prepared: PreparedWeights | None = None) -> np.ndarray:
     """ONNX QLinearMatMul: the int32 product of the centred operands requantized to
     ``y_scale`` and ``y_zero_point``; ``a``'s parameters may be per row, ``b``'s per column."""
     rows = _row_shape(a, a_scale)
     left, a_bound = centered(node, a, a_zero_point, rows, "a_zero_point")
-    right, b_bound = centered(node, b, b_zero_point, None, "b_zero_point")
+    right, b_bound = _right(node, b, b_zero_point, prepared)
     total = integer_matmul(left, a_bound, right, b_bound)
     a_scale = a_scale.reshape(()) if per_tensor(a_scale) else a_scale.reshape(rows or a_scale.shape)
     b_scale = b_scale.reshape(()) if per_tensor(b_scale) else b_scale
@@ -189,8 +231,8 @@ def qlinear_matmul(node: Node, a: np.ndarray, a_scale: np.ndarray, a_zero_point:
     return requantize(total, multiplier, _output_zero(node, y_scale, y_zero_point), dtype)
 
 
-def _weights_zero(node: Node, w: np.ndarray, w_zero_point: np.ndarray | None) -> tuple[int, ...] | None:
-    """A per-output-channel weight parameter's shape ``(M, 1, ...)``."""
+def weights_zero_shape(node: Node, w: np.ndarray, w_zero_point: np.ndarray | None) -> tuple[int, ...] | None:
+    """The shape ``(M, 1, ...)`` a per-output-channel weight zero point takes, ``None`` per tensor."""
     if w_zero_point is None or per_tensor(w_zero_point):
         return None
     if w_zero_point.ndim != 1 or w_zero_point.size != w.shape[0]:
@@ -200,33 +242,35 @@ def _weights_zero(node: Node, w: np.ndarray, w_zero_point: np.ndarray | None) ->
 
 
 def _integer_conv(node: Node, x: np.ndarray, x_zero_point: np.ndarray | None, w: np.ndarray,
-                  w_zero_point: np.ndarray | None) -> np.ndarray:
+                  w_zero_point: np.ndarray | None, prepared: PreparedWeights | None) -> np.ndarray:
     if x.ndim < 3 or w.ndim != x.ndim:
         raise node_error(node, f"expects an N x C x ... input and weights of its rank, got shapes {list(x.shape)} "
                                f"and {list(w.shape)}")
     if x_zero_point is not None and not per_tensor(x_zero_point):
         raise node_error(node, f"input zero point of shape {list(x_zero_point.shape)}: ONNX allows one value")
     left, x_bound = centered(node, x, x_zero_point, None, "x_zero_point")
-    right, w_bound = centered(node, w, w_zero_point, _weights_zero(node, w, w_zero_point), "w_zero_point")
-    return integer_conv(node, left, x_bound, right, w_bound)  # zero padding of x - x_zero_point
+    if prepared is not None and prepared.fits(w, w_zero_point):  # zero padding of x - x_zero_point
+        return integer_conv(node, left, x_bound, prepared.values, prepared.bound, prepared.float_conv)
+    right, w_bound = centered(node, w, w_zero_point, weights_zero_shape(node, w, w_zero_point), "w_zero_point")
+    return integer_conv(node, left, x_bound, right, w_bound)
 
 
 @register_kernel("ConvInteger", supports=eight_bit_operands)
 def conv_integer(node: Node, x: np.ndarray, w: np.ndarray, x_zero_point: np.ndarray | None = None,
-                 w_zero_point: np.ndarray | None = None) -> np.ndarray:
+                 w_zero_point: np.ndarray | None = None, *, prepared: PreparedWeights | None = None) -> np.ndarray:
     """ONNX ConvInteger: the convolution of ``x - x_zero_point`` (padded with zeros, that is
     with ``x_zero_point``) by ``w - w_zero_point`` (per output channel when 1-D), in int32."""
-    return _integers(_integer_conv(node, x, x_zero_point, w, w_zero_point))
+    return _integers(_integer_conv(node, x, x_zero_point, w, w_zero_point, prepared))
 
 
 @register_kernel("QLinearConv", supports=eight_bit_operands)
 def qlinear_conv(node: Node, x: np.ndarray, x_scale: np.ndarray, x_zero_point: np.ndarray | None,
                  w: np.ndarray, w_scale: np.ndarray, w_zero_point: np.ndarray | None,
-                 y_scale: np.ndarray, y_zero_point: np.ndarray | None, bias: np.ndarray | None = None
-                 ) -> np.ndarray:
+                 y_scale: np.ndarray, y_zero_point: np.ndarray | None, bias: np.ndarray | None = None, *,
+                 prepared: PreparedWeights | None = None) -> np.ndarray:
     """ONNX QLinearConv: the integer convolution plus the int32 ``bias``, requantized with
     ``x_scale * w_scale / y_scale`` (``w_scale`` per output channel when 1-D)."""
-    total = _integer_conv(node, x, x_zero_point, w, w_zero_point)
+    total = _integer_conv(node, x, x_zero_point, w, w_zero_point, prepared)
     spatial = (1,) * (x.ndim - 2)
     if bias is not None:
         if bias.size != w.shape[0]:

@@ -173,7 +173,7 @@ def test_every_listed_module_is_imported_and_registers_kernels(import_graph):
     listed = listed_modules(import_graph)
     assert listed == [f"subgraph.ops.{name}" for name in (
         "activation", "constant", "contrib_quant", "conv", "conv_plans", "convert", "detection", "elementwise",
-        "index", "linalg", "norm", "pool", "qlinear", "quant", "recurrent", "reduce", "resize", "tensor")]
+        "index", "linalg", "norm", "pool", "qlinear", "qlinear_plans", "quant", "recurrent", "reduce", "resize", "tensor")]
     registered = {kernel.__module__ for kernel in [*KERNELS.values(), *PLANS.values()]}
     for module in listed:
         assert module in sys.modules

@@ -1,7 +1,10 @@
 """MatMulInteger, ConvInteger, QLinearMatMul and QLinearConv: ONNX models built with
-onnx.helper, run by ``subgraph.run`` on the numpy kernels and compared with
-``onnx.reference.ReferenceEvaluator`` exactly, and with exact int64 arithmetic where sums
-leave float32's exact range (the kernels' float BLAS must then split them)."""
+onnx.helper, run by ``subgraph.run`` on the numpy kernels (their weights planned once) and
+compared with ``onnx.reference.ReferenceEvaluator`` exactly, with exact int64 arithmetic
+where sums leave float32's exact range (the kernels' float BLAS must then split them), and
+with onnxruntime bit for bit. (The QLinear ops requantize in float32 as onnxruntime does;
+onnx.reference's float64 can differ by one step at near-ties, which these seeded data
+do not hit.)"""
 
 from __future__ import annotations
 
@@ -152,3 +155,37 @@ def test_qlinear_conv_per_channel_scale_of_the_wrong_length_names_node_and_op():
     model = build("QLinearConv", {"x": x}, consts, ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], 10)
     assert ("node 'q' (QLinearConv): weight zero point of shape [2] is neither one value nor one per output "
             "channel (3)") in failure(model, {"x": x})
+
+
+def _onnxruntime(model, feeds: dict) -> np.ndarray:
+    ort = pytest.importorskip("onnxruntime")
+    typed = type(model)()
+    typed.CopyFrom(model)
+    typed.graph.output[0].type.tensor_type.elem_type = TensorProto.UINT8
+    return ort.InferenceSession(typed.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+def test_qlinear_requantization_agrees_with_onnxruntime_bit_for_bit():
+    """Requantization in float32, as onnxruntime's kernels do: on this product float64
+    (onnx.reference's choice) lands on the other side of a tie for 2 of 98,304 elements."""
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 255, (128, 768), endpoint=True).astype(np.uint8)
+    b = rng.integers(-127, 127, (768, 768), endpoint=True).astype(np.int8)
+    consts = {"as": np.float32(0.02), "az": np.uint8(128), "b": b, "bs": np.float32(0.003), "bz": np.int8(0),
+              "ys": np.float32(0.1), "yz": np.uint8(128)}
+    model = build("QLinearMatMul", {"a": a}, consts, ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], 10)
+    (y,) = ours(model, {"a": a})
+    np.testing.assert_array_equal(y, _onnxruntime(model, {"a": a}))
+    exact = _exact_matmul(a, b, 128) * np.float64(np.float32(0.02) * np.float32(0.003) / np.float32(0.1))
+    assert (np.clip(np.rint(exact) + 128, 0, 255) != y).sum() == 2  # the ties float64 rounds the other way
+
+
+def test_qlinear_conv_agrees_with_onnxruntime_bit_for_bit():
+    x = RNG.integers(0, 255, (1, 32, 20, 20), endpoint=True).astype(np.uint8)
+    w = RNG.integers(-127, 127, (32, 32, 3, 3), endpoint=True).astype(np.int8)
+    consts = {"xs": np.float32(0.0213), "xz": np.uint8(119), "w": w,
+              "ws": RNG.uniform(0.002, 0.02, 32).astype(np.float32), "wz": np.zeros(32, np.int8),
+              "ys": np.float32(0.871), "yz": np.uint8(101), "b": RNG.integers(-3000, 3000, 32).astype(np.int32)}
+    model = build("QLinearConv", {"x": x}, consts, ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], 10,
+                  pads=[1, 1, 1, 1])
+    np.testing.assert_array_equal(ours(model, {"x": x})[0], _onnxruntime(model, {"x": x}))
