@@ -4,8 +4,9 @@ arithmetic, rounding half to even before the output zero point is added).
 
 - ``QuantizeLinear`` / ``DequantizeLinear``: the ONNX ops' kernels (:mod:`subgraph.ops.quant`
   registers them for this domain too);
-- ``QLinearAdd``: ``round((a_scale (a - a_zero) + b_scale (b - b_zero)) / c_scale) + c_zero``,
-  ``QLinearMul``: ``round((a - a_zero) (b - b_zero) a_scale b_scale / c_scale) + c_zero``,
+- ``QLinearAdd``: ``round((a_scale (a - a_zero) + b_scale (b - b_zero)) / c_scale + c_zero)``
+  in onnxruntime's order of float32 operations (bit for bit for uint8; int8 kernels of
+  onnxruntime round a few near-ties differently), ``QLinearMul``: ``round((a - a_zero) (b - b_zero) a_scale b_scale / c_scale) + c_zero``,
   broadcasting as numpy;
 - ``QLinearGlobalAveragePool``: the exact integer sum over the spatial axes times
   ``x_scale / (y_scale * count)``; ``channels_last`` for NHWC;
@@ -68,14 +69,33 @@ def _out_type(x: np.ndarray, zero: np.ndarray | None) -> np.dtype:
     return x.dtype if zero is None else zero.dtype
 
 
+def _fma(x: np.ndarray, y: np.ndarray | np.floating, z: np.ndarray | np.floating) -> np.ndarray:
+    """``x * y + z`` rounded once to float32, as a fused multiply-add: float32 operands
+    multiply exactly in float64, and uint8 / int8 ``x`` leaves room for the sum."""
+    return (np.asarray(x, np.float64) * np.float64(y) + np.asarray(z, np.float64)).astype(np.float32)
+
+
 @register_kernel("QLinearAdd", domain=MS)
 def qlinear_add(node: Node, a: np.ndarray, a_scale: np.ndarray, a_zero: np.ndarray | None, b: np.ndarray,
                 b_scale: np.ndarray, b_zero: np.ndarray | None, c_scale: np.ndarray,
                 c_zero: np.ndarray | None = None) -> np.ndarray:
+    """onnxruntime's arithmetic: ``fixed = c_zero - ra * a_zero - rb * b_zero`` (``ra = a_scale /
+    c_scale``, ``rb`` likewise), then ``fma(a, ra, fma(b, rb, fixed))`` (the scalar operand's
+    product first), rounded half to even with the zero point already in."""
     c_scale = _scalar(node, c_scale, "C_scale")
-    left = _centered(node, a, a_zero, "A_zero_point") * (_scalar(node, a_scale, "A_scale") / c_scale)
-    right = _centered(node, b, b_zero, "B_zero_point") * (_scalar(node, b_scale, "B_scale") / c_scale)
-    return saturate(np.asarray(left + right, np.float32), _out_type(a, c_zero), _scalar(node, c_zero, "C_zero_point"))
+    ra, rb = _scalar(node, a_scale, "A_scale") / c_scale, _scalar(node, b_scale, "B_scale") / c_scale
+    zeros = [np.float32(0 if z is None else _scalar(node, z, what))
+             for z, what in ((a_zero, "A_zero_point"), (b_zero, "B_zero_point"), (c_zero, "C_zero_point"))]
+    for x, z, what in ((a, zeros[0], "A"), (b, zeros[1], "B")):
+        if x.dtype not in (np.uint8, np.int8) or (c_zero is not None and c_zero.dtype != x.dtype):
+            raise node_error(node, f"{what} is {x.dtype} for an output of {_out_type(a, c_zero)}; QLinearAdd "
+                                   "takes one 8-bit type")
+    fixed = zeros[2] - ra * zeros[0] - rb * zeros[1]
+    if a.size == 1 and b.size != 1:
+        values = _fma(b, rb, _fma(a, ra, fixed))
+    else:
+        values = _fma(a, ra, _fma(b, rb, fixed))
+    return saturate(values, _out_type(a, c_zero))
 
 
 @register_kernel("QLinearMul", domain=MS)

@@ -154,3 +154,18 @@ def test_other_com_microsoft_ops_keep_their_clear_error():
     with pytest.raises(UnsupportedOpError, match=r"node 'm' \(QLinearSoftmax\): op 'QLinearSoftmax' in domain "
                                                  r"'com.microsoft' has no numpy kernel and no onnx.reference fallback"):
         subgraph.run(subgraph.from_onnx(model), {"x": x})
+
+
+@pytest.mark.parametrize("b_shape", [(64, 257), (), (257,)])
+def test_qlinear_add_near_ties_round_as_onnxruntime_does(b_shape):
+    """Scale ratios near 2 and 1/2 put many sums within float32 rounding of a tie: only
+    onnxruntime's order of operations (fused multiply-adds, the zero point added before
+    rounding) gives its results."""
+    a, b = q("uint8", 64, 257), q("uint8", *b_shape)
+    consts = {"as": np.float32(0.02 * (1 + 1e-6)), "az": np.uint8(101), "b": b, "bs": np.float32(0.005 * (1 + 3e-6)),
+              "bz": np.uint8(27), "cs": np.float32(0.01), "cz": np.uint8(4)}
+    model = build("QLinearAdd", {"a": a}, consts, ["a", "as", "az", "b", "bs", "bz", "cs", "cz"])
+    compare(model, {"a": a})
+    others = {k: v for k, v in consts.items() if k != "b"}
+    scalar_a = build("QLinearAdd", {"b": a}, {**others, "a": np.uint8(7)}, ["a", "as", "az", "b", "bs", "bz", "cs", "cz"])
+    compare(scalar_a, {"b": a})
