@@ -6,8 +6,9 @@ arithmetic, rounding half to even before the output zero point is added).
   registers them for this domain too);
 - ``QLinearAdd``: ``round((a_scale (a - a_zero) + b_scale (b - b_zero)) / c_scale + c_zero)``
   in onnxruntime's order of float32 operations (bit for bit for uint8; int8 kernels of
-  onnxruntime round a few near-ties differently), ``QLinearMul``: ``round((a - a_zero) (b - b_zero) a_scale b_scale / c_scale) + c_zero``,
-  broadcasting as numpy;
+  onnxruntime round a few near-ties differently); ``QLinearMul``:
+  ``round((a - a_zero) (b - b_zero) a_scale b_scale / c_scale + c_zero)``; both broadcast
+  as numpy;
 - ``QLinearGlobalAveragePool``: the exact integer sum over the spatial axes times
   ``x_scale / (y_scale * count)``; ``channels_last`` for NHWC;
 - ``QLinearConcat``: every input requantized to ``Y_scale`` / ``Y_zero_point`` (through a
@@ -102,10 +103,12 @@ def qlinear_add(node: Node, a: np.ndarray, a_scale: np.ndarray, a_zero: np.ndarr
 def qlinear_mul(node: Node, a: np.ndarray, a_scale: np.ndarray, a_zero: np.ndarray | None, b: np.ndarray,
                 b_scale: np.ndarray, b_zero: np.ndarray | None, c_scale: np.ndarray,
                 c_zero: np.ndarray | None = None) -> np.ndarray:
+    """``round(fma(a', b', ratio, c_zero))``: the exact product of the centred operands times
+    ``a_scale * b_scale / c_scale`` plus the output zero point, rounded once, as onnxruntime."""
     ratio = _scalar(node, a_scale, "A_scale") * _scalar(node, b_scale, "B_scale") / _scalar(node, c_scale, "C_scale")
     product = _centered(node, a, a_zero, "A_zero_point") * _centered(node, b, b_zero, "B_zero_point")
-    return saturate(np.asarray(product * ratio, np.float32), _out_type(a, c_zero),
-                    _scalar(node, c_zero, "C_zero_point"))
+    zero = np.float32(0 if c_zero is None else _scalar(node, c_zero, "C_zero_point"))
+    return saturate(_fma(product, ratio, zero), _out_type(a, c_zero))
 
 
 @register_kernel("QLinearGlobalAveragePool", domain=MS)
