@@ -16,9 +16,10 @@ recommends before quantizing), then one of
 
 Static quantization calibrates (MinMax) on :data:`CALIBRATION_BATCHES` batches of
 :func:`zoo.calibration_inputs` seeded ``seed, seed + 1, ...``. Models are cached in
-``folder`` (default: ``subgraph-zoo-quantized`` in the temp folder) under a name that
-holds the model, format, seed and onnxruntime version, so a cached file is the one this
-onnxruntime would make. onnxruntime is imported only when a model is built.
+``folder``, by default ``$SUBGRAPH_CORPUS_DIR/quantized`` (the corpus cache, which the
+test suite keeps between runs), else ``subgraph-zoo-quantized`` in the temporary folder,
+under a name that holds the model, format, seed and onnxruntime version, so a cached file
+is the one this onnxruntime would make. onnxruntime is imported only when a model is built.
 
 Examples
 --------
@@ -64,7 +65,11 @@ def quantized_names() -> list[str]:
 
 
 def _folder(folder: str | os.PathLike[str] | None) -> str:
-    return os.fspath(folder) if folder is not None else os.path.join(tempfile.gettempdir(), "subgraph-zoo-quantized")
+    if folder is not None:
+        return os.fspath(folder)
+    if os.environ.get("SUBGRAPH_CORPUS_DIR"):
+        return os.path.join(os.environ["SUBGRAPH_CORPUS_DIR"], "quantized")
+    return os.path.join(tempfile.gettempdir(), "subgraph-zoo-quantized")
 
 
 def quantized_path(name: str, fmt: str, seed: int = 0, folder: str | os.PathLike[str] | None = None) -> str:
