@@ -275,7 +275,11 @@ def qlinear_conv(node: Node, x: np.ndarray, x_scale: np.ndarray, x_zero_point: n
     if bias is not None:
         if bias.size != w.shape[0]:
             raise node_error(node, f"bias of shape {list(bias.shape)} for {w.shape[0]} output channels")
-        total = total.astype(np.float64) + bias.reshape((-1,) + spatial).astype(np.float64)
+        bias = bias.reshape((-1,) + spatial)
+        if total.dtype == np.float32 and np.abs(bias).max(initial=0) <= EXACT_FLOAT32:
+            total = total + bias.astype(np.float32)  # both exact: the sum rounds as float32(acc + bias)
+        else:
+            total = total.astype(np.float64) + bias.astype(np.float64)
     for name, scale in (("x_scale", x_scale), ("y_scale", y_scale)):
         if not per_tensor(scale):
             raise node_error(node, f"{name} of shape {list(scale.shape)}: ONNX allows one value")
