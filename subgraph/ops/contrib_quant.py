@@ -15,10 +15,12 @@ arithmetic, rounding half to even before the output zero point is added).
   256-entry table) and concatenated;
 - ``MatMulIntegerToFloat``: ``(a - a_zero) @ (b - b_zero) * a_scale * b_scale + bias`` as float;
   ``DynamicQuantizeMatMul``: the same after quantizing float ``A`` as DynamicQuantizeLinear does;
+- ``QLinearSoftmax``: onnxruntime's lookup-table softmax (see the kernel);
 - ``QGemm``: ``alpha * a_scale * b_scale * (A' B' + C)`` (``C`` the int32 bias), quantized to
   ``y_scale`` / ``y_zero_point`` when they are given, float32 otherwise.
 
-Other com.microsoft ops have no kernel here and keep the executor's clear error. Every op
+Other com.microsoft ops (QLinearSigmoid, QAttention, ...) have no kernel here and keep the
+executor's clear error. Every op
 comes with an output type rule (:func:`~subgraph.ops.registry.register_types`): ONNX's
 shape inference does not know this domain.
 
@@ -175,6 +177,36 @@ def dynamic_quantize_matmul(node: Node, a: np.ndarray, b: np.ndarray, b_scale: n
     return _to_float(node, quantized, a_scale, a_zero, b, b_scale, b_zero, bias)
 
 
+@register_kernel("QLinearSoftmax", domain=MS)
+def qlinear_softmax(node: Node, x: np.ndarray, x_scale: np.ndarray, x_zero: np.ndarray | None,
+                    y_scale: np.ndarray, y_zero: np.ndarray | None = None) -> np.ndarray:
+    """onnxruntime's lookup-table softmax (its contrib kernel defines the arithmetic): over
+    rows of ``D`` values (the ``axis`` dimension from opset 13, everything from ``axis`` on
+    before), ``e[i] = float32(exp((i - 255 + shift) * x_scale))`` for the 256 levels, where
+    ``shift = max(0, log(FLT_MAX / D) - 5) / x_scale``; each row reads ``e`` at ``x - max(x)
+    + 255``, sums in float32 in order, and gives ``round(e * floor(1 / y_scale) / sum) +
+    y_zero``, capped at 255 and wrapped to the output type. The zero point of ``x`` cancels."""
+    if x.dtype not in (np.uint8, np.int8):
+        raise node_error(node, f"expects uint8 or int8 input, got {x.dtype}")
+    opset = int(node.attrs.get("opset", 13))
+    axis = normalize_axis(int(node.attrs.get("axis", -1 if opset >= 13 else 1)), max(x.ndim, 1))
+    if x.size == 0:
+        return np.zeros_like(x)
+    rows = np.moveaxis(x, axis, -1) if opset >= 13 else x.reshape(int(np.prod(x.shape[:axis])), -1)
+    scale = np.float64(_scalar(node, x_scale, "X_scale"))
+    count = rows.shape[-1]
+    shift = max(0.0, np.log(np.float64(np.finfo(np.float32).max) / count) - 5) / scale
+    table = np.exp((np.arange(256, dtype=np.float64) - 255 + shift) * scale).astype(np.float32)
+    level = rows.astype(np.int64) - rows.max(axis=-1, keepdims=True).astype(np.int64) + 255
+    values = table[level]
+    total = np.cumsum(values, axis=-1, dtype=np.float32)[..., -1:]  # float32, in order
+    factor = np.floor(np.float32(1) / _scalar(node, y_scale, "y_scale")).astype(np.float32)
+    zero = 0 if y_zero is None else int(_scalar(node, y_zero, "y_zero_point"))
+    quantized = np.minimum(np.rint(values * factor / total).astype(np.int64) + zero, 255) & 0xFF
+    out = quantized.astype(np.uint8).view(x.dtype)
+    return np.moveaxis(out, -1, axis) if opset >= 13 else out.reshape(x.shape)
+
+
 @register_kernel("QGemm", domain=MS)
 def qgemm(node: Node, a: np.ndarray, a_scale: np.ndarray, a_zero: np.ndarray | None, b: np.ndarray,
           b_scale: np.ndarray, b_zero: np.ndarray | None, c: np.ndarray | None = None,
@@ -237,6 +269,11 @@ def _dequantize_types(node: Node, types: list[_Type | None]) -> list[_Type]:
 @register_types("QLinearAdd", "QLinearMul", domain=MS)
 def _binary_types(node: Node, types: list[_Type | None]) -> list[_Type]:
     return [(_broadcast(types[0][0], types[3][0]), types[0][1])]
+
+
+@register_types("QLinearSoftmax", domain=MS)
+def _like_input_types(node: Node, types: list[_Type | None]) -> list[_Type]:
+    return [types[0]]
 
 
 @register_types("QLinearGlobalAveragePool", domain=MS)

@@ -115,7 +115,8 @@ def test_quantize_and_dequantize(axis):
 @pytest.mark.parametrize("bias", [False, True])
 def test_matmul_integer_to_float(per_column, bias):
     a, b = q("uint8", 2, 5, 32), q("int8", 32, 6)
-    consts = {"b": b, "as": np.float32(0.02), "bs": RNG.uniform(0.001, 0.01, 6 if per_column else ()).astype(np.float32),
+    scale = RNG.uniform(0.001, 0.01, 6 if per_column else ()).astype(np.float32)
+    consts = {"b": b, "as": np.float32(0.02), "bs": scale,
               "az": np.uint8(125), "bz": np.zeros(6 if per_column else (), np.int8)}
     names = ["a", "b", "as", "bs", "az", "bz"]
     if bias:
@@ -147,11 +148,22 @@ def test_qgemm(quantized_output, trans_b):
     compare(model, {"a": a}, rtol=0.0 if quantized_output else 1e-6)
 
 
+@pytest.mark.parametrize(("axis", "opset"), [(-1, 13), (1, 13), (1, 12)])
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_qlinear_softmax(axis, opset, dtype):
+    x = q(dtype, 3, 20, 33)
+    info = np.iinfo(dtype)
+    consts = {"xs": np.float32(0.0113), "xz": np.array(info.min + 120, dtype), "ys": np.float32(1 / 256),
+              "yz": np.array(info.min, dtype)}
+    y = compare(build("QLinearSoftmax", {"x": x}, consts, ["x", "xs", "xz", "ys", "yz"], axis=axis, opset=opset),
+                {"x": x})
+    assert (y > info.min).mean() > 0.2  # not all below the lowest level (rows of 660 in opset 12)
+
+
 def test_other_com_microsoft_ops_keep_their_clear_error():
     x = q("uint8", 2, 3)
-    model = build("QLinearSoftmax", {"x": x}, {"s": np.float32(0.1), "z": np.uint8(0)}, ["x", "s", "z", "s", "z"],
-                  axis=-1, opset=13)
-    with pytest.raises(UnsupportedOpError, match=r"node 'm' \(QLinearSoftmax\): op 'QLinearSoftmax' in domain "
+    model = build("QLinearSigmoid", {"x": x}, {"s": np.float32(0.1), "z": np.uint8(0)}, ["x", "s", "z", "s", "z"])
+    with pytest.raises(UnsupportedOpError, match=r"node 'm' \(QLinearSigmoid\): op 'QLinearSigmoid' in domain "
                                                  r"'com.microsoft' has no numpy kernel and no onnx.reference fallback"):
         subgraph.run(subgraph.from_onnx(model), {"x": x})
 
@@ -167,7 +179,8 @@ def test_qlinear_add_near_ties_round_as_onnxruntime_does(b_shape):
     model = build("QLinearAdd", {"a": a}, consts, ["a", "as", "az", "b", "bs", "bz", "cs", "cz"])
     compare(model, {"a": a})
     others = {k: v for k, v in consts.items() if k != "b"}
-    scalar_a = build("QLinearAdd", {"b": a}, {**others, "a": np.uint8(7)}, ["a", "as", "az", "b", "bs", "bz", "cs", "cz"])
+    scalar_a = build("QLinearAdd", {"b": a}, {**others, "a": np.uint8(7)},
+                     ["a", "as", "az", "b", "bs", "bz", "cs", "cz"])
     compare(scalar_a, {"b": a})
 
 
