@@ -9,8 +9,7 @@ recommends before quantizing), then one of
   pairs around float ops, uint8 activations, int8 weights per output channel;
 - ``"qoperator"``: ``quantize_static`` in ``QuantFormat.QOperator`` -- QLinearConv,
   QLinearMatMul and the com.microsoft QLinearAdd, QLinearMul, QLinearGlobalAveragePool,
-  QLinearConcat, QGemm; Softmax stays float (its com.microsoft QLinearSoftmax has no
-  numpy kernel);
+  QLinearConcat, QLinearSoftmax, QGemm;
 - ``"dynamic"``: ``quantize_dynamic`` -- int8 weights, activations quantized at run time
   (DynamicQuantizeLinear, MatMulInteger, ConvInteger).
 
@@ -18,8 +17,9 @@ Static quantization calibrates (MinMax) on :data:`CALIBRATION_BATCHES` batches o
 :func:`zoo.calibration_inputs` seeded ``seed, seed + 1, ...``. Models are cached in
 ``folder``, by default ``$SUBGRAPH_CORPUS_DIR/quantized`` (the corpus cache, which the
 test suite keeps between runs), else ``subgraph-zoo-quantized`` in the temporary folder,
-under a name that holds the model, format, seed and onnxruntime version, so a cached file
-is the one this onnxruntime would make. onnxruntime is imported only when a model is built.
+under a name that holds the model, format, seed, :data:`RECIPE` and onnxruntime version,
+so a cached file is the one this onnxruntime would make. onnxruntime is imported only when
+a model is built.
 
 Examples
 --------
@@ -44,13 +44,16 @@ from zoo.bert import bert_encoder
 from zoo.feeds import calibration_inputs, save
 from zoo.vision import mobilenet_v2, resnet18
 
-__all__ = ["CALIBRATION_BATCHES", "FORMATS", "quantized_model", "quantized_names", "quantized_path"]
+__all__ = ["CALIBRATION_BATCHES", "FORMATS", "RECIPE", "quantized_model", "quantized_names", "quantized_path"]
 
 #: the quantized formats, see the module notes
 FORMATS = ("qdq", "qoperator", "dynamic")
 
 #: calibration batches of a static quantization
 CALIBRATION_BATCHES = 4
+
+#: bump when the way models are quantized changes: older cached files are not reused
+RECIPE = 2
 
 _BUILDERS: dict[str, Callable[[int], Any]] = {
     "mobilenet_v2": lambda seed: mobilenet_v2(seed=seed),
@@ -87,7 +90,7 @@ def quantized_path(name: str, fmt: str, seed: int = 0, folder: str | os.PathLike
     import onnxruntime
 
     folder = _folder(folder)
-    path = os.path.join(folder, f"{name}-{fmt}-seed{seed}-ort{onnxruntime.__version__}.onnx")
+    path = os.path.join(folder, f"{name}-{fmt}-seed{seed}-recipe{RECIPE}-ort{onnxruntime.__version__}.onnx")
     if not os.path.exists(path):
         save(_quantize(name, fmt, seed), folder, os.path.basename(path)[:-len(".onnx")])
     return path
@@ -127,15 +130,9 @@ def _quantize(name: str, fmt: str, seed: int) -> Any:
         if fmt == "dynamic":
             quantize_dynamic(prepared, out, weight_type=QuantType.QInt8)
         else:
-            operators = None
-            if fmt == "qoperator":  # every op the quantizer knows but Softmax
-                from onnxruntime.quantization.registry import QLinearOpsRegistry
-
-                operators = [op for op in QLinearOpsRegistry if op != "Softmax"]
             quantize_static(prepared, out, _Calibration(model, seed),
                             quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator,
-                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True,
-                            op_types_to_quantize=operators)
+                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True)
         quantized = onnx.load(out)
     quantized.graph.name = f"{name}_{fmt}"
     return quantized

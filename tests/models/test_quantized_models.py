@@ -51,7 +51,7 @@ MEAN_STEPS = 0.5
 
 #: ops whose results must equal onnxruntime's bit for bit given the same inputs
 QUANT_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger",
-                       "ConvInteger", "QLinearConv", "QLinearMatMul", "QLinearAdd", "QLinearMul",
+                       "ConvInteger", "QLinearConv", "QLinearMatMul", "QLinearAdd", "QLinearMul", "QLinearSoftmax",
                        "QLinearGlobalAveragePool", "QLinearConcat", "QGemm", "MatMulIntegerToFloat",
                        "DynamicQuantizeMatMul"})
 
@@ -149,8 +149,8 @@ def test_formats_use_the_ops_they_are_named_for(tmp_path) -> None:
     ops = {fmt: {(n.domain, n.op_type) for n in quantized_model("bert_encoder", fmt, folder=tmp_path).graph.node}
            for fmt in FORMATS}
     assert {("", "QuantizeLinear"), ("", "DequantizeLinear"), ("", "MatMul")} <= ops["qdq"]
-    assert {("", "QLinearMatMul"), ("com.microsoft", "QLinearAdd"), ("", "Softmax")} <= ops["qoperator"]
-    assert ("com.microsoft", "QLinearSoftmax") not in ops["qoperator"]
+    assert {("", "QLinearMatMul"), ("com.microsoft", "QLinearAdd"),
+            ("com.microsoft", "QLinearSoftmax")} <= ops["qoperator"]
     assert {("", "DynamicQuantizeLinear"), ("", "MatMulInteger")} <= ops["dynamic"]
 
 

@@ -164,7 +164,8 @@ def test_scale_and_zero_point_of_different_shapes_name_node_and_op():
     x = np.zeros((2, 3), np.int8)
     model = build("DequantizeLinear", {"x": x}, {"s": np.ones(3, np.float32), "z": np.zeros(2, np.int8)},
                   ["x", "s", "z"], 13)
-    assert "node 'q' (DequantizeLinear): zero point of shape [2] and scale of shape [3] differ" in failure(model, {"x": x})
+    message = failure(model, {"x": x})
+    assert "node 'q' (DequantizeLinear): zero point of shape [2] and scale of shape [3] differ" in message
     model = build("QuantizeLinear", {"x": f32(2, 3)}, {"s": np.ones(2, np.float32)}, ["x", "s"], 13)
     assert ("node 'q' (QuantizeLinear): scale of shape [2] does not fit axis 1 of an input of shape [2, 3]"
             in failure(model, {"x": f32(2, 3)}))
