@@ -35,6 +35,7 @@ from collections.abc import Sequence
 
 import tvm
 
+from subgraph.ops.blas import spinning_workers
 from subgraph.system import runnable_threads, usable_cpus
 
 __all__ = ["SPIN_COUNT", "fit_to_load", "thread_count", "use_all_cpus", "use_threads"]
@@ -49,6 +50,9 @@ _SHARE_CORES = -3
 #: set beside ``TVM_NUM_THREADS`` when :func:`use_all_cpus` sets it, so that this process and
 #: the processes it starts (which inherit both) tell the user's count from ours
 _OURS = "SUBGRAPH_TVM_NUM_THREADS"
+
+#: the machine's CPUs, which the runnable count is spread over (``os.cpu_count`` costs 2.6 us)
+_MACHINE_CPUS = os.cpu_count() or 1
 
 _user_fixed = False
 _local = threading.local()
@@ -103,8 +107,9 @@ def _configure(cpus: list[int]) -> None:
 def fit_to_load() -> None:
     """Before a call: this thread's loops use the cores the machine has free, at least one.
 
-    Free cores are the machine's CPUs less the runnable threads that are not this thread's
-    (its pool's threads in use counted as its own: they spin a while after each loop).
+    Free cores are the machine's CPUs less the runnable threads that are not this process's:
+    its pool's threads in use, which spin a while after each loop, and the numpy path's BLAS
+    workers after a product (:func:`~subgraph.ops.blas.spinning_workers`) count as its own.
     Nothing changes where the count cannot be read, for a stream (:func:`use_threads`), or
     when the user set ``TVM_NUM_THREADS`` or ``TVM_BIND_THREADS=1``.
     """
@@ -114,7 +119,8 @@ def fit_to_load() -> None:
     runnable = runnable_threads()
     if runnable is None:
         return
-    wanted = max(1, min(pool.size, (os.cpu_count() or 1) - (runnable - pool.now)))
+    others = runnable - pool.now - spinning_workers()
+    wanted = max(1, min(pool.size, _MACHINE_CPUS - others))
     if wanted != pool.now:
         _configure(_cpus(wanted))
         pool.now = wanted
