@@ -17,8 +17,8 @@ Three settings decide it:
   a worker waits for the next loop a few tens of microseconds, the gap between loops of one
   call, then sleeps instead of holding a core between calls;
 - each call (:func:`fit_to_load`): the calling thread's loops use as many threads as the
-  machine has cores free (:func:`~subgraph.system.runnable_threads`, this thread's own
-  counted out), at least one. Under load the loops run on the caller alone: no worker to
+  machine has cores free (:func:`~subgraph.system.other_runnable`: the runnable threads of
+  other processes), at least one. Under load the loops run on the caller alone: no worker to
   wait for. The count is read at most every 5 ms; changing it costs about a microsecond;
 - a stream of a ``THROUGHPUT`` model (:func:`use_threads`): its share of the CPUs, fixed.
 
@@ -35,8 +35,7 @@ from collections.abc import Sequence
 
 import tvm
 
-from subgraph.ops.blas import spinning_workers
-from subgraph.system import runnable_threads, usable_cpus
+from subgraph.system import other_runnable, usable_cpus
 
 __all__ = ["SPIN_COUNT", "fit_to_load", "thread_count", "use_all_cpus", "use_threads"]
 
@@ -107,19 +106,18 @@ def _configure(cpus: list[int]) -> None:
 def fit_to_load() -> None:
     """Before a call: this thread's loops use the cores the machine has free, at least one.
 
-    Free cores are the machine's CPUs less the runnable threads that are not this process's:
-    its pool's threads in use, which spin a while after each loop, and the numpy path's BLAS
-    workers after a product (:func:`~subgraph.ops.blas.spinning_workers`) count as its own.
+    Free cores are the machine's CPUs less the runnable threads of other processes
+    (:func:`~subgraph.system.other_runnable`): this process's own, its pools' workers spinning
+    down and a thread handing a request over, are not load.
     Nothing changes where the count cannot be read, for a stream (:func:`use_threads`), or
     when the user set ``TVM_NUM_THREADS`` or ``TVM_BIND_THREADS=1``.
     """
     pool = _pool()
     if pool.fixed:
         return
-    runnable = runnable_threads()
-    if runnable is None:
+    others = other_runnable()
+    if others is None:
         return
-    others = runnable - pool.now - spinning_workers()
     wanted = max(1, min(pool.size, _MACHINE_CPUS - others))
     if wanted != pool.now:
         _configure(_cpus(wanted))
