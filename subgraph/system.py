@@ -21,7 +21,7 @@ import os
 import threading
 import time
 
-__all__ = ["LOAD_SECONDS", "other_runnable", "runnable_threads", "usable_cpus"]
+__all__ = ["LOAD_SECONDS", "runnable_threads", "usable_cpus"]
 
 #: ``/proc/loadavg``: its fourth field is "runnable/total" scheduling entities, the caller included
 LOADAVG = "/proc/loadavg"
@@ -29,9 +29,6 @@ LOADAVG = "/proc/loadavg"
 #: the runnable count is read at most this often: a read costs 3-10 us, and a model's run asks
 #: before every large product (MobileNetV2's numpy path: 35 of them in 6 ms), or every TVM call
 LOAD_SECONDS = 0.005
-
-#: this process's threads, one folder each, whose ``stat`` gives the state after the name
-OWN_TASKS = "/proc/self/task"
 
 _state: dict[str, object] = {}
 _lock = threading.Lock()
@@ -58,49 +55,6 @@ def runnable_threads() -> int | None:
         return last[1]  # type: ignore[index]
     count = _read_runnable()
     _state["last"] = (now, count)
-    return count
-
-
-def other_runnable() -> int | None:
-    """Threads of other processes runnable now: :func:`runnable_threads` less this process's
-    own runnable threads (Linux's ``/proc/self/task``), so that this process's thread pools
-    spinning down, or a thread waking for a moment to hand a request over, are not load.
-    None where the counts cannot be read. The answer stands for :data:`LOAD_SECONDS`.
-
-    Examples
-    --------
-    >>> count = other_runnable()
-    >>> count is None or count >= 0
-    True
-    """
-    now = time.monotonic()
-    last = _state.get("others")
-    if last is not None and now - last[0] < LOAD_SECONDS:  # type: ignore[index]
-        return last[1]  # type: ignore[index]
-    # this process's count just before and just after the machine's: a thread of ours that woke
-    # (or slept) between the reads is counted as ours, not as another process's
-    before = _own_runnable()
-    total = _read_runnable()
-    after = _own_runnable()
-    others = None if None in (before, total, after) else max(0, total - max(before, after))  # type: ignore[operator,type-var]
-    _state["others"] = (now, others)
-    return others
-
-
-def _own_runnable() -> int | None:
-    """This process's threads in state R (running or waiting for a core): a few us a thread."""
-    count = 0
-    try:
-        tasks = os.listdir(OWN_TASKS)
-    except OSError:
-        return None
-    for task in tasks:
-        try:
-            with open(f"{OWN_TASKS}/{task}/stat", "rb") as stat:
-                text = stat.read()
-        except OSError:  # the thread ended meanwhile
-            continue
-        count += text[text.rindex(b")") + 2:text.rindex(b")") + 3] == b"R"
     return count
 
 

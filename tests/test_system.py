@@ -43,18 +43,3 @@ def test_one_read_stands_for_load_seconds(monkeypatch, loadavg):
     assert system.runnable_threads() == 1  # within the window: the last answer
     clock[0] += system.LOAD_SECONDS
     assert system.runnable_threads() == 5
-
-
-def test_other_runnable_leaves_this_processes_own_threads_out(monkeypatch, loadavg, tmp_path):
-    """Our pools' spinning workers and a thread waking for a moment are not load."""
-    tasks = tmp_path / "task"
-    for tid, state in [(10, "R"), (11, "S"), (12, "R"), (13, "D")]:
-        (tasks / str(tid)).mkdir(parents=True)
-        (tasks / str(tid) / "stat").write_text(f"{tid} (python (x)) {state} 1 2 3\n")  # a name with ')'
-    monkeypatch.setattr(system, "OWN_TASKS", str(tasks))
-    monkeypatch.setattr(system, "LOAD_SECONDS", 0.0)
-    for total, others in [(2, 0), (5, 3), (1, 0)]:
-        loadavg.write_text(f"0.5 0.5 0.5 {total}/70 1\n")
-        assert system.other_runnable() == others, total
-    monkeypatch.setattr(system, "OWN_TASKS", str(tmp_path / "absent"))
-    assert system.other_runnable() is None

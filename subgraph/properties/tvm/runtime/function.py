@@ -17,7 +17,7 @@ from subgraph.ops.index import check_indices
 from subgraph.properties.base import CompiledKernel
 from subgraph.properties.tvm.runtime.messages import error_summary
 from subgraph.properties.tvm.runtime.tensors import aligned_empty, as_tvm_tensor, shared_tensor, to_numpy
-from subgraph.properties.tvm.runtime.threads import fit_to_load
+from subgraph.properties.tvm.runtime.threads import fit_to_load, note_load
 
 __all__ = ["CompiledLibrary", "Signature", "TVMFunction"]
 
@@ -132,6 +132,8 @@ class TVMFunction(CompiledKernel):
         except Exception as exc:  # TVM raises its own error types
             raise ExecutionError(f"TVM function for graph {self.name!r} failed: "
                                  f"{error_summary(exc)}") from None
+        finally:
+            note_load()
         items = [result] if isinstance(result, (tvm.runtime.Tensor, tvm.runtime.ShapeTuple)) \
             else list(result)
         return [tvm.runtime.tensor(np.array(list(t), dtype=np.int64), self.device)

@@ -16,9 +16,9 @@ Three settings decide it:
   for it; unpinned costs nothing idle), and ``TVM_THREAD_POOL_SPIN_COUNT`` :data:`SPIN_COUNT`:
   a worker waits for the next loop a few tens of microseconds, the gap between loops of one
   call, then sleeps instead of holding a core between calls;
-- each call (:func:`fit_to_load`): the calling thread's loops use as many threads as the
-  machine has cores free (:func:`~subgraph.system.other_runnable`: the runnable threads of
-  other processes), at least one. Under load the loops run on the caller alone: no worker to
+- each call (:func:`fit_to_load`, :func:`note_load`): the calling thread's loops use as
+  many threads as the machine had cores free after its last call
+  (:func:`~subgraph.system.runnable_threads`, this thread's pool counted out), at least one. Under load the loops run on the caller alone: no worker to
   wait for. The count is read at most every 5 ms; changing it costs about a microsecond;
 - a stream of a ``THROUGHPUT`` model (:func:`use_threads`): its share of the CPUs, fixed.
 
@@ -35,9 +35,9 @@ from collections.abc import Sequence
 
 import tvm
 
-from subgraph.system import other_runnable, usable_cpus
+from subgraph.system import runnable_threads, usable_cpus
 
-__all__ = ["SPIN_COUNT", "fit_to_load", "thread_count", "use_all_cpus", "use_threads"]
+__all__ = ["SPIN_COUNT", "fit_to_load", "note_load", "thread_count", "use_all_cpus", "use_threads"]
 
 #: yields a TVM worker spins before it sleeps (TVM's default: 300000, about 0.1 s on an idle core)
 SPIN_COUNT = 1000
@@ -71,11 +71,13 @@ def use_all_cpus() -> None:
 
 class _Pool:
     """This thread's pool: ``size`` threads (its first configuration, the most TVM then
-    lets it use), ``now`` in use, ``fixed`` when the count never adapts."""
+    lets it use), ``now`` in use, ``wanted`` for the next call, ``fixed`` when the count
+    never adapts."""
 
     def __init__(self, size: int, fixed: bool) -> None:
         self.size = size
         self.now = size
+        self.wanted = size
         self.fixed = fixed
         if not fixed:  # TVM makes a pool at the first count it is given: make it the largest
             _configure(_cpus(size))
@@ -104,24 +106,31 @@ def _configure(cpus: list[int]) -> None:
 
 
 def fit_to_load() -> None:
-    """Before a call: this thread's loops use the cores the machine has free, at least one.
+    """Before a call: this thread's loops use the count :func:`note_load` chose after its last
+    call (every thread at first). Nothing changes for a stream (:func:`use_threads`) or when
+    the user set ``TVM_NUM_THREADS`` or ``TVM_BIND_THREADS=1``."""
+    pool = _pool()
+    if not pool.fixed and pool.wanted != pool.now:
+        _configure(_cpus(pool.wanted))
+        pool.now = pool.wanted
 
-    Free cores are the machine's CPUs less the runnable threads of other processes
-    (:func:`~subgraph.system.other_runnable`): this process's own, its pools' workers spinning
-    down and a thread handing a request over, are not load.
-    Nothing changes where the count cannot be read, for a stream (:func:`use_threads`), or
-    when the user set ``TVM_NUM_THREADS`` or ``TVM_BIND_THREADS=1``.
+
+def note_load() -> None:
+    """After a call, before its results are handed on: the next call's count is the cores the
+    machine has free, at least one.
+
+    Free cores are the machine's CPUs less the runnable threads that are not this thread's
+    and its pool's (the pool's workers spin a while after each loop, runnable). Read here,
+    not before a call: a thread that hands this one its next request wakes when it gets this
+    call's result, and would count as load at the next call's start. Nothing changes where
+    the count cannot be read (not Linux).
     """
     pool = _pool()
     if pool.fixed:
         return
-    others = other_runnable()
-    if others is None:
-        return
-    wanted = max(1, min(pool.size, _MACHINE_CPUS - others))
-    if wanted != pool.now:
-        _configure(_cpus(wanted))
-        pool.now = wanted
+    runnable = runnable_threads()
+    if runnable is not None:
+        pool.wanted = max(1, min(pool.size, _MACHINE_CPUS - (runnable - pool.now)))
 
 
 def use_threads(cpus: Sequence[int]) -> None:

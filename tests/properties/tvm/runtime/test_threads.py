@@ -108,36 +108,40 @@ def test_a_process_started_by_ours_tells_our_thread_count_from_the_users(tmp_pat
 
 @pytest.fixture
 def machine(monkeypatch):
-    """A machine of 4 CPUs whose other processes' runnable count the test sets; the pool is 4
-    threads (thread-local, so each test works on a fresh thread)."""
-    state = {"others": 0}
-    monkeypatch.setattr(threads, "other_runnable", lambda: state["others"])
+    """A machine of 4 CPUs whose runnable count the test sets; the pool is 4 threads
+    (thread-local, so each test works on a fresh thread)."""
+    state = {"runnable": 1}
+    monkeypatch.setattr(threads, "runnable_threads", lambda: state["runnable"])
     monkeypatch.setattr(threads, "_MACHINE_CPUS", 4)
     monkeypatch.setattr(threads, "_user_fixed", False)
     monkeypatch.setenv("TVM_NUM_THREADS", "4")
     return state
 
 
-def test_each_call_uses_the_cores_the_machine_has_free(machine):
+def call(machine, runnable):
+    """One call as TVMFunction makes it: the count chosen before, the load read after."""
+    threads.fit_to_load()
+    used = threads.thread_count()
+    machine["runnable"] = runnable
+    threads.note_load()
+    return used
+
+
+def test_each_call_uses_the_cores_the_machine_had_free_after_the_last(machine):
     def counts():
-        seen = []
-        for others in (0, 1, 3, 8, 1, 0, None):
-            machine["others"] = others
-            threads.fit_to_load()
-            seen.append(threads.thread_count())
-        return seen
-    # 4 cores less the other processes' runnable threads, at least one; no count (not Linux): unchanged
-    assert in_new_thread(counts) == [4, 3, 1, 1, 3, 4, 4]
+        # runnable counts include this thread's pool (its threads in use)
+        return [call(machine, runnable) for runnable in (5, 7, 9, 2, 1, None, 4)] + [threads.thread_count()]
+    # first call: every thread; then 4 own + 1 other -> 3; 3 own + 4 others -> 1 (at least one);
+    # 1 + 8 -> 1; 1 + 1 -> 3; 3 own, none other -> 4; no count (not Linux): unchanged
+    assert in_new_thread(counts) == [4, 3, 1, 1, 3, 4, 4, 4]
 
 
 def test_a_stream_keeps_its_share_under_any_load(machine):
     def counts():
         threads.use_threads([0, 1])
         seen = [threads.thread_count()]
-        for others in (9, 0):
-            machine["others"] = others
-            threads.fit_to_load()
-            seen.append(threads.thread_count())
+        for runnable in (9, 1):
+            seen.append(call(machine, runnable))
         threads.use_threads(range(8))  # a stream's pool is made at its share: never more after
         return seen + [threads.thread_count(), threads._pool().size]
     assert in_new_thread(counts) == [2, 2, 2, 2, 2]
