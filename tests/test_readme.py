@@ -84,7 +84,7 @@ def test_readme_has_exactly_two_fresh_machine_commands_and_every_block_is_covere
     text = [code for lang, code, _ in BLOCKS if lang == "" and not code.startswith(("$ ", INSTALL))]
     assert len(text) == 1 and text[0].startswith("cli | testing")  # the layer picture, not code
     assert covered + len(text) == len(BLOCKS)
-    assert len(PYTHON) == 5 and len(SHELL) == 2
+    assert len(PYTHON) == 6 and len(SHELL) == 2
 
 
 @pytest.mark.skipif(not HAS_TVM, reason="the README's first command compiles with TVM")
