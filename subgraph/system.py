@@ -21,7 +21,7 @@ import os
 import threading
 import time
 
-__all__ = ["LOAD_SECONDS", "runnable_threads", "usable_cpus"]
+__all__ = ["LOAD_SECONDS", "load_reading", "runnable_threads", "usable_cpus"]
 
 #: ``/proc/loadavg``: its fourth field is "runnable/total" scheduling entities, the caller included
 LOADAVG = "/proc/loadavg"
@@ -40,6 +40,13 @@ def usable_cpus() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # macOS, Windows
         return os.cpu_count() or 1
+
+
+def load_reading() -> tuple[float, int | None]:
+    """``(when, count)``: :func:`runnable_threads`' answer and the ``time.monotonic()`` it was
+    read at, for a caller that must not act twice on one reading."""
+    runnable_threads()
+    return _state["last"]  # type: ignore[return-value]
 
 
 def runnable_threads() -> int | None:

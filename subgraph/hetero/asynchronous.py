@@ -1,7 +1,8 @@
 """OpenVINO's asynchronous surface: :class:`AsyncRequest` and :class:`AsyncInferQueue`.
 
 ``model.start_async(feeds)`` checks and copies the feeds, hands them to the model's
-:class:`~subgraph.hetero.pipeline.Pipeline` and returns an :class:`AsyncRequest` at once:
+:class:`~subgraph.hetero.pipeline.Pipeline` (or its :class:`~subgraph.hetero.streams.Streams`
+under ``performance_hint="THROUGHPUT"``) and returns an :class:`AsyncRequest` at once:
 ``request.wait(timeout)`` gives the outputs (or raises the request's error), and
 ``request.future`` is the :class:`concurrent.futures.Future` behind it, for
 ``concurrent.futures.wait``/``as_completed`` and ``asyncio.wrap_future``.
@@ -117,7 +118,7 @@ class AsyncInferQueue:
     Raises
     ------
     DeviceError
-        ``jobs`` is not an int >= 1 or ``model`` cannot run asynchronously.
+        ``jobs`` is not an int >= 0 or ``model`` cannot run asynchronously.
     """
 
     def __init__(self, model: _Submits, jobs: int = 2) -> None:

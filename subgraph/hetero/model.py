@@ -66,7 +66,8 @@ class CompiledModel:
 
     Call it (or :meth:`run`) with feeds to get ``{output name: array}``; safe to call
     from several threads at once. :meth:`start_async` runs requests pipelined over the
-    model's :attr:`stages` (:mod:`~subgraph.hetero.asynchronous`).
+    model's :attr:`stages`, or whole on :attr:`streams` threads under the ``THROUGHPUT``
+    hint (:mod:`~subgraph.hetero.asynchronous`, :mod:`~subgraph.hetero.streams`).
     """
 
     def __init__(self, graph: Graph, affinity: dict[str, str], subgraphs: list[SubgraphInfo],
@@ -155,7 +156,8 @@ class CompiledModel:
         The feeds are checked now (bad feeds raise :class:`~subgraph.errors.InputError`
         here) and copied, so the caller may change its arrays while the request runs.
         Requests run pipelined: one worker thread per stage (:attr:`stages`), so request
-        k+1's first stage runs while request k's second stage runs on another device.
+        k+1's first stage runs while request k's second stage runs on another device; with
+        more than one of :attr:`streams`, each request runs whole on the next free stream.
         Each result equals :meth:`run`'s on the same feeds. Profiling records only
         synchronous runs. :class:`~subgraph.hetero.asynchronous.AsyncInferQueue` bounds
         the requests in flight.

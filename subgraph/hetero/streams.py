@@ -102,6 +102,7 @@ class Streams:
         self.cpus = [[cpus[(i * self.threads + j) % len(cpus)] for j in range(self.threads)] for i in range(count)]
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._closed = False
+        self._lock = threading.Lock()
         props = list(properties)
         self._threads = [threading.Thread(target=self._work, args=(run, props, self.cpus[i]), daemon=True,
                                           name=f"subgraph-{name}-stream{i}") for i in range(count)]
@@ -110,11 +111,12 @@ class Streams:
 
     def submit(self, feeds: dict[str, np.ndarray]) -> Future:
         """Start one request on ``feeds`` (checked private copies); returns its future."""
-        if self._closed:
-            raise SubgraphError("these streams are closed: their model was dropped or close() was called")
         future: Future = Future()
         future.set_running_or_notify_cancel()
-        self._inbox.put((future, feeds))
+        with self._lock:  # never behind close()'s stop mark: a request put after it would never run
+            if self._closed:
+                raise SubgraphError("these streams are closed: their model was dropped or close() was called")
+            self._inbox.put((future, feeds))
         return future
 
     def _work(self, run: Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]],
@@ -141,9 +143,10 @@ class Streams:
 
     def close(self) -> None:
         """Stop the streams once the requests already submitted are done (idempotent)."""
-        if not self._closed:
-            self._closed = True
-            self._inbox.put(None)
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._inbox.put(None)
 
     def __repr__(self) -> str:
         return f"<Streams {self.count} x {self.threads} thread(s)>"

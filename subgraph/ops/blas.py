@@ -37,6 +37,7 @@ array([[3., 3.],
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -47,7 +48,7 @@ import numpy as np
 
 from subgraph.system import runnable_threads, usable_cpus
 
-__all__ = ["BLAS_SERIAL_MACS", "matmul"]
+__all__ = ["BLAS_SERIAL_MACS", "matmul", "spinning_workers"]
 
 #: products with fewer multiply-adds than this run on one BLAS thread (~0.1 ms of work)
 SERIAL_MACS = 1 << 22
@@ -57,6 +58,10 @@ CHUNK_MACS = 1 << 21
 
 #: below this OpenBLAS itself stays on one thread (``GEMM_MULTITHREAD_THRESHOLD``): nothing to switch
 BLAS_SERIAL_MACS = 1 << 18
+
+#: seconds OpenBLAS's workers stay runnable after a product, yielding before they sleep
+#: (its ``THREAD_TIMEOUT``: 2**28 cycles, about 0.1 s)
+SPIN_SECONDS = 0.1
 
 _state: dict[str, Any] = {}
 _lock = threading.Lock()
@@ -72,6 +77,16 @@ def _cores_free() -> bool:
     """
     runnable = runnable_threads()
     return runnable is not None and runnable <= usable_cpus()
+
+
+def spinning_workers() -> int:
+    """BLAS worker threads of this process that may still be runnable, yielding, after its
+    last product on the BLAS's own threads (:data:`SPIN_SECONDS`); TVM's pool counts them
+    as this process's, not as another process's load (:mod:`subgraph.properties.tvm.runtime.threads`)."""
+    at = _state.get("parallel_at")
+    if at is None or time.monotonic() - at > SPIN_SECONDS:
+        return 0
+    return _state["parallel_threads"] - 1
 
 
 def _blas_pools() -> list[Any]:
@@ -182,6 +197,9 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if macs <= BLAS_SERIAL_MACS:
         return np.matmul(a, b)
     if _cores_free():
+        if "parallel_threads" not in _state:  # asked once: threadpoolctl takes 1.7 us
+            _state["parallel_threads"] = max([p.get_num_threads() or 1 for p in _blas_pools()], default=1)
+        _state["parallel_at"] = time.monotonic()  # its workers spin a while now: spinning_workers()
         return np.matmul(a, b)  # the BLAS's own threads, each on a core of its own
     with _one_blas_thread() as threads:
         if macs < SERIAL_MACS or threads == 1:

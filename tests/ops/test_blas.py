@@ -86,6 +86,20 @@ def test_cores_free_compares_the_runnable_count_with_the_cores(monkeypatch):
         assert blas._cores_free() is free, (runnable, cores)  # no count (not Linux): the safe side
 
 
+def test_spinning_workers_after_a_product_on_the_blas_threads(monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr(blas.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(blas, "_cores_free", lambda: True)
+    monkeypatch.setitem(blas._state, "parallel_at", None)
+    assert blas.spinning_workers() == 0
+    a = np.ones((256, 256), np.float32)
+    blas.matmul(a, a)  # above BLAS_SERIAL_MACS: the BLAS's own threads
+    threads = max([p.get_num_threads() or 1 for p in blas._blas_pools()], default=1)
+    assert blas.spinning_workers() == threads - 1
+    clock[0] += blas.SPIN_SECONDS * 1.5
+    assert blas.spinning_workers() == 0  # they sleep by now
+
+
 def test_small_product_runs_on_one_thread_then_restores(pool):
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((3, 64, 96), np.float32), rng.standard_normal((96, 64), np.float32)

@@ -126,8 +126,8 @@ class TVMFunction(CompiledKernel):
         if len(tensors) != len(self._inputs):
             raise InputError(f"TVM function for graph {self.name!r} takes {len(self._inputs)} "
                              f"input(s) {self.input_names}, got {len(tensors)}")
-        fit_to_load()
         try:
+            fit_to_load()
             result = self._entry()(*tensors, *self.weights)
         except Exception as exc:  # TVM raises its own error types
             raise ExecutionError(f"TVM function for graph {self.name!r} failed: "

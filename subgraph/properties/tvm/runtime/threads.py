@@ -22,20 +22,24 @@ Three settings decide it:
   wait for. The count is read at most every 5 ms; changing it costs about a microsecond;
 - a stream of a ``THROUGHPUT`` model (:func:`use_threads`): its share of the CPUs, fixed.
 
-Variables the user set win: ``TVM_NUM_THREADS`` fixes every call's count (no adapting), as
+Variables the user set win: ``TVM_NUM_THREADS`` fixes every call's count (no adapting; a
+stream's share, which the user chose with ``num_streams``, still applies), as
 ``TVM_BIND_THREADS=1`` does (TVM pins a thread to the first cores of the count it is given;
 a stream's threads are pinned to its own share); ``TVM_THREAD_POOL_SPIN_COUNT`` is kept.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import threading
+import time
 from collections.abc import Sequence
 
 import tvm
 
-from subgraph.system import runnable_threads, usable_cpus
+from subgraph.ops.blas import spinning_workers
+from subgraph.system import load_reading, usable_cpus
 
 __all__ = ["SPIN_COUNT", "fit_to_load", "note_load", "thread_count", "use_all_cpus", "use_threads"]
 
@@ -78,6 +82,7 @@ class _Pool:
         self.size = size
         self.now = size
         self.wanted = size
+        self.changed_at = -math.inf
         self.fixed = fixed
         if not fixed:  # TVM makes a pool at the first count it is given: make it the largest
             _configure(_cpus(size))
@@ -113,24 +118,29 @@ def fit_to_load() -> None:
     if not pool.fixed and pool.wanted != pool.now:
         _configure(_cpus(pool.wanted))
         pool.now = pool.wanted
+        pool.changed_at = time.monotonic()
 
 
 def note_load() -> None:
     """After a call, before its results are handed on: the next call's count is the cores the
     machine has free, at least one.
 
-    Free cores are the machine's CPUs less the runnable threads that are not this thread's
-    and its pool's (the pool's workers spin a while after each loop, runnable). Read here,
-    not before a call: a thread that hands this one its next request wakes when it gets this
-    call's result, and would count as load at the next call's start. Nothing changes where
-    the count cannot be read (not Linux).
+    Free cores are the machine's CPUs less the runnable threads that are not this process's:
+    this thread and its pool's workers (they spin a while after each loop, runnable) and the
+    numpy path's BLAS workers after a product (:func:`~subgraph.ops.blas.spinning_workers`).
+    Read here, not before a call: a thread that hands this one its next request wakes when
+    it gets this call's result, and would count as load at the next call's start. A reading
+    older than this thread's last change of count is not used again (its own threads were
+    counted at another count). Nothing changes where the count cannot be read (not Linux).
     """
     pool = _pool()
     if pool.fixed:
         return
-    runnable = runnable_threads()
-    if runnable is not None:
-        pool.wanted = max(1, min(pool.size, _MACHINE_CPUS - (runnable - pool.now)))
+    at, runnable = load_reading()
+    if runnable is None or at <= pool.changed_at:
+        return
+    others = runnable - pool.now - spinning_workers()
+    pool.wanted = max(1, min(pool.size, _MACHINE_CPUS - others))
 
 
 def use_threads(cpus: Sequence[int]) -> None:

@@ -110,8 +110,13 @@ def test_a_process_started_by_ours_tells_our_thread_count_from_the_users(tmp_pat
 def machine(monkeypatch):
     """A machine of 4 CPUs whose runnable count the test sets; the pool is 4 threads
     (thread-local, so each test works on a fresh thread)."""
-    state = {"runnable": 1}
-    monkeypatch.setattr(threads, "runnable_threads", lambda: state["runnable"])
+    state = {"runnable": 1, "blas": 0, "read": 0.0}
+
+    def reading():  # a fresh reading at each call, later than any change of count
+        state["read"] = threads.time.monotonic() + 1.0
+        return state["read"], state["runnable"]
+    monkeypatch.setattr(threads, "load_reading", reading)
+    monkeypatch.setattr(threads, "spinning_workers", lambda: state["blas"])
     monkeypatch.setattr(threads, "_MACHINE_CPUS", 4)
     monkeypatch.setattr(threads, "_user_fixed", False)
     monkeypatch.setenv("TVM_NUM_THREADS", "4")
@@ -134,6 +139,29 @@ def test_each_call_uses_the_cores_the_machine_had_free_after_the_last(machine):
     # first call: every thread; then 4 own + 1 other -> 3; 3 own + 4 others -> 1 (at least one);
     # 1 + 8 -> 1; 1 + 1 -> 3; 3 own, none other -> 4; no count (not Linux): unchanged
     assert in_new_thread(counts) == [4, 3, 1, 1, 3, 4, 4, 4]
+
+
+def test_the_numpy_paths_spinning_blas_workers_are_not_load(machine):
+    """A HETERO model's NUMPY subgraph leaves OpenBLAS's workers yielding for ~0.1 s: ours."""
+    def counts():
+        machine["blas"] = 2
+        first = call(machine, 6)  # 4 own + 2 BLAS workers: nothing else
+        machine["blas"] = 0
+        return [first, call(machine, 6), call(machine, 4)]  # then 2 others: 2 threads
+    assert in_new_thread(counts) == [4, 4, 2]
+
+
+def test_a_reading_from_before_a_change_of_count_is_not_used_again(machine, monkeypatch):
+    """Readings stand for 5 ms: one taken at the old count would count this thread's change as load."""
+    stale = {"at": 0.0}
+    monkeypatch.setattr(threads, "load_reading", lambda: (stale["at"], machine["runnable"]))
+
+    def counts():
+        stale["at"] = threads.time.monotonic()
+        seen = [call(machine, 5)]  # 4 own + 1 other: 3 next
+        seen.append(call(machine, 5))  # the same reading, now at 3: not used again
+        return seen + [threads.thread_count()]
+    assert in_new_thread(counts) == [4, 3, 3]
 
 
 def test_a_stream_keeps_its_share_under_any_load(machine):
