@@ -6,8 +6,9 @@ Starts one TVM RPC server on 127.0.0.1 (``python -m tvm.exec.rpc_server``), then
 this one run, medians of:
 
 - a tiny subgraph (one Relu on 16 floats) called through ``compile_model`` on ``TVM`` and
-  on ``REMOTE.0``: the difference is the fixed cost of a remote call (send the input, run
-  the remote VM, fetch the output, plus the hand-over to the device's worker thread);
+  on ``REMOTE.0``: the difference is the fixed cost of a remote call (pack the input, one
+  round trip that unpacks it, runs the remote VM and packs the output, unpack it here, plus
+  the hand-over to the device's worker thread);
 - the built-in example CNN split ``HETERO:REMOTE.0,NUMPY`` (MaxPool and Softmax on NUMPY,
   three REMOTE subgraphs) against ``HETERO:TVM,NUMPY``: the extra time per remote subgraph,
   the tensors' trips (44, 24 and 4 KiB) included.

@@ -8,6 +8,7 @@ heavy modules are imported when it first compiles:
 
 - :mod:`~.function` -- compile, upload, run; the local rerun on failure
 - :mod:`~.session` -- one device's RPC session, every call within the timeout
+- :mod:`~.driver` -- the VM program that makes a call one round trip (inputs, run, outputs)
 - :mod:`~.endpoint` -- the options ``address`` / ``tracker`` + ``key`` / ``timeout`` (no tvm)
 
 TVM's RPC protocol has no authentication: run servers on loopback or a private network.

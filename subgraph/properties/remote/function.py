@@ -3,8 +3,9 @@
 :func:`compile_remote` compiles with the local TVM compiler and cache
 (:func:`~subgraph.properties.tvm.build.compiler.compile_graph`) for the remote's CPU, uploads the
 shared library once per session, and returns a :class:`RemoteFunction`: each call sends
-the subgraph's inputs, runs the remote Relax VM and fetches the outputs (each tensor
-crosses once), with the time of each leg kept for the profile.
+the subgraph's inputs, runs the remote Relax VM and fetches the outputs in one round trip
+(:mod:`~subgraph.properties.remote.driver`; each tensor crosses once), with the time of
+packing and unpacking the tensors kept for the profile.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from subgraph.errors import DeviceError
 from subgraph.ir import Graph
 from subgraph.properties.base import CompiledKernel
 from subgraph.properties.numpy import NumpyProperty
+from subgraph.properties.remote.driver import Plan
 from subgraph.properties.remote.endpoint import RemoteDeviceError
 from subgraph.properties.remote.session import RemoteSession
 from subgraph.properties.tvm.build.cache import default_cache_dir
@@ -74,10 +76,13 @@ class RemoteFunction(CompiledKernel):
     fallback : bool
         When the remote fails, rerun the subgraph here (TVM, else NUMPY) with a warning
         instead of raising :class:`~subgraph.errors.DeviceError`.
+    plan : Plan
+        What a call sends and gets back (:class:`~subgraph.properties.remote.driver.Plan`;
+        the first call learns what it does not know).
     """
 
     def __init__(self, compiled: TVMFunction, library: bytes, session: RemoteSession, fallback: bool,
-                 local: Callable[[], Callable[..., list[np.ndarray]]]) -> None:
+                 local: Callable[[], Callable[..., list[np.ndarray]]], plan: Plan) -> None:
         self.compiled, self.library, self.session, self.fallback = compiled, library, session, fallback
         self.name, self.key, self.target = compiled.name, compiled.key, compiled.target
         self.device = session.endpoint.device
@@ -85,11 +90,12 @@ class RemoteFunction(CompiledKernel):
         self._local_fn: Callable[..., list[np.ndarray]] | None = None
         self._lock = threading.Lock()
         self._times = threading.local()
+        self.plan = plan
 
     def upload(self) -> None:
         """Upload the library now; with ``fallback`` a failure only warns (the first call retries)."""
         try:
-            self.session.upload(self.key, self.library)
+            self.session.upload(self.key, self.library, self.plan)
         except DeviceError as exc:
             if not self.fallback:
                 raise
@@ -106,7 +112,7 @@ class RemoteFunction(CompiledKernel):
     def __call__(self, *arrays: Any) -> list[np.ndarray]:
         checked = self.compiled.checked_inputs(arrays)
         try:
-            outs, (send, _, receive) = self.session.run(self.key, self.library, checked)
+            outs, self.plan, (send, _, receive) = self.session.run(self.key, self.library, checked, self.plan)
         except RemoteDeviceError as exc:
             if not self.fallback:
                 raise RemoteDeviceError(f"{exc} (subgraph {self.name!r})") from None
@@ -120,8 +126,9 @@ class RemoteFunction(CompiledKernel):
         return outs
 
     def transfer_times(self) -> dict[str, float]:
-        """Seconds this thread's last call spent sending the inputs and receiving the outputs
-        (empty after a local rerun)."""
+        """Seconds this thread's last call spent packing the inputs to send and unpacking the
+        outputs received (empty after a local rerun). Their trips over the link happen in the
+        one remote call with the run, so a profile counts them in the subgraph's execute time."""
         return dict(getattr(self._times, "transfers", {}))
 
     def __repr__(self) -> str:
@@ -165,7 +172,9 @@ def compile_remote(subgraph: Graph, session: RemoteSession, options: dict[str, A
         except Exception:
             return NumpyProperty().compile(subgraph)
 
-    function = RemoteFunction(compiled, library, session, fallback, local)
+    plan = Plan.of([subgraph.value(name).shape for name in compiled.input_names],
+                   [(subgraph.value(name).shape, subgraph.value(name).dtype) for name in compiled.output_names])
+    function = RemoteFunction(compiled, library, session, fallback, local, plan)
     function.upload()
     return function
 

@@ -1,5 +1,9 @@
 """One REMOTE device's RPC session: connect, upload, run, each within the device's timeout.
 
+A run is one round trip: the session sends each library once, and once each the small
+driver programs (:mod:`~subgraph.properties.remote.driver`) that take the inputs packed,
+run the library's VM and answer with the outputs packed.
+
 TVM's RPC calls block until the server answers; a server that hangs would hang the caller.
 So every RPC call of a device runs on that device's worker thread and the caller waits at
 most ``timeout`` seconds (TVM's calls release the GIL while they wait). A call that
@@ -25,6 +29,7 @@ import tvm
 from tvm import relax, rpc
 
 from subgraph.errors import DeviceError
+from subgraph.properties.remote.driver import LOADER, Plan, driver_bytes, pack_inputs, unpack_outputs
 from subgraph.properties.remote.endpoint import Endpoint, RemoteDeviceError, parse_host_port
 from subgraph.properties.tvm.runtime.messages import error_summary
 
@@ -109,6 +114,7 @@ class RemoteSession:
         self._worker: _Worker | None = None
         self._session: Any = None
         self._entries: dict[str, Any] = {}  # library key -> its remote VM, in this session
+        self._drivers: dict[tuple[Plan, bool], Any] = {}  # (plan, probe) -> its driver, in this session
         self._sockets: list[int] = []  # the session's socket descriptors
         #: how many sessions this device has opened (a reconnect adds one)
         self.connections = 0
@@ -142,7 +148,7 @@ class RemoteSession:
                 self._worker = _Worker(f"subgraph-{self.endpoint.device}")
             if self._session is None:
                 self._session, self._sockets = self._run("connecting", self._connect)
-                self._entries = {}
+                self._entries, self._drivers = {}, {}
                 self.connections += 1
             # no local reference: an error's traceback must not keep a dropped session open
             return self._run(what, lambda session=self._session: fn(session))
@@ -173,7 +179,7 @@ class RemoteSession:
     def _drop(self) -> None:
         """End the session without waiting for the server (it may be hung)."""
         _shut_down(self._sockets)
-        self._session, self._entries, self._sockets = None, {}, []
+        self._session, self._entries, self._drivers, self._sockets = None, {}, {}, []
 
     def close(self) -> None:
         """End the session (the next call reconnects)."""
@@ -206,30 +212,41 @@ class RemoteSession:
             vm = self._entries[key] = relax.VirtualMachine(session.load_module(f"{key}.so"), session.cpu())
         return vm
 
-    def run(self, key: str, library: bytes, arrays: Sequence[np.ndarray]
-            ) -> tuple[list[np.ndarray], tuple[float, float, float]]:
-        """Run the library ``key`` (uploaded from ``library`` once per session) on ``arrays``.
+    def _driver(self, session: Any, plan: Plan, probe: bool = False) -> Any:
+        """The remote driver function of ``plan`` in ``session``, sent the first time
+        (:mod:`~subgraph.properties.remote.driver`: no file, no compiler there)."""
+        entry = self._drivers.get((plan, probe))
+        if entry is None:
+            module = session.get_function(LOADER)(bytearray(driver_bytes(plan, probe)))
+            vm = relax.VirtualMachine(module, session.cpu())
+            entry = self._drivers[(plan, probe)] = (vm, vm["call"])  # the VM kept alive with its function
+        return entry[1]
 
-        Returns the outputs and the seconds spent sending the inputs, running and receiving
-        the outputs.
+    def run(self, key: str, library: bytes, arrays: Sequence[np.ndarray], plan: Plan
+            ) -> tuple[list[np.ndarray], Plan, tuple[float, float, float]]:
+        """Run the library ``key`` (uploaded from ``library`` once per session) on ``arrays``
+        in one round trip: the inputs, the run and the outputs travel in one remote call
+        (two, and two runs, while ``plan`` does not know every output's kind).
+
+        Returns the outputs, the plan (learned), and the seconds spent packing the inputs
+        here, in the remote call (both ways over the link, and the run) and unpacking the
+        outputs here.
         """
-        def job(session: Any) -> tuple[list[np.ndarray], tuple[float, float, float]]:
-            vm = self._load(session, key, library)
-            clock = time.perf_counter
-            start = clock()
-            tensors = [tvm.runtime.tensor(array, session.cpu()) for array in arrays]
-            sent = clock()
-            # a tuple stays on the server as one object: the VM's stateful calls hand out its fields
-            vm.set_input("main", *tensors)
-            vm.invoke_stateful("main")
-            ran = clock()
-            result = vm.get_outputs("main")
-            items = list(result) if isinstance(result, tuple) else [result]
-            outs = [np.array(list(t), dtype=np.int64) if isinstance(t, tvm.runtime.ShapeTuple) else t.numpy()
-                    for t in items]
-            return outs, (sent - start, ran - sent, clock() - ran)
+        clock = time.perf_counter
+        start = clock()
+        data = pack_inputs(list(arrays))
+        packed = clock()
 
-        return self.call("running", job)
+        def job(session: Any) -> tuple[Any, Plan]:
+            vm, learned = self._load(session, key, library), plan
+            if not learned.known:
+                learned = learned.learned(self._driver(session, learned, probe=True)(data, vm.module))
+            return self._driver(session, learned)(data, vm.module), learned
+
+        answer, plan = self.call("running", job)
+        called = clock()
+        outs = unpack_outputs(answer, plan)
+        return outs, plan, (packed - start, called - packed, clock() - called)
 
     def link(self) -> tuple[float, float]:
         """``(latency seconds, bytes per second)`` of this device's link, measured once per
@@ -253,9 +270,11 @@ class RemoteSession:
             self._link = self.call("measuring the link", measure)
         return self._link
 
-    def upload(self, key: str, library: bytes) -> None:
-        """Upload and load the library ``key`` now (compile time), so errors show early."""
-        self.call("uploading the compiled library", lambda session: self._load(session, key, library))
+    def upload(self, key: str, library: bytes, plan: Plan) -> None:
+        """Upload and load the library ``key`` now (compile time), and the driver its calls
+        need, so errors show early."""
+        self.call("uploading the compiled library", lambda session: (
+            self._load(session, key, library), self._driver(session, plan, probe=not plan.known)))
 
 
 def tracker_summary(tracker: str, timeout: float = 10.0) -> dict[str, Any]:
