@@ -38,6 +38,8 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
+from subgraph.properties.tvm.runtime.tensors import to_numpy
+
 __all__ = ["LOADER", "Plan", "driver_bytes", "pack_inputs", "unpack_outputs"]
 
 #: the server's function that loads a driver from its bytes (TVM runtime's loader)
@@ -172,6 +174,6 @@ def pack_inputs(arrays: list[np.ndarray]) -> bytes:
 def unpack_outputs(answer: Any, plan: Plan) -> list[np.ndarray]:
     """The driver's ``answer`` as numpy arrays, in ``plan``'s order (a shape as an int64
     vector, an empty output made here)."""
-    tensors = tvm.get_global_func("runtime.LoadParams")(answer)
-    return [np.zeros(shape, dtype) if kind == EMPTY else tensors[str(i)].numpy()
+    tensors = tvm.get_global_func("runtime.LoadParams")(answer)  # fresh, ours alone: shared, not copied
+    return [np.zeros(shape, dtype) if kind == EMPTY else to_numpy(tensors[str(i)], copy=False)
             for i, (kind, (shape, dtype)) in enumerate(zip(plan.kinds, plan.outputs))]
