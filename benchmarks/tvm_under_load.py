@@ -52,8 +52,8 @@ sys.path.insert(0, str(ROOT))  # the checkout root, for zoo/ (not installed)
 
 #: the configurations the latency table runs by default
 CONFIGS = ("tvm", "ort", "ov")
-#: where a child writes a corpus model for the engines that read files (removed at exit)
-_FOLDER = tempfile.TemporaryDirectory()
+#: where a child writes a corpus model for the engines that read files (made on first use, removed at exit)
+_FOLDER: list[tempfile.TemporaryDirectory] = []
 #: ``tvm`` settings words -> TVM's environment variables
 TVM_SETTINGS = {"spin": "TVM_THREAD_POOL_SPIN_COUNT", "bind": "TVM_BIND_THREADS", "threads": "TVM_NUM_THREADS"}
 
@@ -81,7 +81,9 @@ def load_model(spec: str):
 
     exporter = "legacy" if "legacy" in zoo.corpus.entry(spec).exporters else "dynamo"
     sample = zoo.corpus.load(spec, exporter)
-    path = Path(_FOLDER.name) / f"{spec}.onnx"
+    if not _FOLDER:
+        _FOLDER.append(tempfile.TemporaryDirectory())
+    path = Path(_FOLDER[0].name) / f"{spec}.onnx"
     onnx.save(sample.model, str(path))
     return str(path), {k: np.asarray(v) for k, v in sample.feeds.items()}
 
@@ -215,7 +217,7 @@ def latency_table(args: argparse.Namespace) -> None:
                     slow = ms[load, config] / ms[loads[0], config] if (loads[0], config) in ms else math.nan
                     ov = ms[load, "ov"] / ms[loads[0], "ov"] if (load, "ov") in ms and (loads[0], "ov") in ms \
                         else math.nan
-                    versus = f"  vs ov {slow / ov:5.2f}" if config.startswith("tvm") and ov == ov else ""
+                    versus = f"  vs ov {slow / ov:5.2f}" if config.startswith("tvm") and not math.isnan(ov) else ""
                     if versus and load:
                         worst[config] = max(worst.get(config, 0.0), slow / ov)
                     print(f"{short(spec):<22} load={load} {config:<26} {ms[load, config]:10.3f} ms "

@@ -188,9 +188,11 @@ class CompiledModel:
         """The threads :meth:`start_async` hands requests to: streams, else the pipeline."""
         if self.streams == 1:
             return Pipeline(self.graph, self.kernels, self.stages)
-        direct = self._direct if self._direct is not None else self._whole_subgraph()
-        run = direct or Executor(self.graph, kernel_for=self.kernels).run
-        properties = {id(k.prop): k.prop for k in (self.kernels.fused(n) for n in self.graph.nodes if n.subgraph is not None)}
+        if self._direct is None:
+            self._direct = self._whole_subgraph()
+        run = self._direct or Executor(self.graph, kernel_for=self.kernels).run
+        fused = [self.kernels.fused(n) for n in self.graph.nodes if n.subgraph is not None]
+        properties = {id(k.prop): k.prop for k in fused}
         return Streams(run, properties.values(), self.streams, self.graph.name)
 
     def _collect(self, executor: Executor) -> list[ProfileRecord]:

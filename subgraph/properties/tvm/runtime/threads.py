@@ -18,8 +18,9 @@ Three settings decide it:
   call, then sleeps instead of holding a core between calls;
 - each call (:func:`fit_to_load`, :func:`note_load`): the calling thread's loops use as
   many threads as the machine had cores free after its last call
-  (:func:`~subgraph.system.runnable_threads`, this thread's pool counted out), at least one. Under load the loops run on the caller alone: no worker to
-  wait for. The count is read at most every 5 ms; changing it costs about a microsecond;
+  (:func:`~subgraph.system.runnable_threads`, this thread's pool counted out), at least
+  one. Under load the loops run on the caller alone: no worker to wait for. The count is
+  read at most every 5 ms; changing it costs about a microsecond;
 - a stream of a ``THROUGHPUT`` model (:func:`use_threads`): its share of the CPUs, fixed.
 
 Variables the user set win: ``TVM_NUM_THREADS`` fixes every call's count (no adapting; a
