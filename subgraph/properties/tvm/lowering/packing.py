@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 import tvm
-from tvm import te, topi
+from tvm import relax, te, topi
 
 from subgraph.properties.tvm.intake.numpy_fold import packed_constant
 from subgraph.properties.tvm.lowering import winograd
@@ -146,8 +146,36 @@ def packed_matmul_legalize(lanes: int) -> Callable[[Any, Any], Any]:
         shape = _packable_weight(call, 2)
         widths = [] if shape is None or len(static_shape(data.ty)) < 2 else vector_widths(lanes, shape[1])
         if not widths:
-            return default(bb, call)
+            padded = _padded_product(bb, call, lanes)
+            return default(bb, call) if padded is None else padded
         packed = packed_constant(weight, widths[0], (0,))
         return bb.call_te(matmul_packed, data, packed, primfunc_name_hint="matmul")
 
     return legalize
+
+
+def _padded_product(bb: Any, call: Any, lanes: int) -> Any:
+    """``A @ B`` of two float32 operands computed (:func:`_padded_block`) over ``B`` with a few
+    zero columns added and the result sliced back; ``None`` when ``B``'s columns split into
+    vectors already, or would need too many zero columns, or a shape is not static.
+
+    Attention scores over 197 tokens (ViT-B/16), ``Q @ K^T`` with 197 columns, got a scalar
+    register tile: 16 columns of which 11 are zeros made them a vector one.
+    """
+    data, weight = call.args
+    shapes = static_shape(data.ty), static_shape(weight.ty), static_shape(call.ty)
+    if (None in shapes or min(len(shapes[0]), len(shapes[1])) < 2
+            or {str(data.ty.dtype), str(weight.ty.dtype), str(call.ty.dtype)} != {"float32"}):
+        return None
+    columns = shapes[1][-1]
+    if vector_widths(lanes, columns) or columns < lanes:
+        return None
+    block = _padded_block(lanes, columns)
+    if block is None:
+        return None
+    rank = len(shapes[1])
+    padded = bb.emit_te(topi.nn.pad, weight, [0] * rank, [0] * (rank - 1) + [-columns % block],
+                        primfunc_name_hint="pad")
+    product = bb.emit(tvm.ir.Op.get("relax.matmul").get_attr("FLegalize")(bb, relax.op.matmul(data, padded)))
+    out = shapes[2]
+    return bb.call_te(topi.strided_slice, product, [0] * len(out), out, primfunc_name_hint="strided_slice")

@@ -201,3 +201,56 @@ def test_a_transpose_to_a_short_innermost_axis_vectorises_the_axis_before(shape,
     assert int(loops[1][1]) == inner and int(loops[2][1]) in (4, 8, 16)
     x_value = rand(np.random.default_rng(3), shape)
     np.testing.assert_array_equal(compile_graph(g, use_cache=False)(x_value)[0], x_value.transpose(perm))
+
+
+def _vit_linear(tokens: int = 197, width: int = 96, out: int = 64) -> Graph:
+    rng = np.random.default_rng(13)
+    g = Graph("vit_linear")
+    x = g.add_input("x", (1, tokens, width), "float32")
+    y = g.add_node("MatMul", [x, g.add_constant("w", rand(rng, (width, out)))], name="fc").outputs[0]
+    g.set_outputs([g.add_node("Add", [y, g.add_constant("b", rand(rng, (out,)))], name="bias").outputs[0]])
+    infer_shapes(g)
+    return g
+
+
+def test_a_prime_number_of_tokens_gets_whole_tiles_and_a_masked_last_one():
+    """ViT-B/16's 197 tokens: no row count divides 197, and one-row tiles read each weight
+    vector once per token (its MLP 7x slower). Matrix products get the BLAS-style tile of
+    14 rows x 2 vectors (6 x 2 with AVX2), the last tile's extra rows masked off."""
+    from subgraph.properties.tvm.runtime.target import host_target
+    from subgraph.properties.tvm.schedule.cpu import _PRODUCT_TILE, vector_lanes
+
+    g = _vit_linear()
+    arrays = [rand(np.random.default_rng(14), (1, 197, 96))]
+    assert_matches_onnxruntime(g, compile_graph(g, use_cache=False)(*arrays), *arrays)
+    (fc,) = [s for name, s in lowered_scripts(g, "cpu").items() if "matmul" in name]
+    lanes = vector_lanes(host_target())
+    rows, vectors = _PRODUCT_TILE[lanes]
+    assert f"T.unroll(T.int64({rows}))" in fc and f"T.vectorized(T.int64({lanes}))" in fc
+    assert "< T.int64(197)" in fc  # the mask of the last tile's rows
+    assert re.search(rf"T.unroll\(T.int64\({vectors}\)\)", fc)
+
+
+def test_rows_past_the_end_pad_the_rows_axis_least():
+    from subgraph.properties.tvm.schedule.cpu import _rows_past_the_end
+
+    assert [_rows_past_the_end(n, 16) for n in (17, 20, 23, 29, 37, 197)] == [17, 20, 12, 10, 13, 11]
+    assert [_rows_past_the_end(n, 8) for n in (11, 13, 197)] == [11, 7, 6]
+
+
+def test_attention_scores_over_197_keys_get_zero_columns_to_fill_their_vectors():
+    """``Q @ K^T`` over 197 keys: 197 columns divide by no vector width, so the scores were a
+    scalar tile (16x slower); K^T gets 11 zero columns (in the function that transposes it)
+    and the product's 208 columns are sliced back to 197 in its epilogue."""
+    rng = np.random.default_rng(15)
+    g = Graph("scores")
+    q, k = g.add_input("q", (1, 2, 197, 16), "float32"), g.add_input("k", (1, 2, 197, 16), "float32")
+    kt = g.add_node("Transpose", [k], name="kt", attrs={"perm": [0, 1, 3, 2]}).outputs[0]
+    g.set_outputs([g.add_node("MatMul", [q, kt], name="scores").outputs[0]])
+    infer_shapes(g)
+    arrays = [rand(rng, (1, 2, 197, 16)), rand(rng, (1, 2, 197, 16))]
+    assert_matches_onnxruntime(g, compile_graph(g, use_cache=False)(*arrays), *arrays)
+    scripts = lowered_scripts(g, "cpu")
+    (scores,) = [s for name, s in scripts.items() if "matmul" in name]
+    assert "strided_slice" in "".join(n for n in scripts if "matmul" in n) and "T.vectorized" in scores
+    assert any("pad" in name and "transpose" in name for name in scripts)  # the zeros written with K^T
