@@ -33,8 +33,8 @@ from subgraph.properties.tvm.schedule.isolation import FunctionStatus, status_no
 __all__ = ["build"]
 
 
-#: the ops the ``rewrite`` step changes (NHWC convolutions, fast erf and softmax)
-_REWRITTEN = ("Conv", "Erf", "Gelu", "Softmax")
+#: the ops the ``rewrite`` step changes (NHWC convolutions, fast erf, row-wise softmax and layer norm)
+_REWRITTEN = ("Conv", "Erf", "Gelu", "LayerNormalization", "Softmax")
 
 
 def _attempts(schedule: str) -> list[tuple[str, bool, bool]]:

@@ -15,8 +15,8 @@ tiles ahead of time and stores the winners), so a build stays a matter of second
   2-D resizes run as two 1-D passes (:mod:`~subgraph.properties.tvm.lowering.resize2d`); then every fused function gets the rules of
   :func:`~subgraph.properties.tvm.schedule.cpu.schedule_rules`, each function on its own
   (:class:`~subgraph.properties.tvm.schedule.isolation.ApplyScheduleRules`: a rule that fails on one
-  function costs that function alone); ``erf`` and ``softmax`` go through TVM's fast
-  (vectorisable) approximations.
+  function costs that function alone); ``erf`` goes through TVM's fast (vectorisable)
+  approximation, softmax and layer norm through :mod:`~subgraph.properties.tvm.lowering.rowwise`.
 - ``"dlight"``: only TVM's ``dlight.cpu`` rules (GEMV, row reductions).
 - ``"none"``: TVM's default pipeline, unscheduled.
 
@@ -32,9 +32,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import tvm
-from tvm import relax, s_tir, te, tirx, topi
+from tvm import relax, tirx, topi
 from tvm.relax.backend.cpu_generic import pipeline as cpu
 
 from subgraph.properties.tvm.intake.numpy_fold import fold_with_numpy
@@ -44,9 +43,9 @@ from subgraph.properties.tvm.lowering.fastmath import FAST_MATH_LEGALIZE
 from subgraph.properties.tvm.lowering.nan import NAN_LEGALIZE
 from subgraph.properties.tvm.lowering.packing import packed_conv2d_legalize, packed_matmul_legalize
 from subgraph.properties.tvm.lowering.resize2d import resize2d_legalize
-from subgraph.properties.tvm.runtime.tensors import static_shape
+from subgraph.properties.tvm.lowering.rowwise import layer_norm_legalize, softmax_legalize
 from subgraph.properties.tvm.runtime.weights import LiftWeights
-from subgraph.properties.tvm.schedule.cpu import Tile, schedule_rules, vector_lanes, vector_widths
+from subgraph.properties.tvm.schedule.cpu import Tile, schedule_rules, vector_lanes
 from subgraph.properties.tvm.schedule.isolation import ApplyScheduleRules, FunctionStatus
 
 __all__ = ["SCHEDULES", "prepare_passes", "relax_pipeline"]
@@ -60,14 +59,14 @@ def prepare_passes(target: Any, schedule: str = "cpu", rewrite: bool = True) -> 
     """The passes before scheduling: layout (``"cpu"``), library dispatch, legalize and fuse.
 
     Their output's TIR functions are what the schedule rules see and what tuning measures.
-    ``rewrite=False`` leaves out the NHWC rewrite and the fast erf and softmax.
+    ``rewrite=False`` leaves out the NHWC rewrite, the fast erf and the row-wise softmax and layer norm.
     """
     if schedule != "cpu" or not rewrite:  # clamps as Relax ops too: their legalization propagates NaN
         return [_ClampsAsRelaxOps(), *cpu.library_dispatch_passes(target), *_legalize_passes(target)]
 
-    # TVM's legalize-and-fuse passes, with our softmax, vectorisable math (fastmath) and layouts in its LegalizeOps
+    # TVM's legalize-and-fuse passes, with our softmax and layer norm, vectorisable math (fastmath) and layouts in its LegalizeOps
     lanes = vector_lanes(target)
-    rules = {"relax.nn.softmax": _fast_softmax, **NAN_LEGALIZE, **FAST_MATH_LEGALIZE,
+    rules = {"relax.nn.softmax": softmax_legalize, "relax.nn.layer_norm": layer_norm_legalize, **NAN_LEGALIZE, **FAST_MATH_LEGALIZE,
              "relax.nn.conv2d": packed_conv2d_legalize(lanes), "relax.matmul": packed_matmul_legalize(lanes),
              "relax.nn.conv2d_transpose": conv2d_transpose_legalize(), "relax.concat": concat_legalize(lanes),
              "relax.image.resize2d": resize2d_legalize(lanes)}
@@ -144,53 +143,6 @@ def _ClampsAsRelaxOps() -> Any:  # noqa: N802 - a pass, named like TVM's
         return relax.transform.DeadCodeElimination()(mod)
 
     return _rewrite
-
-
-def _fast_softmax(bb: Any, call: Any) -> Any:
-    """``softmax`` over the last axis of a float32 tensor as a TIR function scheduled here.
-
-    ``topi.fast_exp`` vectorises where libm's ``expf`` does not. The function is scheduled
-    by :func:`_schedule_softmax` and marked as such: dlight's Reduction rule, given a
-    one-row softmax, put the whole computation under a parallel loop over the columns
-    (every thread recomputing, and racing on, the row's max and sum).
-    """
-    x = call.args[0]
-    axis = int(call.attrs.axis)
-    dims = static_shape(x.ty)
-    if str(getattr(x.ty, "dtype", "")) != "float32" or not dims or axis not in (-1, len(dims) - 1):
-        return tvm.ir.Op.get("relax.nn.softmax").get_attr("FLegalize")(bb, call)
-    func = _schedule_softmax(dims, vector_lanes(tvm.target.Target.current(allow_none=True)
-                                                or tvm.target.Target("llvm")))
-    gvar = bb.add_func(func, "softmax")
-    return relax.call_tir(gvar, [x], relax.TensorType(dims, "float32"))
-
-
-def _schedule_softmax(dims: list[int], lanes: int) -> Any:
-    """max, exp (fast), sum and divide per row: rows in parallel, the columns vectorised."""
-    # int64 extents, as Relax's own legalizations make them: FuseTIR refuses to fuse a
-    # consumer (hf_bert's IsNaN/Where after softmax) whose buffer shapes are int64 with ours
-    data = te.placeholder([tirx.IntImm("int64", d) for d in dims], "float32", name="x")
-    shifted = topi.subtract(data, topi.max(data, axis=-1, keepdims=True))
-    exp = topi.fast_exp(shifted)
-    out = topi.divide(exp, topi.sum(exp, axis=-1, keepdims=True))
-    sch = s_tir.Schedule(te.create_prim_func([data, out]))
-    # topi's stage names: the max is named after its input, the sum after exp's output
-    red_max, sub, fexp, red_sum, div = (sch.get_sblock(name) for name in (
-        "x_red", "T_subtract", "T_fast_exp", "T_fast_exp_red", "T_divide"))
-    sch.compute_inline(sub)
-    loops = sch.get_loops(div)
-    if len(loops) > 1:
-        row = sch.fuse(*loops[:-1])
-        for block in (red_sum, fexp, red_max):  # consumers first
-            sch.compute_at(block, row)
-        if int(np.prod(dims[:-1])) > 1:
-            sch.parallel(row)
-    widths = vector_widths(lanes, dims[-1])
-    for block in (fexp, div) if widths else ():
-        sch.vectorize(sch.split(sch.get_loops(block)[-1], factors=[None, widths[0]])[-1])
-    # opaque to FuseOps: fused with its consumers (hf_bert's IsNaN/Where mask) the function
-    # would no longer be ours, and no rule schedules the fusion (naive loops)
-    return sch.mod["main"].with_attr("tirx.is_scheduled", True).with_attr("op_pattern", 8)
 
 
 def _calls_conv2d(mod: Any) -> bool:
@@ -314,7 +266,7 @@ def relax_pipeline(target: Any, schedule: str = "cpu", tiles: Mapping[str, Tile]
         Build each scheduled function alone and give a function whose scheduled code does
         not build a simpler schedule (slower compiles: for a retry after a failed build).
     rewrite : bool
-        ``False`` keeps the layouts and the default erf and softmax (a retry after the
+        ``False`` keeps the layouts and the default erf, softmax and layer norm (a retry after the
         rewrites failed).
     lifted : list, optional
         Given, the large constants of ``main`` become its last parameters and the list
