@@ -124,3 +124,21 @@ def test_nested_activations_read_their_input_once():
         return script.count("x[")
 
     assert reads_of_x(3) == reads_of_x(1) == 2  # the block's read region and the one load
+
+
+@pytest.mark.parametrize("exponent", [2.0, 3.0, 2.5])
+def test_squares_and_cubes_are_products_and_match_the_numpy_path(exponent):
+    """GPT-2's GELU cubes its input: ``powf`` per element, not vectorised, was as slow as the
+    Linear layer before it. 2 and 3 become products (NaN, infinities and signed zeros as
+    ``powf``); other exponents keep ``powf``."""
+    values = np.concatenate([SPECIAL, np.linspace(-50, 50, 42, dtype=np.float32)]).reshape(1, -1)
+    g = Graph("pow")
+    p = g.add_constant("p", np.array(exponent, np.float32))
+    g.set_outputs([g.add_node("Pow", [g.add_input("x", values.shape, "float32"), p], name="n").outputs[0]])
+    infer_shapes(g)
+    want = subgraph.run(g, {"x": values})["n"]
+    got = compile_graph(g, use_cache=False)(values)[0]
+    np.testing.assert_allclose(got, want, rtol=4 * EPS, atol=0)  # NaN where NaN, inf where inf
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    (script,) = [s for name, s in lowered_scripts(g, "cpu").items() if "pow" in name]
+    assert ("T.pow(" in script) == (exponent == 2.5) and "T.vectorized" in script
