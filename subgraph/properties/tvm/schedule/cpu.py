@@ -52,6 +52,9 @@ _WHOLE_ROWS = {16: 20, 8: 12}  # a prime rows axis up to this long is one tile o
 _PRODUCT_TILE = {16: (14, 2), 8: (6, 2)}
 
 
+_MOST_ACCUMULATORS = {16: 28, 8: 12}  # tuning's largest tiles, by vector lanes: 4 registers left of 32 or 16
+
+
 _MIN_PARALLEL = 4096  # fewer output elements than this run on one thread...
 
 
@@ -320,8 +323,9 @@ def contraction_flops(func: Any) -> int:
 def candidate_tiles(func: Any, lanes: int, limit: int = 12) -> list[Tile]:
     """Tiles worth measuring for ``func`` (the default first); empty if it is no contraction.
 
-    Rows 1-16 that divide the rows axis, one to four vectors wide, over the two best rows
-    axes, 4 to 24 accumulators (the register file of AVX-512 is 32 vectors), about 12 first.
+    Rows 1-16 that divide the rows axis (or not, the last tile masked, on axes of four tiles
+    and more), one to four vectors wide, over the two best rows axes, 4 to 28 accumulators
+    (12 with AVX2: the register file is 32 or 16 vectors), about 12 first, whole tiles first.
 
     Examples
     --------
@@ -342,10 +346,13 @@ def candidate_tiles(func: Any, lanes: int, limit: int = 12) -> list[Tile]:
             if found.extents[found.n_spatial - 1] % (found.lanes * vectors):
                 continue
             for rows in (1, 2, 3, 4, 6, 7, 8, 12, 14, 16):
-                if found.extents[axis] % rows == 0 and 4 <= rows * vectors <= 24:
-                    tiles.append((abs(rows * vectors - 12), rank, rows, Tile(rows, vectors, axis)))
-    # tiles of about 12 accumulators first (enough to hide FMA latency, few spills)
-    return [Tile(), *[t for *_, t in sorted(tiles, key=lambda item: item[:3])]][:limit]
+                # rows that do not divide the axis: the last tile masked (197 tokens), on long axes
+                masked = found.extents[axis] % rows != 0
+                if (masked and found.extents[axis] < 4 * rows) or not 4 <= rows * vectors <= _MOST_ACCUMULATORS.get(lanes, 24):
+                    continue
+                tiles.append((abs(rows * vectors - 12), masked, rank, rows, Tile(rows, vectors, axis)))
+    # tiles of about 12 accumulators first (enough to hide FMA latency, few spills), whole ones first
+    return [Tile(), *[t for *_, t in sorted(tiles, key=lambda item: item[:4])]][:limit]
 
 
 def _make_rules(lanes: int, tiles: Mapping[str, Tile], applied: list[str] | None) -> tuple[Any, Any]:

@@ -260,3 +260,18 @@ def test_attention_scores_over_197_keys_get_zero_columns_to_fill_their_vectors(k
     assert "strided_slice" in "".join(n for n in scripts if "matmul" in n)
     assert f"T.vectorized(T.int64({vector_lanes(host_target())}))" in scores
     assert any("pad" in name and "transpose" in name for name in scripts)  # the zeros written with K^T
+
+
+def test_tuning_candidates_over_197_rows_include_masked_tiles():
+    from tvm import te
+
+    from subgraph.properties.tvm.schedule.cpu import Tile, candidate_tiles
+
+    a, b = te.placeholder((197, 64), name="a"), te.placeholder((64, 64), name="b")
+    k = te.reduce_axis((0, 64), "k")
+    c = te.compute((197, 64), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="c")
+    tiles = candidate_tiles(te.create_prim_func([a, b, c]), lanes=16, limit=100)
+    assert tiles[0] == Tile() and Tile(12, 1, 0) in tiles and Tile(14, 2, 0) in tiles  # 197 = 16 x 12 + 5
+    assert all(t.rows * t.vectors <= 28 for t in tiles[1:]) and Tile(16, 2, 0) not in tiles
+    assert Tile(6, 1, 0) in candidate_tiles(te.create_prim_func([a, b, c]), lanes=8, limit=100)
+    assert all(t.rows * t.vectors <= 12 for t in candidate_tiles(te.create_prim_func([a, b, c]), lanes=8, limit=100)[1:])
