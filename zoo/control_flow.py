@@ -49,12 +49,15 @@ def _model(nodes: list, name: str, inputs: list, outputs: list, initializers: li
     return model
 
 
-def if_model() -> onnx.ModelProto:
+def if_model(gather: bool = False) -> onnx.ModelProto:
     """``y = -(c ? relu(a) + b : relu(a) * b)``; both branches read ``%a2`` and ``%b`` from outside,
-    and the second output is ``c ? b : -b``."""
-    then = helper.make_graph([helper.make_node("Add", ["a2", "b"], ["t"], name="add"),
-                              helper.make_node("Identity", ["b"], ["tb"], name="copyb")], "then", [],
-                             [_t("t", F, [2, 3]), _t("tb", F, [2, 3])])
+    and the second output is ``c ? b : -b``. With ``gather`` the then branch copies ``%b``
+    by a Gather of its rows 0 and 1 (an index op: the If is not written out as a Where)."""
+    copy = (helper.make_node("Gather", ["b", "rows"], ["tb"], name="copyb") if gather
+            else helper.make_node("Identity", ["b"], ["tb"], name="copyb"))
+    rows = [helper.make_tensor("rows", onnx.TensorProto.INT64, [2], [0, 1])] if gather else []
+    then = helper.make_graph([helper.make_node("Add", ["a2", "b"], ["t"], name="add"), copy], "then", [],
+                             [_t("t", F, [2, 3]), _t("tb", F, [2, 3])], initializer=rows)
     other = helper.make_graph([helper.make_node("Mul", ["a2", "b"], ["e"], name="mul"),
                                helper.make_node("Neg", ["b"], ["nb"], name="negb")], "else", [],
                               [_t("e", F, [2, 3]), _t("nb", F, [2, 3])])

@@ -64,7 +64,7 @@ def support_table() -> list[OpSupport]:
             numpy, when = "onnx.reference", ""
         else:
             numpy, when = "", ""
-        if op in SUPPORTED_OPS or op in UNROLLED_OPS:  # (recurrent cells and Loops: unrolled, then imported)
+        if op in SUPPORTED_OPS or op in UNROLLED_OPS:  # (recurrent cells, Loops, Ifs: written out, then imported)
             tvm, tvm_when = "TVM", "; ".join(op_conditions(op))
         elif op in EXCLUDED_OPS:
             tvm, tvm_when = "no", EXCLUDED_OPS[op]

@@ -1,7 +1,8 @@
 """Transforms: functions that take a graph and return a new one, never the caller's changed
 (as TVM's ``relax.transform``): constant folding (:func:`fold_constants`), BatchNormalization
 folded into the Conv before it (:func:`fold_batchnorm`), dead convolution taps cut
-(:func:`trim_conv_taps`), element-wise chains fused back into their op, Loops unrolled, and
+(:func:`trim_conv_taps`), element-wise chains fused back into their op, Loops unrolled, Ifs of
+small pure branches as a Where (:mod:`.select`), and
 symbolic inputs specialized to static shapes.
 
 The questions these ask of a graph (shapes, integer ranges, loop trip counts) are

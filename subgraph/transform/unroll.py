@@ -28,7 +28,7 @@ from subgraph.analysis.shape_inference import infer_shapes
 from subgraph.ir import Graph, Node, Value
 from subgraph.transform.constants import fold_constants
 
-__all__ = ["MAX_TRIPS", "structure_reason", "unroll", "unroll_loops"]
+__all__ = ["MAX_TRIPS", "Writer", "structure_reason", "unroll", "unroll_loops", "written_out"]
 
 #: the most trips a Loop is unrolled for (each trip adds its body's kernels)
 MAX_TRIPS = 64
@@ -113,7 +113,19 @@ def unroll_loops(graph: Graph) -> Graph:
         The written-out graph does not type-check (a body that does not fit its inputs).
     """
     loops = {n.name for n in graph.nodes if n.op == "Loop" and not n.domain and structure_reason(n) is None}
-    if not loops:
+    return written_out(graph, loops, unroll)
+
+
+#: ``write(new, node, inputs, fresh)`` appends ``node`` written out to ``new`` and returns its outputs' values
+Writer = Callable[[Graph, Node, list, Callable[[str], str]], list[Value]]
+
+
+def written_out(graph: Graph, names: set[str], write: Writer) -> Graph:
+    """A copy of ``graph`` with each node in ``names`` replaced by what ``write`` appends for
+    it (each of its outputs keeps its name, through an Identity), shapes inferred and
+    constants folded; a plain copy when ``names`` is empty. New names never clash with the
+    graph's."""
+    if not names:
         return graph.copy()
     new, val_map = graph.skeleton()
 
@@ -125,10 +137,10 @@ def unroll_loops(graph: Graph) -> Graph:
         return name
 
     for node in graph.nodes:
-        if node.name not in loops:
+        if node.name not in names:
             new.graph_copy(graph, val_map, [node])
             continue
-        results = unroll(new, node, [None if v is None else val_map[v] for v in node.inputs], fresh)
+        results = write(new, node, [None if v is None else val_map[v] for v in node.inputs], fresh)
         for out, result in zip(node.outputs, results):
             ident = new.add_node("Identity", [result], name=fresh(f"{node.name}_{out.name}"), outputs=[out.name],
                                  rt_info=node.rt_info).outputs[0]

@@ -51,8 +51,12 @@ def test_cli_ops_rows_say_path_and_conditions():
         rows["LSTM"].endswith(" TVM (unrolled: a static sequence of at most 256 steps; a float32/float64 "
                               "input; W, R, B, P and sequence_lens constants; Sigmoid/Tanh/Relu activations "
                               "without alpha/beta; no input_forget; opset 13 or later)")
-    assert rows["If"] == ("If onnx.reference no (control flow is not supported: the node and its bodies run as one "
-                          "unit on a device that runs bodies (NUMPY))")
+    assert rows["If"] == ("If onnx.reference TVM (written out as both branches and a Where: at most 64 nodes in the "
+                          "branches, all element-wise, shape, reduction or contraction ops (no index op, control flow "
+                          "or random op); each output of one static shape and dtype in both; every written-out node "
+                          "one TVM takes)")
+    assert rows["Scan"] == ("Scan onnx.reference no (control flow is not supported: the node and its bodies run as "
+                            "one unit on a device that runs bodies (NUMPY))")
 
 
 def test_cli_ops_one_device_and_markdown():

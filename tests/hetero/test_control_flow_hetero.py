@@ -26,19 +26,36 @@ def ort_outputs(model, feeds):
 
 
 def test_tvm_declines_every_control_flow_op_with_a_reason():
-    """If and Scan always; a Loop it cannot unroll (this one's condition is fed at run time)."""
-    for build, name in ((cf.if_model, "if"), (cf.scan_model, "scan")):
-        graph = from_onnx(build())
-        node = graph.node(name)
-        assert unsupported_reason(node) == (
-            f"node {name!r} ({node.op}): excluded: control flow is not supported: the node and its bodies "
-            "run as one unit on a device that runs bodies (NUMPY)")
+    """Scan always; a Loop it cannot unroll (this one's condition is fed at run time); an If
+    whose branch could fail in the branch not taken (an index op)."""
+    scan = from_onnx(cf.scan_model()).node("scan")
+    assert unsupported_reason(scan) == (
+        "node 'scan' (Scan): excluded: control flow is not supported: the node and its bodies "
+        "run as one unit on a device that runs bodies (NUMPY)")
     loop = from_onnx(cf.loop_model(False)).node("loop")
     assert unsupported_reason(loop) == "node 'loop' (Loop): not unrolled: its condition input is not a constant true"
+    branch = from_onnx(cf.if_model(gather=True)).node("if")
+    assert unsupported_reason(branch) == ("node 'if' (If): not written out: a branch computes Gather, which the "
+                                          "branch not taken must not run")
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_an_if_of_small_pure_branches_compiles_into_the_tvm_subgraph_around_it(cond):
+    """Both branches and a Where: one TVM subgraph where there were three (TVM, NUMPY, TVM)."""
+    model = cf.if_model()
+    graph = from_onnx(model)
+    assert query_model(graph, "HETERO:TVM,NUMPY") == {"relu": "TVM", "if": "TVM", "neg": "TVM"}
+    compiled = compile_model(graph, "HETERO:TVM,NUMPY")
+    assert [(s.device, list(s.nodes)) for s in compiled.subgraphs] == [("TVM", ["relu", "if", "neg"])]
+    feeds = cf.feeds_for(model)
+    feeds["c"] = np.array(cond)
+    ours, expected = compiled(feeds), ort_outputs(model, feeds)
+    for name in expected:
+        np.testing.assert_allclose(ours[name], expected[name], rtol=1e-5, atol=1e-6)
 
 
 def test_if_reading_outer_values_runs_on_numpy_as_one_unit():
-    model = cf.if_model()
+    model = cf.if_model(gather=True)
     graph = from_onnx(model)
     assert query_model(graph, "HETERO:TVM,NUMPY") == {"relu": "TVM", "if": "NUMPY", "neg": "TVM"}
     compiled = compile_model(graph, "HETERO:TVM,NUMPY")

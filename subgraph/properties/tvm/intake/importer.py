@@ -26,6 +26,7 @@ from subgraph.properties.tvm.intake.rewrites import group_norms, squeezed_gather
 from subgraph.properties.tvm.runtime.messages import error_summary
 from subgraph.properties.tvm.runtime.tensors import static_shape
 from subgraph.transform.batchnorm import fold_batchnorm
+from subgraph.transform.select import select_ifs
 from subgraph.transform.taps import trim_conv_taps
 from subgraph.transform.unroll import unroll_loops
 
@@ -80,7 +81,8 @@ def check_outputs(graph: Graph, func: Any) -> list[int]:
 
 
 def prepared_graph(graph: Graph) -> Graph:
-    """The graph TVM compiles: Loops with a constant trip count and LSTM/GRU/RNN unrolled,
+    """The graph TVM compiles: Loops with a constant trip count and LSTM/GRU/RNN unrolled, Ifs
+    with small pure branches as both branches and a Where,
     BatchNormalization folded into convolutions, kernel taps that read only padding cut,
     GroupNorm exports on the map's own axes, Sum as Adds, Gathers of an axis's one element
     as Squeeze. Never the caller's graph: :func:`~subgraph.transform.unroll.unroll_loops`
@@ -94,7 +96,7 @@ def prepared_graph(graph: Graph) -> Graph:
     importer's stack, :func:`~subgraph.properties.tvm.intake.rewrites.squeezed_gathers` its
     unfusable ``take``.
     """
-    graph = trim_conv_taps(fold_batchnorm(unroll_loops(graph)))
+    graph = trim_conv_taps(fold_batchnorm(select_ifs(unroll_loops(graph))))
     return unroll_recurrent(squeezed_gathers(sum_as_adds(group_norms(graph))))
 
 

@@ -1,19 +1,24 @@
-"""ONNX Loops with a constant trip count, written out trip by trip for TVM.
+"""ONNX Loops with a constant trip count and Ifs with small, pure branches, written out for TVM.
 
 TVM's importer has no Loop, so a model whose TorchScript ``for t in range(x.size(1))``
 became a Loop used to run that Loop on NUMPY and the ops around it in separate TVM
 subgraphs. The Loops :func:`~subgraph.transform.unroll.unroll_loops` writes out trip by
-trip compile as one flat graph instead (``importer.prepared_graph`` unrolls them).
+trip compile as one flat graph instead (``importer.prepared_graph`` unrolls them), and so
+do the Ifs :func:`~subgraph.transform.select.select_ifs` writes out as both branches and a
+Where (the If stays off TVM otherwise: a function with Relax control flow is not scheduled).
 
-The ``tvm`` property takes a Loop when :func:`decline_reason` finds nothing against it:
-the form :func:`~subgraph.transform.unroll.structure_reason` accepts (a constant trip count
-of 1 to :data:`~subgraph.transform.unroll.MAX_TRIPS`, a condition the body provably keeps
-true, no nested control flow, a bounded number of written-out nodes), and every
-written-out node one TVM takes. Any other Loop stays on a device that runs bodies (NUMPY).
+The ``tvm`` property takes a Loop or an If when :func:`decline_reason` finds nothing
+against it: the form :func:`~subgraph.transform.unroll.structure_reason` accepts (a constant
+trip count of 1 to :data:`~subgraph.transform.unroll.MAX_TRIPS`, a condition the body
+provably keeps true, no nested control flow, a bounded number of written-out nodes) or
+:func:`~subgraph.transform.select.structure_reason` (branches of at most
+:data:`~subgraph.transform.select.MAX_SELECTED_NODES` ops that cannot fail, each output of
+one static shape in both), and every written-out node one TVM takes. Any other stays on a
+device that runs bodies (NUMPY).
 
-Deciding unrolls the Loop and infers its shapes, so the answer is kept with the node
+Deciding writes the node out and infers its shapes, so the answer is kept with the node
 (in ``node.meta``): the
-property's ``supports()`` asks for every Loop each time a selector grows over it, and
+property's ``supports()`` asks for every such node each time a selector grows over it, and
 only a change to what the decision reads (the node's inputs, their types and data, its
 body, the graph's opset, the support check) decides again.
 """
@@ -27,6 +32,8 @@ from subgraph.analysis.shape_inference import infer_shapes
 from subgraph.errors import SubgraphError
 from subgraph.ir import Graph, Node, Value
 from subgraph.transform.constants import fold_constants
+from subgraph.transform.select import select
+from subgraph.transform.select import structure_reason as select_reason
 from subgraph.transform.unroll import structure_reason, unroll
 
 __all__ = ["decline_reason"]
@@ -42,12 +49,12 @@ def _inputs_read(node: Node, node_reason: Callable[[Node], str | None]) -> tuple
     graph opset and its inputs' shapes and dtypes (compared by equality)."""
     opset = tuple(sorted(node.graph.opset.items())) if node.graph is not None else None
     values = tuple((None, None, None, None) if v is None else (v, v.shape, v.dtype, v.data) for v in node.inputs)
-    return node_reason, node.attrs.get("body"), node.name, node.implicit, opset, values
+    return node_reason, tuple(node.bodies.values()), node.name, node.implicit, opset, values
 
 
 def _same(old: tuple[Any, ...], new: tuple[Any, ...]) -> bool:
     (reason, body, name, implicit, opset, values), (reason2, body2, name2, implicit2, opset2, values2) = old, new
-    if reason is not reason2 or body is not body2 or (name, implicit, opset) != (name2, implicit2, opset2) \
+    if reason is not reason2 or len(body) != len(body2) or any(a is not b for a, b in zip(body, body2)) or (name, implicit, opset) != (name2, implicit2, opset2) \
             or len(values) != len(values2):
         return False
     # not ``dtype == dtype2`` alone: numpy compares dtype('float64') == None as True
@@ -56,10 +63,10 @@ def _same(old: tuple[Any, ...], new: tuple[Any, ...]) -> bool:
 
 
 def decline_reason(node: Node, node_reason: Callable[[Node], str | None]) -> str | None:
-    """Why the Loop ``node`` cannot be unrolled for TVM, or None when it can.
+    """Why the Loop or If ``node`` cannot be written out for TVM, or None when it can.
 
-    ``node_reason`` says why TVM cannot take one node (the support check): every node of
-    the unrolled Loop, constants folded, must pass it. The answer is computed once per
+    ``node_reason`` says why TVM cannot take one node (the support check): every node it is
+    written out as, constants folded, must pass it. The answer is computed once per
     node (and again only when what it reads changes).
     """
     read = _inputs_read(node, node_reason)
@@ -72,9 +79,10 @@ def decline_reason(node: Node, node_reason: Callable[[Node], str | None]) -> str
 
 
 def _decide(node: Node, node_reason: Callable[[Node], str | None]) -> str | None:
-    reason = structure_reason(node, "TVM")
+    reason = select_reason(node) if node.op == "If" else structure_reason(node, "TVM")
     if reason is not None:
         return reason
+    write, written = (select, "as both branches and a Where") if node.op == "If" else (unroll, "unrolled")
     alone = Graph(f"{node.name}_unrolled", dict(node.graph.opset) if node.graph is not None else None)
     copies: dict[int, Value] = {}  # an outer value read twice (condition and implicit) is one value
     for value in node.inputs:
@@ -88,14 +96,14 @@ def _decide(node: Node, node_reason: Callable[[Node], str | None]) -> str | None
             copies[id(value)] = alone.add_input(value.name, value.shape, value.dtype)
     inputs = [None if value is None else copies[id(value)] for value in node.inputs]
     try:
-        results = unroll(alone, node, inputs, alone.fresh_name)
+        results = write(alone, node, inputs, alone.fresh_name)
         alone.set_outputs(results)
         infer_shapes(alone)
         alone = fold_constants(alone)
     except SubgraphError as exc:
-        return f"its unrolled body does not type-check: {exc}"
+        return f"{written}, it does not type-check: {exc}"
     for inner in alone.nodes:
         reason = node_reason(inner)
         if reason is not None:
-            return f"unrolled, {reason}"
+            return f"{written}, {reason}"
     return None

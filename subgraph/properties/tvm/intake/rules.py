@@ -29,9 +29,10 @@ from subgraph.ops.index import INDEX_OPS, check_indices, index_limits
 from subgraph.properties.tvm.intake.cells import MAX_STEPS, RECURRENT_OPS
 from subgraph.properties.tvm.intake.cells import decline_reason as cell_decline_reason
 from subgraph.properties.tvm.intake.loops import decline_reason as loop_decline_reason
+from subgraph.transform.select import MAX_SELECTED_NODES
 from subgraph.transform.unroll import MAX_TRIPS, MAX_UNROLLED_NODES
 
-__all__ = ["CELL_UNROLLED", "FIRST_OUTPUT_ONLY", "INDICES", "LOOP_UNROLLED", "RULES", "VALUES", "Condition",
+__all__ = ["CELL_UNROLLED", "FIRST_OUTPUT_ONLY", "IF_SELECTED", "INDICES", "LOOP_UNROLLED", "RULES", "VALUES", "Condition",
            "OpRule", "WrittenOut", "attr_not", "condition", "constant_inputs", "dtype_not"]
 
 
@@ -296,6 +297,19 @@ def _loop_unrolled(node: Node, judge: Callable[[Node], str | None]) -> str | Non
     return f"not unrolled: {reason}" if reason else None
 
 
+def _if_selected(node: Node, judge: Callable[[Node], str | None]) -> str | None:
+    """:func:`~subgraph.properties.tvm.intake.loops.decline_reason` for an If: written out as
+    both branches and a Where, each node checked by ``judge``."""
+    reason = loop_decline_reason(node, judge)
+    return f"not written out: {reason}" if reason else None
+
+
+IF_SELECTED = WrittenOut(
+    f"written out as both branches and a Where: at most {MAX_SELECTED_NODES} nodes in the branches, all "
+    "element-wise, shape, reduction or contraction ops (no index op, control flow or random op); each "
+    "output of one static shape and dtype in both; every written-out node one TVM takes", _if_selected)
+
+
 LOOP_UNROLLED = WrittenOut(
     f"unrolled: a constant trip count of 1 to {MAX_TRIPS}; the condition absent or constant true "
     f"and kept true by the body; no nested control flow; at most {MAX_UNROLLED_NODES} nodes written "
@@ -377,7 +391,7 @@ Sum Tan Tanh ThresholdedRelu Tile Transpose Trilu Unsqueeze Where Xor
           for op in ("Optional", "OptionalGetElement", "OptionalHasElement", "SequenceAt",
                      "SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert",
                      "SequenceLength", "ConcatFromSequence", "SplitToSequence")),
-        OpRule("If", excluded=_NO_CONTROL_FLOW),
+        OpRule("If", (IF_SELECTED,), unrolled=True, checks_values=False),
         OpRule("Scan", excluded=_NO_CONTROL_FLOW),
     ),
 }

@@ -36,9 +36,9 @@ SUPPORTED_OPS: frozenset[str] = frozenset(op for op, rule in RULES.items()
                                           if rule.excluded is None and not rule.unrolled)
 
 #: Ops TVM's importer lacks that are written out as primitive ops first (when their
-#: conditions hold): recurrent cells (:mod:`~subgraph.properties.tvm.intake.cells`) and Loops
-#: (:mod:`~subgraph.properties.tvm.intake.loops`); a Loop that is not unrolled runs with its body
-#: on a device that runs bodies (NUMPY).
+#: conditions hold): recurrent cells (:mod:`~subgraph.properties.tvm.intake.cells`), Loops and
+#: Ifs (:mod:`~subgraph.properties.tvm.intake.loops`); a Loop or If that is not written out runs
+#: with its bodies on a device that runs bodies (NUMPY).
 UNROLLED_OPS: frozenset[str] = frozenset(op for op, rule in RULES.items() if rule.unrolled)
 
 #: Ops the importer maps but that are left out, and why.
@@ -109,7 +109,7 @@ def unsupported_reason(node: Node) -> str | None:
     output has a static shape and a dtype TVM handles (and is not empty:
     :data:`~subgraph.properties.tvm.intake.rules.VALUES`), then the conditions of the op's
     :class:`~subgraph.properties.tvm.intake.rules.OpRule` in order, answering with the first
-    that fails. A Loop is judged by its unrolled nodes instead.
+    that fails. A Loop or an If is judged by the nodes it is written out as instead.
 
     Examples
     --------

@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.tvm,
 @pytest.mark.parametrize("op, domain, opset, expected", [
     ("Conv", "", 17, True), ("MatMul", "", 17, True), ("Softmax", "ai.onnx", 17, True),
     ("Gelu", "", 20, True), ("Gelu", "", 17, False),  # Gelu is new in opset 20
-    ("LSTM", "", 17, True), ("GRU", "", 14, True), ("Loop", "", 17, True), ("If", "", 17, False), ("NonZero", "", 17, False), ("Attention", "", 23, False),
+    ("LSTM", "", 17, True), ("GRU", "", 14, True), ("Loop", "", 17, True), ("If", "", 17, True), ("NonZero", "", 17, False), ("Attention", "", 23, False),
     ("Relu", "com.example", 17, False),
 ])
 def test_tvm_supports(op, domain, opset, expected):
