@@ -275,3 +275,20 @@ def test_tuning_candidates_over_197_rows_include_masked_tiles():
     assert all(t.rows * t.vectors <= 28 for t in tiles[1:]) and Tile(16, 2, 0) not in tiles
     assert Tile(6, 1, 0) in candidate_tiles(te.create_prim_func([a, b, c]), lanes=8, limit=100)
     assert all(t.rows * t.vectors <= 12 for t in candidate_tiles(te.create_prim_func([a, b, c]), lanes=8, limit=100)[1:])
+
+
+@pytest.mark.parametrize("kernel", [1, 3])
+def test_masked_row_tiles_over_a_prime_width_are_for_1x1_convolutions_only(kernel):
+    """23 columns (no row count divides them, too many for one tile): a 1x1 convolution is a
+    matrix product and gets masked tiles of rows (3.5x faster on 73x73); a 3x3's masked rows
+    ran 1.4-1.7x slower than one row of several vectors, which it keeps."""
+    rng = np.random.default_rng(16)
+    g = Graph("prime_width")
+    x = g.add_input("x", (1, 32, 23, 23), "float32")
+    g.set_outputs([g.add_node("Conv", [x, g.add_constant("w", rand(rng, (64, 32, kernel, kernel)))], name="conv",
+                              attrs={"pads": [kernel // 2] * 4}).outputs[0]])
+    infer_shapes(g)
+    arrays = [rand(rng, (1, 32, 23, 23))]
+    assert_matches_onnxruntime(g, compile_graph(g, use_cache=False)(*arrays), *arrays)
+    (conv,) = [s for name, s in lowered_scripts(g, "cpu").items() if "conv2d" in name]
+    assert ("< T.int64(23)" in conv) == (kernel == 1)
