@@ -25,7 +25,7 @@ from collections.abc import Callable
 import numpy as np
 
 from subgraph.ir import Graph, Node, Value
-from subgraph.transform.unroll import written_out
+from subgraph.transform.unroll import copy_body, written_out
 
 __all__ = ["MAX_SELECTED_NODES", "SELECTABLE_OPS", "select", "select_ifs", "structure_reason"]
 
@@ -81,18 +81,8 @@ def select(new: Graph, node: Node, inputs: list[Value], fresh: Callable[[str], s
     scalar = new.add_constant(fresh(f"{node.name}_scalar"), np.array([], np.int64))
     cond = new.add_node("Reshape", [cond, scalar], name=fresh(f"{node.name}/cond"),
                         outputs=[fresh(f"{node.name}/cond")]).outputs[0]
-    results = []
-    for key in ("then_branch", "else_branch"):
-        body: Graph = node.attrs[key]
-        val_map: dict[Value, Value] = dict(zip(body.inputs, implicit))
-        for value in body.initializers.values():
-            val_map[value] = new.add_constant(fresh(f"{node.name}_{key}_{value.name}"), value.data)
-        for inner in body.nodes:
-            copy = new.copy_node(inner, [None if v is None else val_map[v] for v in inner.inputs],
-                                 name=fresh(f"{node.name}/{key}/{inner.name}"),
-                                 output_names=[fresh(f"{node.name}/{key}/{v.name}") for v in inner.outputs])
-            val_map.update(zip(inner.outputs, copy.outputs))
-        results.append([val_map[v] for v in body.outputs])
+    results = [copy_body(new, node.attrs[key], implicit, f"{node.name}/{key}", fresh)
+               for key in ("then_branch", "else_branch")]
     return [new.add_node("Where", [cond, a, b], name=fresh(f"{node.name}/select{k}"),
                          outputs=[fresh(f"{node.name}/select{k}")]).outputs[0]
             for k, (a, b) in enumerate(zip(*results))]

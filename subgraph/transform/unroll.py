@@ -28,7 +28,7 @@ from subgraph.analysis.shape_inference import infer_shapes
 from subgraph.ir import Graph, Node, Value
 from subgraph.transform.constants import fold_constants
 
-__all__ = ["MAX_TRIPS", "Writer", "structure_reason", "unroll", "unroll_loops", "written_out"]
+__all__ = ["MAX_TRIPS", "Writer", "copy_body", "structure_reason", "unroll", "unroll_loops", "written_out"]
 
 #: the most trips a Loop is unrolled for (each trip adds its body's kernels)
 MAX_TRIPS = 64
@@ -84,15 +84,7 @@ def unroll(new: Graph, node: Node, inputs: list[Value | None], fresh: Callable[[
     axis = new.add_constant(fresh(f"{node.name}_axis"), np.array([0], np.int64)) if scans else None
     for trip in range(trips):
         index = new.add_constant(fresh(f"{node.name}_trip{trip}"), np.array(trip, np.int64))
-        val_map: dict[Any, Value] = dict(zip(body.inputs, [index, cond, *carried, *implicit]))
-        for value in body.initializers.values():
-            val_map[value] = new.add_constant(fresh(f"{node.name}_{trip}_{value.name}"), value.data)
-        for inner in body.nodes:
-            copy = new.copy_node(inner, [None if v is None else val_map[v] for v in inner.inputs],
-                                 name=fresh(f"{node.name}/{trip}/{inner.name}"),
-                                 output_names=[fresh(f"{node.name}/{trip}/{v.name}") for v in inner.outputs])
-            val_map.update(zip(inner.outputs, copy.outputs))
-        results = [val_map[v] for v in body.outputs]
+        results = copy_body(new, body, [index, cond, *carried, *implicit], f"{node.name}/{trip}", fresh)
         carried = results[1:1 + len(carried)]
         for k, value in enumerate(results[1 + len(carried):]):
             scans[k].append(new.add_node("Unsqueeze", [value, axis], name=fresh(f"{node.name}/{trip}/scan{k}"),
@@ -100,6 +92,21 @@ def unroll(new: Graph, node: Node, inputs: list[Value | None], fresh: Callable[[
     stacked = [new.add_node("Concat", values, attrs={"axis": 0}, name=fresh(f"{node.name}/scan{k}"),
                             outputs=[fresh(f"{node.name}/scan{k}")]).outputs[0] for k, values in enumerate(scans)]
     return [*carried, *stacked]
+
+
+def copy_body(new: Graph, body: Graph, inputs: list[Value], prefix: str, fresh: Callable[[str], str]) -> list[Value]:
+    """Append the nodes of the control-flow body ``body`` to ``new``, its inputs bound to
+    ``inputs`` and its initializers copied as constants, every new name made by ``fresh``
+    from ``prefix``; returns the values of its outputs, in order."""
+    val_map: dict[Any, Value] = dict(zip(body.inputs, inputs))
+    for value in body.initializers.values():
+        val_map[value] = new.add_constant(fresh(f"{prefix}/{value.name}"), value.data)
+    for inner in body.nodes:
+        copy = new.copy_node(inner, [None if v is None else val_map[v] for v in inner.inputs],
+                             name=fresh(f"{prefix}/{inner.name}"),
+                             output_names=[fresh(f"{prefix}/{v.name}") for v in inner.outputs])
+        val_map.update(zip(inner.outputs, copy.outputs))
+    return [val_map[v] for v in body.outputs]
 
 
 def unroll_loops(graph: Graph) -> Graph:
