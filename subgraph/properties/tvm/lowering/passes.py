@@ -10,7 +10,8 @@ tiles ahead of time and stores the winners), so a build stays a matter of second
 - ``"cpu"`` (default): convolutions are first rewritten to NHWC activations and HWIO
   weights (``relax.transform.ConvertLayout``; the weight transposes fold into constants), so
   that the output channel is contiguous in both the output and the weights (where TVM's
-  ConvertLayout fails, the graph stays NCHW); constant weights of convolutions and matrix
+  ConvertLayout fails, the graph stays NCHW), and the transposes it leaves move past
+  elementwise arithmetic to cancel (:mod:`~subgraph.properties.tvm.lowering.permutes`); constant weights of convolutions and matrix
   products are packed in panels of the vector width (:mod:`~subgraph.properties.tvm.lowering.packing`);
   2-D resizes run as two 1-D passes (:mod:`~subgraph.properties.tvm.lowering.resize2d`); then every fused function gets the rules of
   :func:`~subgraph.properties.tvm.schedule.cpu.schedule_rules`, each function on its own
@@ -42,6 +43,7 @@ from subgraph.properties.tvm.lowering.convtranspose import conv2d_transpose_lega
 from subgraph.properties.tvm.lowering.fastmath import FAST_MATH_LEGALIZE
 from subgraph.properties.tvm.lowering.nan import NAN_LEGALIZE
 from subgraph.properties.tvm.lowering.packing import packed_conv2d_legalize, packed_matmul_legalize
+from subgraph.properties.tvm.lowering.permutes import SinkPermutes
 from subgraph.properties.tvm.lowering.resize2d import resize2d_legalize
 from subgraph.properties.tvm.lowering.rowwise import layer_norm_legalize, softmax_legalize
 from subgraph.properties.tvm.runtime.weights import LiftWeights
@@ -72,7 +74,8 @@ def prepare_passes(target: Any, schedule: str = "cpu", rewrite: bool = True) -> 
              "relax.image.resize2d": resize2d_legalize(lanes)}
     legalize = [relax.transform.LegalizeOps(customize_legalize_map=rules)
                 if p.info.name == "LegalizeOps" else p for p in cpu.legalize_passes(target)]
-    return [_ClampsAsRelaxOps(), _ConvertLayoutIfPossible(), *cpu.library_dispatch_passes(target), *legalize]
+    return [_ClampsAsRelaxOps(), _ConvertLayoutIfPossible(), SinkPermutes(), *cpu.library_dispatch_passes(target),
+            *legalize]
 
 
 def _legalize_passes(target: Any) -> list[Any]:
