@@ -61,6 +61,9 @@ _MIN_PARALLEL = 4096  # fewer output elements than this run on one thread...
 _MIN_PARALLEL_WORK = 1 << 18  # ...unless they take this many multiply-adds (weights read by both threads' caches)
 
 
+_L2_BYTES = 1 << 20  # a core's L2, at the small end of today's x86 server cores (1-2 MiB)
+
+
 def vector_lanes(target: Any, bits: int = 32) -> int:
     """Lanes of ``bits``-wide elements in the target's widest vector register (at least 4).
 
@@ -278,23 +281,28 @@ def _analyse(sch: Any, lanes: int) -> _Contraction | None:
     candidates = [i for i in reversed(range(n_spatial - 1)) if extents[i] > 1]
     free = [i for i in candidates if names[i] not in used]
     rows_axes = free + [i for i in candidates if i not in free]
-    # the operand the vector lanes read (weights) against the other (activations), in elements
+    # the operand the vector lanes read (weights) against the other (activations), in bytes
     # their loops span: weights four times larger are walked panel by panel, each panel
     # serving every row, and the threads split the panels (a 49 x 768 by 768 x 2304 product
     # read 7 MiB of weights seven times: 2.2 -> 1.1 ms; on 4x4 and 2x2 maps each thread read
     # every weight once per row block: ResNet-50 at 64x64, 9 MiB per 3x3 512 layer, ran
     # 0.80x the time whole); measured slower where the weights were not that much larger
-    # (1x1 1024 -> 256 on 14x14). A matrix product whose weights are twice the activations is
-    # walked panel by panel too: ViT-B/16's Linear layers (197 tokens, 3.9x) ran 1.15-1.25x
-    # faster so
+    # and fit the cache (1x1 1024 -> 256 on 14x14, 1 MiB). Weights past _L2_BYTES go panel
+    # by panel when they are the larger operand: row block by row block, every block read
+    # them all again from beyond L2 (ConvNeXt-T's 196 x 1536 by 1536 x 384, 2.3 MiB against
+    # 1.2 MiB of rows: 1.80 -> 1.14 ms on one thread, onnxruntime 1.32). A matrix product
+    # whose weights are twice the activations is walked panel by panel too: ViT-B/16's Linear
+    # layers (197 tokens, 3.9x) ran 1.15-1.25x faster so
     def span(regions: list) -> int:
         return sum(int(np.prod([extents[names.index(v)] for v in _iter_vars_of([r]) if v in names]))
-                   for r in regions)
+                   * max(r.source.dtype.bits // 8, 1) for r in regions)
 
-    lane_operands = [r for r in operands if r in lane_reads]
     product = len(extents) == n_spatial + 1
     pointwise = int(np.prod(extents[n_spatial:-1])) == 1
-    weights_first = span(lane_operands) >= (2 if product else 4) * span([r for r in operands if r not in lane_reads])
+    lane_bytes = span([r for r in operands if r in lane_reads])
+    other_bytes = span([r for r in operands if r not in lane_reads])
+    weights_first = (lane_bytes >= (2 if product else 4) * other_bytes
+                     or (lane_bytes > _L2_BYTES and lane_bytes >= other_bytes))
     return _Contraction(main, rest, n_spatial, extents, rows_axes, lanes, weights_first, product, pointwise)
 
 

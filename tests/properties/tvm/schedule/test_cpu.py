@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("tvm", reason="needs apache-tvm")  # the backend's modules import tvm at their tops
 
+import subgraph
 from subgraph.analysis.shape_inference import infer_shapes
 from subgraph.ir import Graph
 from subgraph.properties.tvm.build.compiler import compile_graph
@@ -183,6 +184,28 @@ def test_weights_much_larger_than_the_rows_are_walked_panel_by_panel():
     assert not product(49, 64, 64).weights_first     # weights no larger than the rows
     # 4 rows (a 2x2 map): the threads split the panels rather than each reading all of them
     assert product(4, 768, 2304).weights_first
+    # ConvNeXt-T's second MLP matmul at 14x14: 2.3 MiB of weights (past L2), 1.2 MiB of rows
+    assert product(196, 1536, 384).weights_first
+    assert not product(196, 1024, 256).weights_first  # 1 MiB of weights: the rows outermost
+    assert not product(3136, 384, 96).weights_first   # 56x56: weights far smaller than the rows
+
+
+def test_convnext_mlp_matmuls_match_numpy():
+    """ConvNeXt-T's MLP at 14x14 (384 -> 1536 -> 384, the second walked panel by panel)
+    against ``subgraph.run``."""
+    rng = np.random.default_rng(12)
+    g = Graph("mlp")
+    x = g.add_input("x", (1, 14, 14, 384), "float32")
+    w1 = g.add_constant("w1", (rng.standard_normal((384, 1536)) / 20).astype(np.float32))
+    w2 = g.add_constant("w2", (rng.standard_normal((1536, 384)) / 40).astype(np.float32))
+    h = g.add_node("MatMul", [x, w1], name="fc1").outputs[0]
+    h = g.add_node("Relu", [h], name="relu").outputs[0]
+    g.set_outputs([g.add_node("MatMul", [h, w2], name="fc2").outputs[0]])
+    infer_shapes(g)
+    x_value = rand(rng, (1, 14, 14, 384))
+    got = compile_graph(g, use_cache=False)(x_value)
+    want = subgraph.run(g, {"x": x_value})[g.outputs[0].name]
+    np.testing.assert_allclose(got[0], want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
 
 
 @pytest.mark.parametrize("shape, perm", [((1, 3, 64, 48), (0, 2, 3, 1)),    # NCHW -> NHWC of an RGB image
