@@ -19,9 +19,16 @@ pytestmark = pytest.mark.tvm
 
 
 def test_cpu_schedule_vectorises_and_parallelises_the_contraction():
+    from subgraph.properties.tvm.runtime.target import host_target
+    from subgraph.properties.tvm.schedule.cpu import vector_lanes
+
     scripts = lowered_scripts(linear_graph(), "cpu")
     (matmul,) = [s for name, s in scripts.items() if "matmul" in name]
-    assert "T.parallel" in matmul and "T.vectorized" in matmul and "T.unroll(T.int64(8))" in matmul
+    assert "T.parallel" in matmul and "T.vectorized" in matmul
+    # with 16 lanes, 4 rows x 3 vectors (12 accumulators) rather than 8 rows x 1 vector;
+    # with 8 lanes, 8 rows x 1 vector (the 8 accumulators that fit beside the operands)
+    rows = 4 if vector_lanes(host_target()) == 16 else 8
+    assert f"T.unroll(T.int64({rows}))" in matmul
     # bias and Relu (NaN-propagating: llvm.maximum) run in the same function's tiles
     assert '"llvm.maximum", matmul_intermediate' in matmul
     plain = lowered_scripts(linear_graph(), "dlight")
@@ -315,3 +322,30 @@ def test_masked_row_tiles_over_a_prime_width_are_for_1x1_convolutions_only(kerne
     assert_matches_onnxruntime(g, compile_graph(g, use_cache=False)(*arrays), *arrays)
     (conv,) = [s for name, s in lowered_scripts(g, "cpu").items() if "conv2d" in name]
     assert ("< T.int64(23)" in conv) == (kernel == 1)
+
+
+@pytest.mark.parametrize("channels, size", [(96, 56), (768, 7)], ids=["96x56x56", "768x7x7"])
+def test_convnext_depthwise_7x7_tiles_seven_rows_by_two_vectors(channels, size):
+    """ConvNeXt-T's depthwise 7x7 convolutions (groups = channels): on the 56-wide map 7
+    rows x 2 vectors (14 accumulators) where 8 rows left room for one vector; numbers
+    against ``subgraph.run``."""
+    from subgraph.properties.tvm.runtime.target import host_target
+    from subgraph.properties.tvm.schedule.cpu import vector_lanes
+
+    rng = np.random.default_rng(13)
+    g = Graph("dwconv")
+    x = g.add_input("x", (1, channels, size, size), "float32")
+    w = g.add_constant("w", (rng.standard_normal((channels, 1, 7, 7)) / 7).astype(np.float32))
+    b = g.add_constant("b", rng.standard_normal(channels).astype(np.float32))
+    g.set_outputs([g.add_node("Conv", [x, w, b], name="dw", attrs={
+        "group": channels, "kernel_shape": [7, 7], "pads": [3, 3, 3, 3]}).outputs[0]])
+    infer_shapes(g)
+    (conv,) = [s for name, s in lowered_scripts(g, "cpu").items() if "conv2d" in name]
+    lanes = vector_lanes(host_target())
+    assert f"T.vectorized(T.int64({lanes}))" in conv and "T.unroll(T.int64(7))" in conv
+    if lanes == 16:
+        assert "T.unroll(T.int64(2))" in conv  # two vectors of 16 channels per row
+    x_value = rand(rng, (1, channels, size, size))
+    got = compile_graph(g, use_cache=False)(x_value)
+    want = subgraph.run(g, {"x": x_value})[g.outputs[0].name]
+    np.testing.assert_allclose(got[0], want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
