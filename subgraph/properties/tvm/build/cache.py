@@ -58,10 +58,11 @@ __all__ = ["BUILD_LOCK", "MEMORY", "cache_get", "cache_key", "cache_put", "check
 
 
 #: The format of the disk entries and of the builds they hold: 25 keeps large weights beside the
-#: library (``<key>.weights``, passed to ``main`` after the inputs) and digests with BLAKE3. It is
-#: part of every key, so bumping it (when the way a build is made or stored changes) leaves the
-#: old entries unused.
-_FORMAT = "subgraph-tvm-25"
+#: library (``<key>.weights``, passed to ``main`` after the inputs) and digests with BLAKE3; 26
+#: builds LayerNorm with vector sums, moves transposes past elementwise arithmetic and picks
+#: contraction tiles anew (a library of 25 would run the old code). It is part of every key, so
+#: bumping it (when the way a build is made or stored changes) leaves the old entries unused.
+_FORMAT = "subgraph-tvm-26"
 
 
 def content_digest(parts: Iterable[Any]) -> str:
