@@ -17,7 +17,7 @@ from subgraph.properties.tvm.build.compiler import compile_graph
 from subgraph.properties.tvm.lowering.rowwise import schedule_layer_norm, schedule_softmax
 from subgraph.properties.tvm.runtime.target import host_target
 from subgraph.properties.tvm.schedule.cpu import vector_lanes
-from tests.properties.tvm.tvm_graphs import lowered_scripts
+from tests.properties.tvm.tvm_graphs import assert_matches_onnxruntime, lowered_scripts
 
 pytestmark = pytest.mark.tvm
 
@@ -104,3 +104,40 @@ def test_the_cpu_pipeline_reduces_rows_lane_by_lane():
     for script in scripts.values():  # lane-partial sums, vectorised; softmax's 5-column tail apart
         assert "T.parallel" in script and "T.vectorized" in script and "_lanes" in script
     assert "peak_tail" in scripts["softmax"] and "total_tail" not in scripts["layer_norm"]
+
+
+def _layer_norm_graph(shape: tuple[int, ...], bias: bool = True, epsilon: float = 1e-6) -> Graph:
+    rng = np.random.default_rng(4)
+    g = Graph("layer_norm")
+    x = g.add_input("x", shape, "float32")
+    inputs = [x, g.add_constant("scale", rng.standard_normal(shape[-1]).astype(np.float32))]
+    if bias:
+        inputs.append(g.add_constant("bias", rng.standard_normal(shape[-1]).astype(np.float32)))
+    g.set_outputs([g.add_node("LayerNormalization", inputs, name="ln",
+                              attrs={"axis": -1, "epsilon": epsilon}).outputs[0]])
+    infer_shapes(g)
+    return g
+
+
+@pytest.mark.parametrize("shape, bias", [((1, 56, 56, 96), True), ((1, 7, 7, 768), True), ((1, 1, 1, 768), True),
+                                         ((2, 7, 30), True), ((2, 5, 64), False)],
+                         ids=["56x56x96", "7x7x768", "one-row-768", "30-channels", "no-bias"])
+def test_convnext_layer_norms_match_subgraph_run_and_onnxruntime(shape, bias):
+    """ConvNeXt-T's channels-last LayerNorms, the classifier's single row, a width of no
+    vector multiple, no bias; rows whose offsets dwarf their spread (where a one-pass
+    variance would cancel)."""
+    graph = _layer_norm_graph(shape, bias)
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(shape) + 30.0 * rng.standard_normal((*shape[:-1], 1))).astype(np.float32)
+    got = compile_graph(graph, use_cache=False)(x)
+    np.testing.assert_allclose(got[0], subgraph.run(graph, {"x": x})["ln"], rtol=1e-4, atol=1e-4)
+    assert_matches_onnxruntime(graph, got, x)
+
+
+def test_one_row_is_not_split_across_threads():
+    """TVM's own rule put a single row's 768 columns under a parallel loop, every column
+    recomputing the row's mean and variance in buffers the threads shared."""
+    (one,) = lowered_scripts(_layer_norm_graph((1, 1, 1, 768)), "cpu").values()
+    assert "T.parallel" not in one and "T.vectorized" in one
+    (rows,) = lowered_scripts(_layer_norm_graph((1, 56, 56, 96)), "cpu").values()
+    assert "T.parallel(T.int64(3136))" in rows  # one row per iteration, the 3136 pixels across threads
