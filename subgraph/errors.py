@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from collections.abc import Callable
 
 __all__ = [
     "SubgraphError",
@@ -96,11 +97,13 @@ class BackendNotInstalledError(DeviceError):
 
 
 def call_hook(error: type[SubgraphError], owner: object, hook: str, *args: object,
-              where: str | None = None, **kwargs: object) -> object:
+              where: str | Callable[[], str] | None = None, **kwargs: object) -> object:
     """``owner.hook(*args, **kwargs)`` for user code (a selector's or property's hook).
 
     What it raises becomes ``error`` naming the owner's class, the hook, ``where`` it was
     called and the original exception; a :class:`SubgraphError` passes unchanged.
+    ``where`` may be a function giving that text, called only when the hook raises (the
+    partitioner calls hooks hundreds of thousands of times and formats none of them).
 
     >>> class Selector:
     ...     def select(self, node):
@@ -115,6 +118,8 @@ def call_hook(error: type[SubgraphError], owner: object, hook: str, *args: objec
     except SubgraphError:
         raise
     except Exception as exc:
+        if callable(where):
+            where = where()
         call = f"{type(owner).__name__}.{hook}" + ("" if where is None else f"({where})")
         raise error(f"{call} raised {type(exc).__name__}: {exc}") from exc
 

@@ -63,11 +63,13 @@ class GrowContext:
 
     def call(self, selector: SubgraphSelector, hook: str, *nodes: Node):
         """Call a selector hook; anything it raises becomes a SelectorError naming it."""
-        where = ", ".join(f"{n.name!r} ({n.op})" if isinstance(n, Node) else repr([m.name for m in n])
-                          for n in nodes)
+        def where() -> str:  # formatted only for a message
+            return ", ".join(f"{n.name!r} ({n.op})" if isinstance(n, Node) else repr([m.name for m in n])
+                             for n in nodes)
+
         answer = call_hook(SelectorError, selector, hook, *nodes, where=where)
         if hook.startswith("select") and not isinstance(answer, (bool, np.bool_)):
-            raise SelectorError(f"{type(selector).__name__}.{hook}({where}) must return a bool, got "
+            raise SelectorError(f"{type(selector).__name__}.{hook}({where()}) must return a bool, got "
                                 f"{type(answer).__name__}")
         return answer
 

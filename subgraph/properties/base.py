@@ -167,10 +167,12 @@ def as_compiled_kernel(function: Callable[..., Sequence[np.ndarray]]) -> Compile
 def checked_supports(prop: SubgraphProperty, node: Node) -> bool:
     """``prop.supports(node)``; what it raises, or an answer that is no bool (a numpy array,
     None, a string), is a :class:`~subgraph.errors.PropertyError` naming the property and node."""
-    where = f"{node.name!r} ({node.op})"
+    def where() -> str:  # formatted only for a message
+        return f"{node.name!r} ({node.op})"
+
     answer = call_hook(PropertyError, prop, "supports", node, where=where)
     if not isinstance(answer, (bool, np.bool_)):
-        raise PropertyError(f"{type(prop).__name__}.supports({where}) must return a bool, got "
+        raise PropertyError(f"{type(prop).__name__}.supports({where()}) must return a bool, got "
                             f"{type(answer).__name__}")
     return bool(answer)
 
