@@ -26,6 +26,7 @@ Examples
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -208,7 +209,7 @@ class Graph:
         """Declare the graph outputs, in order; names must be distinct."""
         resolved = [self._resolve(v) for v in values]
         names = [v.name for v in resolved if v is not None]
-        dupes = sorted({n for n in names if names.count(n) > 1})
+        dupes = sorted(n for n, count in Counter(names).items() if count > 1)  # names.count: quadratic
         if dupes:
             raise GraphError(f"graph {self.name!r} lists output(s) {dupes} more than once")
         self.outputs = [v for v in resolved if v is not None]
