@@ -205,6 +205,38 @@ class Graph:
         self._nodes_by_name[name] = copy
         return copy
 
+    def adopt_node(self, node: Node, inputs: Sequence[Value | None]) -> Node:
+        """Move ``node`` and its outputs into this graph, reading ``inputs`` (values of this
+        graph): :meth:`copy_node` without the copy, for a pass that takes the nodes of a
+        working copy it then discards (the PartitionGraph pass moves each subgraph's nodes).
+
+        The outputs keep their names, shapes and dtypes and start with no users (nodes
+        adopted after ``node`` that read them add themselves). The graph ``node`` leaves
+        still lists it and is not consistent any more: it must not be used again.
+        """
+        name = node.name
+        if name in self._nodes_by_name:
+            raise GraphError(f"graph {self.name!r} already has a node named {name!r}")
+        values = self._values
+        for value in inputs:
+            if value is not None and value.graph is not self:
+                raise GraphError(f"node {name!r} ({node.op}) moved in: input %{value.name} "
+                                 f"does not belong to graph {self.name!r}")
+        for out in node.outputs:
+            if out.name in values:
+                raise GraphError(f"graph {self.name!r} already has a value named {out.name!r}")
+        for out in node.outputs:
+            out.graph, out.users = self, []
+            values[out.name] = out
+        node.graph = self
+        node.inputs = tuple(inputs)
+        for value in node.inputs:
+            if value is not None:
+                value.users.append(node)
+        self.nodes.append(node)
+        self._nodes_by_name[name] = node
+        return node
+
     def set_outputs(self, values: Iterable[Value | str]) -> None:
         """Declare the graph outputs, in order; names must be distinct."""
         resolved = [self._resolve(v) for v in values]

@@ -205,7 +205,7 @@ def _partition(graph: Graph, prop: SubgraphProperty, strategy: str, dedup: bool,
                       explainer=prop if explain else None, support=support)
     propose(ctx, strategy)
     _drop_small(index, min_subgraph_size, ctx.reasons)
-    result, joined = fuse(work, index, prop, dedup, ctx.reasons)
+    result, joined = fuse(work, index, prop, dedup, ctx.reasons, move=True)  # work is ours
     result.verify()
     _hook(prop, "post_partition", result)
     if explain:

@@ -32,7 +32,8 @@ class Boundary:
     rewire: dict[tuple[str, int], str] = field(default_factory=dict)    # (consumer, slot) -> outer name
 
 
-def _boundary(graph: Graph, members: list[Node], inside: set[int], dedup: bool) -> Boundary:
+def _boundary(graph: Graph, members: list[Node], inside: set[int], dedup: bool,
+              graph_outputs: set[str]) -> Boundary:
     bd = Boundary()
     seen: dict[str, str] = {}
     taken: set[str] = set()
@@ -58,7 +59,6 @@ def _boundary(graph: Graph, members: list[Node], inside: set[int], dedup: bool) 
             bd.inputs.append(value)
             bd.input_names.append(name)
             bd.slot_names[(node.name, slot)] = name
-    graph_outputs = {v.name for v in graph.outputs}
     for node in members:
         for value in node.outputs:
             edges = [(user.name, slot) for user in dict.fromkeys(value.users) if id(user) not in inside
@@ -78,8 +78,12 @@ def _boundary(graph: Graph, members: list[Node], inside: set[int], dedup: bool) 
     return bd
 
 
-def build_subgraph(graph: Graph, members: list[Node], bd: Boundary, name: str) -> Graph:
-    """A graph of ``members`` under their own names, fed by the boundary's inputs."""
+def build_subgraph(graph: Graph, members: list[Node], bd: Boundary, name: str, move: bool = False) -> Graph:
+    """A graph of ``members`` under their own names, fed by the boundary's inputs.
+
+    ``move=True`` moves the members themselves into it (:meth:`~subgraph.ir.Graph.adopt_node`)
+    instead of copying them, which leaves ``graph`` inconsistent: for a working copy only.
+    """
     sub = Graph(name, graph.opset)
     by_name = {n: sub.add_input(n, v.shape, v.dtype) for v, n in zip(bd.inputs, bd.input_names)}
     val_map: ValueMap = {}
@@ -90,31 +94,44 @@ def build_subgraph(graph: Graph, members: list[Node], bd: Boundary, name: str) -
     for node in members:
         inputs = [None if v is None else by_name[bd.slot_names[(node.name, s)]]
                   if (node.name, s) in bd.slot_names else val_map[v] for s, v in enumerate(node.inputs)]
-        val_map.update(zip(node.outputs, sub.copy_node(node, inputs).outputs))
+        copy = sub.adopt_node(node, inputs) if move else sub.copy_node(node, inputs)
+        val_map.update(zip(node.outputs, copy.outputs))
     sub.set_outputs([val_map[v] for v in bd.outputs])
     return sub
 
 
-def fuse(graph: Graph, index: PartitionIndex, prop, dedup: bool,
-         reasons: dict[int, str]) -> tuple[Graph, dict[int, tuple[int, str]]]:
-    """The partitioned graph, and for each fused node index its (subgraph id, fused node name)."""
+def fuse(graph: Graph, index: PartitionIndex, prop, dedup: bool, reasons: dict[int, str],
+         move: bool = False) -> tuple[Graph, dict[int, tuple[int, str]]]:
+    """The partitioned graph, and for each fused node index its (subgraph id, fused node name).
+
+    ``graph`` is not modified, unless ``move=True``: then each subgraph takes the nodes
+    themselves rather than copies, and ``graph`` (a working copy) must not be used again.
+    """
     nodes = graph.nodes
     live = sorted((b for b in range(len(index.members)) if index.block_live[b]),
                   key=lambda b: index.block_lo[b])
+    graph_outputs = {v.name for v in graph.outputs}
+    blocks = []  # every boundary is read off the graph before any node moves
+    for b in live:
+        member_ids = sorted(index.members[b], key=index.pos.__getitem__)
+        members = [nodes[i] for i in member_ids]
+        blocks.append((b, member_ids, members,
+                       _boundary(graph, members, {id(m) for m in members}, dedup, graph_outputs)))
     fused: dict[int, tuple[Node, Boundary]] = {}
     joined: dict[int, tuple[int, str]] = {}
     originals = {id(n) for n in nodes}
     returned: dict[int, int] = {}  # id of a node create_subgraph_node returned -> its subgraph id
-    for sid, b in enumerate(live):
-        member_ids = sorted(index.members[b], key=index.pos.__getitem__)
-        members = [nodes[i] for i in member_ids]
-        bd = _boundary(graph, members, {id(m) for m in members}, dedup)
-        sub = build_subgraph(graph, members, bd, f"{graph.name}_{prop.name}_{sid}")
+    moved_inputs: dict[int, tuple] = {}  # a rejected subgraph's moved node -> its inputs in graph
+    for sid, (b, member_ids, members, bd) in enumerate(blocks):
+        inputs = [m.inputs for m in members] if move else None
+        sub = build_subgraph(graph, members, bd, f"{graph.name}_{prop.name}_{sid}", move)
         node = _create(prop, sub, sid, members, originals, returned)
         if node is None:
             index.uncommit(b)
             for i in member_ids:
                 reasons[i] = f"subgraph {sid} rejected by {type(prop).__name__}.create_subgraph_node"
+            if inputs is not None:
+                moved_inputs.update(zip(member_ids, inputs))
             continue
         output_map = [k for _, k in bd.outer_outputs]
         if output_map != list(range(len(bd.outputs))):
@@ -123,7 +140,7 @@ def fuse(graph: Graph, index: PartitionIndex, prop, dedup: bool,
         fused[b] = (node, bd)
         for i in member_ids:
             joined[i] = (sid, node.name)
-    return _assemble(graph, index, fused, joined), joined
+    return _assemble(graph, index, fused, joined, moved_inputs), joined
 
 
 def _create(prop, sub: Graph, sid: int, members: list[Node], originals: set[int],
@@ -131,11 +148,15 @@ def _create(prop, sub: Graph, sid: int, members: list[Node], originals: set[int]
     """The property's fused node for subgraph ``sid``: a new Node (or None), never one it
     returned before (the second would run the first subgraph) nor a node of the graph
     (``originals``: their ids, made once for every subgraph) or of ``sub``."""
-    where = f"subgraph {sid} (nodes {[m.name for m in members[:5]]}{'...' if len(members) > 5 else ''})"
+    def describe() -> str:  # formatted only for a message
+        more = "..." if len(members) > 5 else ""
+        return f"subgraph {sid} (nodes {[m.name for m in members[:5]]}{more})"
+
     call = f"{type(prop).__name__}.create_subgraph_node"
-    node = call_hook(PropertyError, prop, "create_subgraph_node", sub, sid, where=where)
+    node = call_hook(PropertyError, prop, "create_subgraph_node", sub, sid, where=describe)
     if node is None:
         return None
+    where = describe()
     if not isinstance(node, Node):
         raise PropertyError(f"{call} must return a Node or None for {where}, got {type(node).__name__}")
     if id(node) in originals or any(node is n for n in sub.nodes):
@@ -160,7 +181,7 @@ def _create(prop, sub: Graph, sid: int, members: list[Node], originals: set[int]
 
 
 def _assemble(graph: Graph, index: PartitionIndex, fused: dict[int, tuple[Node, Boundary]],
-              joined: dict[int, tuple[int, str]]) -> Graph:
+              joined: dict[int, tuple[int, str]], moved_inputs: dict[int, tuple]) -> Graph:
     nodes = graph.nodes
     result, val_map = graph.skeleton()
     rewired: dict[tuple[str, int], Value] = {}  # (consumer, slot) -> the extra fused output it reads
@@ -189,7 +210,7 @@ def _assemble(graph: Graph, index: PartitionIndex, fused: dict[int, tuple[Node, 
         else:
             node = nodes[i]
             inputs = [None if v is None else rewired.get((node.name, s)) or val_map[v]
-                      for s, v in enumerate(node.inputs)]
+                      for s, v in enumerate(moved_inputs.get(i, node.inputs))]
             val_map.update(zip(node.outputs, result.copy_node(node, inputs).outputs))
     result.set_outputs([val_map[v] for v in graph.outputs])
     result.remove_unused_constants()
