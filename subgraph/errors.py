@@ -118,10 +118,21 @@ def call_hook(error: type[SubgraphError], owner: object, hook: str, *args: objec
     except SubgraphError:
         raise
     except Exception as exc:
-        if callable(where):
-            where = where()
-        call = f"{type(owner).__name__}.{hook}" + ("" if where is None else f"({where})")
-        raise error(f"{call} raised {type(exc).__name__}: {exc}") from exc
+        raise hook_error(error, owner, hook, exc, where) from exc
+
+
+def hook_error(error: type[SubgraphError], owner: object, hook: str, exc: Exception,
+               where: str | Callable[[], str] | None = None) -> SubgraphError:
+    """The ``error`` :func:`call_hook` raises when ``owner.hook`` raised ``exc``; for the
+    hot loops that call a hook in their own ``try`` (``raise hook_error(...) from exc``).
+
+    >>> str(hook_error(PartitionError, object(), "select", ValueError("no"), lambda: "'a' (Relu)"))
+    "object.select('a' (Relu)) raised ValueError: no"
+    """
+    if callable(where):
+        where = where()
+    call = f"{type(owner).__name__}.{hook}" + ("" if where is None else f"({where})")
+    return error(f"{call} raised {type(exc).__name__}: {exc}")
 
 
 #: this package's folder: frames and code in it are not the user's

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from subgraph.errors import PartitionError, PropertyError, SelectorError, call_hook
+from subgraph.errors import PartitionError, PropertyError, SelectorError, SubgraphError, call_hook, hook_error
 from subgraph.ir import Node
 from subgraph.partition.views import PartitionIndex, Reach
 from subgraph.properties.base import SubgraphProperty
@@ -67,7 +67,12 @@ class GrowContext:
             return ", ".join(f"{n.name!r} ({n.op})" if isinstance(n, Node) else repr([m.name for m in n])
                              for n in nodes)
 
-        answer = call_hook(SelectorError, selector, hook, *nodes, where=where)
+        try:  # call_hook's contract, inline: growth asks a selector once per neighbour
+            answer = getattr(selector, hook)(*nodes)
+        except SubgraphError:
+            raise
+        except Exception as exc:
+            raise hook_error(SelectorError, selector, hook, exc, where) from exc
         if hook.startswith("select") and not isinstance(answer, (bool, np.bool_)):
             raise SelectorError(f"{type(selector).__name__}.{hook}({where()}) must return a bool, got "
                                 f"{type(answer).__name__}")

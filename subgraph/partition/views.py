@@ -28,9 +28,7 @@ class PartitionIndex:
         nodes = graph.nodes
         self.nodes = nodes
         self.n = n = len(nodes)
-        index = {id(node): i for i, node in enumerate(nodes)}
-        self.succ: list[list[int]] = [[index[id(u)] for u in node.users] for node in nodes]
-        self.pred: list[list[int]] = [[index[id(p)] for p in node.input_nodes] for node in nodes]
+        self.succ, self.pred = _adjacency(nodes)
         self.pos = list(range(n))
         self.order = list(range(n))
         self.block = [-1] * n
@@ -117,6 +115,20 @@ class PartitionIndex:
         self.block_live[b] = False
 
 
+def _adjacency(nodes: list) -> tuple[list[list[int]], list[list[int]]]:
+    """``node.users`` and ``node.input_nodes`` of every node, as indices (each distinct,
+    in first-seen order), read off the values directly: the properties build a dict a node."""
+    index = {node: i for i, node in enumerate(nodes)}  # nodes hash by identity
+    succ: list[list[int]] = []
+    pred: list[list[int]] = []
+    for node in nodes:
+        outs = [index[u] for v in node.outputs for u in v.users]
+        ins = [index[v.producer] for v in node.inputs if v is not None and v.producer is not None]
+        succ.append(list(dict.fromkeys(outs)) if len(outs) > 1 else outs)
+        pred.append(list(dict.fromkeys(ins)) if len(ins) > 1 else ins)
+    return succ, pred
+
+
 _NEVER = 1 << 60
 
 
@@ -178,20 +190,22 @@ class Reach:
         log = self._log
         if p > self.hi:
             old, self.hi = self.hi, p
-            for q in self._due(self._fwd, max(old, 0), p):
-                waiting = self._fwd.pop(q, None)
-                if waiting:
-                    log.append(("ft", q, waiting))
-                    for u in waiting:
-                        found = self._walk(u, self.down[u], True) or found
+            if self._fwd:
+                for q in self._due(self._fwd, max(old, 0), p):
+                    waiting = self._fwd.pop(q, None)
+                    if waiting:
+                        log.append(("ft", q, waiting))
+                        for u in waiting:
+                            found = self._walk(u, self.down[u], True) or found
         if p < self.lo:
             old, self.lo = self.lo, p
-            for q in self._due(self._bwd, p + 1, min(old, self.index.n - 1) + 1):
-                waiting = self._bwd.pop(q, None)
-                if waiting:
-                    log.append(("bt", q, waiting))
-                    for u in waiting:
-                        found = self._walk(u, self.up[u], False) or found
+            if self._bwd:
+                for q in self._due(self._bwd, p + 1, min(old, self.index.n - 1) + 1):
+                    waiting = self._bwd.pop(q, None)
+                    if waiting:
+                        log.append(("bt", q, waiting))
+                        for u in waiting:
+                            found = self._walk(u, self.up[u], False) or found
         return found
 
     @staticmethod
@@ -203,11 +217,14 @@ class Reach:
 
     def _walk(self, start: int, label: int, downward: bool) -> int | None:
         """Propagate ``label`` from ``start`` to every unit it reaches (one direction)."""
-        index, member, log = self.index, self.is_member, self._log
-        marks, other = (self.down, self.up) if downward else (self.up, self.down)
-        tag = "d" if downward else "u"
+        index, member, log, both_marked = self.index, self.is_member, self._log, self.both_marked
         n, pos, block = index.n, index.pos, index.block
-        adjacency = index.succ if downward else index.pred
+        if downward:  # a unit whose span ends before the bound is walked on, else it waits
+            marks, other, tag, adjacency = self.down, self.up, "d", index.succ
+            ends, bound, buckets, wait = index.block_hi, self.hi, self._fwd, "fb"
+        else:
+            marks, other, tag, adjacency = self.up, self.down, "u", index.pred
+            ends, bound, buckets, wait = index.block_lo, self.lo, self._bwd, "bb"
         found = None
         stack = [start]
         while stack:
@@ -222,29 +239,27 @@ class Reach:
                     continue
                 marks[v] = label
                 log.append((tag, v, old))
-                if v < n and member(v):
-                    continue  # a member spreads its own label
+                if v < n:
+                    if member(v):
+                        continue  # a member spreads its own label
+                    end = pos[v]
+                else:
+                    end = ends[v - n]
                 if v in other:
-                    if v not in self.both_marked:
-                        self.both_marked[v] = None
+                    if v not in both_marked:
+                        both_marked[v] = None
                         log.append(("c", v))
                     if found is None and self.blocking(v):
                         found = v
-                if v < n:
-                    lo = hi = pos[v]
-                else:
-                    lo, hi = index.block_lo[v - n], index.block_hi[v - n]
-                if downward:
-                    if hi < self.hi:
-                        stack.append(v)
-                    else:
-                        self._fwd.setdefault(hi, []).append(v)
-                        log.append(("fb", hi))
-                elif lo > self.lo:
+                if (end < bound) if downward else (end > bound):
                     stack.append(v)
                 else:
-                    self._bwd.setdefault(lo, []).append(v)
-                    log.append(("bb", lo))
+                    bucket = buckets.get(end)
+                    if bucket is None:
+                        buckets[end] = [v]
+                    else:
+                        bucket.append(v)
+                    log.append((wait, end))
         return found
 
     def truncate(self, k: int) -> list[int]:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from subgraph.errors import PropertyError, call_hook
+from subgraph.errors import PropertyError, SubgraphError, hook_error
 from subgraph.ir import FUSED_DOMAIN, FUSED_OP, Graph, Node
 from subgraph.selectors import ContainOpSelector, SubgraphSelector
 
@@ -170,7 +170,12 @@ def checked_supports(prop: SubgraphProperty, node: Node) -> bool:
     def where() -> str:  # formatted only for a message
         return f"{node.name!r} ({node.op})"
 
-    answer = call_hook(PropertyError, prop, "supports", node, where=where)
+    try:  # call_hook's contract, inline: the partitioner asks once per neighbour
+        answer = prop.supports(node)
+    except SubgraphError:
+        raise
+    except Exception as exc:
+        raise hook_error(PropertyError, prop, "supports", exc, where) from exc
     if not isinstance(answer, (bool, np.bool_)):
         raise PropertyError(f"{type(prop).__name__}.supports({where()}) must return a bool, got "
                             f"{type(answer).__name__}")
