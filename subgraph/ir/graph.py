@@ -241,8 +241,8 @@ class Graph:
         """Declare the graph outputs, in order; names must be distinct."""
         resolved = [self._resolve(v) for v in values]
         names = [v.name for v in resolved if v is not None]
-        dupes = sorted(n for n, count in Counter(names).items() if count > 1)  # names.count: quadratic
-        if dupes:
+        if len(set(names)) != len(names):
+            dupes = sorted(n for n, count in Counter(names).items() if count > 1)  # names.count: quadratic
             raise GraphError(f"graph {self.name!r} lists output(s) {dupes} more than once")
         self.outputs = [v for v in resolved if v is not None]
 
@@ -422,8 +422,9 @@ class Graph:
         """
         inputs = [None if v is None else arg_transform(v) for v in node.inputs]
         copy = self.copy_node(node, inputs, name, output_names)
-        copy.attrs = {k: (list(v) if isinstance(v, list) else v.copy() if isinstance(v, Graph) else v)
-                      for k, v in node.attrs.items()}
+        if copy.attrs:  # copy_node copied the dict; lists and bodies are copied too
+            copy.attrs = {k: (list(v) if isinstance(v, list) else v.copy() if isinstance(v, Graph) else v)
+                          for k, v in node.attrs.items()}
         if node.subgraph is not None:
             copy.subgraph = node.subgraph.copy()
         return copy

@@ -96,8 +96,8 @@ class Value:
                  producer: Node | None = None, index: int = 0,
                  data: np.ndarray | None = None, graph: Graph | None = None) -> None:
         self.name = name
-        self.shape = as_shape(shape)
-        self.dtype = as_dtype(dtype)
+        self.shape = None if shape is None else as_shape(shape)  # copies pass None: no call
+        self.dtype = None if dtype is None else as_dtype(dtype)
         self.producer = producer
         self.index = index
         self.users: list[Node] = []
