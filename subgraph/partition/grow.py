@@ -174,7 +174,7 @@ class _Growth:
         cycles when every blocking unit and every rolled-back member has rank above ``k``.
         """
         members = self.members
-        worst = min((reach.rank(u) for u in reach.on_cycle()), default=1 << 60)
+        worst = reach.cycle_rank()
         k = len(members) - 1
         removed_rank = reach.rank(members[k])
         while k > 1 and (k >= worst or k >= removed_rank):

@@ -160,6 +160,8 @@ class Reach:
         self.hi = -1
         self._fwd: dict[int, list[int]] = {}  # span hi -> units waiting for self.hi to pass it
         self._bwd: dict[int, list[int]] = {}  # span lo -> units waiting for self.lo to pass it
+        #: undo records, newest last: (dict, key, old) puts old back (None: deletes key),
+        #: (None, bucket, None) takes the last unit out of a bucket
         self._log: list[tuple] = []
         self._checkpoints: list[tuple[int, int, int]] = []
 
@@ -174,6 +176,17 @@ class Reach:
         """Blocking units reached both ways (outside the members)."""
         n, member = self.index.n, self.is_member
         return [u for u in self.both_marked if not (u < n and member(u)) and self.blocking(u)]
+
+    def cycle_rank(self) -> int:
+        """The smallest :meth:`rank` of :meth:`on_cycle`'s units (huge when there is none)."""
+        n, member, blocking, down, up = self.index.n, self.is_member, self.blocking, self.down, self.up
+        worst = _NEVER
+        for u in self.both_marked:
+            if (u >= n or not member(u)) and blocking(u):
+                rank = max(down[u], up[u])
+                if rank < worst:
+                    worst = rank
+        return worst
 
     def add(self, i: int) -> int | None:
         """Add member node ``i``; return a blocking unit now on a cycle, or ``None``."""
@@ -194,7 +207,7 @@ class Reach:
                 for q in self._due(self._fwd, max(old, 0), p):
                     waiting = self._fwd.pop(q, None)
                     if waiting:
-                        log.append(("ft", q, waiting))
+                        log.append((self._fwd, q, waiting))
                         for u in waiting:
                             found = self._walk(u, self.down[u], True) or found
         if p < self.lo:
@@ -203,7 +216,7 @@ class Reach:
                 for q in self._due(self._bwd, p + 1, min(old, self.index.n - 1) + 1):
                     waiting = self._bwd.pop(q, None)
                     if waiting:
-                        log.append(("bt", q, waiting))
+                        log.append((self._bwd, q, waiting))
                         for u in waiting:
                             found = self._walk(u, self.up[u], False) or found
         return found
@@ -220,25 +233,29 @@ class Reach:
         index, member, log, both_marked = self.index, self.is_member, self._log, self.both_marked
         n, pos, block = index.n, index.pos, index.block
         if downward:  # a unit whose span ends before the bound is walked on, else it waits
-            marks, other, tag, adjacency = self.down, self.up, "d", index.succ
-            ends, bound, buckets, wait = index.block_hi, self.hi, self._fwd, "fb"
+            marks, other, adjacency = self.down, self.up, index.succ
+            ends, bound, buckets = index.block_hi, self.hi, self._fwd
         else:
-            marks, other, tag, adjacency = self.up, self.down, "u", index.pred
-            ends, bound, buckets, wait = index.block_lo, self.lo, self._bwd, "bb"
+            marks, other, adjacency = self.up, self.down, index.pred
+            ends, bound, buckets = index.block_lo, self.lo, self._bwd
         found = None
         stack = [start]
         while stack:
             u = stack.pop()
-            if u < n:  # a plain node: map its neighbours to units inline (the hot path)
-                neighbours = [j if block[j] < 0 else n + block[j] for j in adjacency[u]]
+            if u < n:  # a plain node: its neighbours become units as they are read (the hot path)
+                neighbours = adjacency[u]
+                plain = True
             else:
                 neighbours = index.unit_succ(u) if downward else index.unit_pred(u)
+                plain = False
             for v in neighbours:
+                if plain and block[v] >= 0:
+                    v = n + block[v]
                 old = marks.get(v)
                 if old is not None and old <= label:
                     continue
                 marks[v] = label
-                log.append((tag, v, old))
+                log.append((marks, v, old))
                 if v < n:
                     if member(v):
                         continue  # a member spreads its own label
@@ -248,7 +265,7 @@ class Reach:
                 if v in other:
                     if v not in both_marked:
                         both_marked[v] = None
-                        log.append(("c", v))
+                        log.append((both_marked, v, None))
                     if found is None and self.blocking(v):
                         found = v
                 if (end < bound) if downward else (end > bound):
@@ -256,10 +273,9 @@ class Reach:
                 else:
                     bucket = buckets.get(end)
                     if bucket is None:
-                        buckets[end] = [v]
-                    else:
-                        bucket.append(v)
-                    log.append((wait, end))
+                        bucket = buckets[end] = []
+                    bucket.append(v)
+                    log.append((None, bucket, None))
         return found
 
     def truncate(self, k: int) -> list[int]:
@@ -270,24 +286,13 @@ class Reach:
         length, self.lo, self.hi = self._checkpoints[k - 1]
         log = self._log
         while len(log) > length:
-            entry = log.pop()
-            tag = entry[0]
-            if tag == "d" or tag == "u":
-                marks = self.down if tag == "d" else self.up
-                if entry[2] is None:
-                    del marks[entry[1]]
-                else:
-                    marks[entry[1]] = entry[2]
-            elif tag == "c":
-                del self.both_marked[entry[1]]
-            elif tag == "fb":
-                self._fwd[entry[1]].pop()
-            elif tag == "bb":
-                self._bwd[entry[1]].pop()
-            elif tag == "ft":
-                self._fwd[entry[1]] = entry[2]
-            else:  # "bt"
-                self._bwd[entry[1]] = entry[2]
+            owner, key, old = log.pop()
+            if owner is None:
+                key.pop()  # a unit that waited in this bucket
+            elif old is None:
+                del owner[key]
+            else:
+                owner[key] = old
         del self._checkpoints[k:]
         removed = self.members[k:]
         del self.members[k:]
