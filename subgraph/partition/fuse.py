@@ -45,7 +45,7 @@ def _boundary(graph: Graph, members: list[Node], inside: set[int], dedup: bool,
 
     for node in members:
         for slot, value in enumerate(node.inputs):
-            if value is None or value.is_constant:
+            if value is None or value.data is not None:  # absent, or a constant (it moves in)
                 continue
             if value.producer is not None and id(value.producer) in inside:
                 continue
@@ -89,7 +89,7 @@ def build_subgraph(graph: Graph, members: list[Node], bd: Boundary, name: str, m
     val_map: ValueMap = {}
     for node in members:
         for value in node.inputs:
-            if value is not None and value.is_constant and value not in val_map:
+            if value is not None and value.data is not None and value not in val_map:  # a constant
                 val_map[value] = sub.add_constant(value.name, value.data)
     for node in members:
         inputs = [None if v is None else by_name[bd.slot_names[(node.name, s)]]
@@ -156,24 +156,24 @@ def _create(prop, sub: Graph, sid: int, members: list[Node], originals: set[int]
     node = call_hook(PropertyError, prop, "create_subgraph_node", sub, sid, where=describe)
     if node is None:
         return None
-    where = describe()
     if not isinstance(node, Node):
-        raise PropertyError(f"{call} must return a Node or None for {where}, got {type(node).__name__}")
-    if id(node) in originals or any(node is n for n in sub.nodes):
-        raise PropertyError(f"{call} returned node {node.name!r} ({node.op}) of the graph itself for {where}; "
-                            "it must return a new fused node")
+        raise PropertyError(f"{call} must return a Node or None for {describe()}, got {type(node).__name__}")
+    if id(node) in originals or (node.graph is not None and any(node is n for n in sub.nodes)):
+        raise PropertyError(f"{call} returned node {node.name!r} ({node.op}) of the graph itself for "
+                            f"{describe()}; it must return a new fused node")
     if id(node) in returned:
-        raise PropertyError(f"{call} returned the same node object {node.name!r} ({node.op}) for {where} as "
-                            f"for subgraph {returned[id(node)]}; it must return a new node each call")
+        raise PropertyError(f"{call} returned the same node object {node.name!r} ({node.op}) for "
+                            f"{describe()} as for subgraph {returned[id(node)]}; it must return a new node "
+                            "each call")
     inner = node.subgraph
     if inner is None or not isinstance(inner, Graph):
-        raise PropertyError(f"{call} returned node {node.name!r} ({node.op}) without a subgraph for {where} "
-                            f"(its subgraph is {type(inner).__name__}); a fused node runs the graph it was "
-                            "given")
+        raise PropertyError(f"{call} returned node {node.name!r} ({node.op}) without a subgraph for "
+                            f"{describe()} (its subgraph is {type(inner).__name__}); a fused node runs the "
+                            "graph it was given")
     signature = [] if inner is sub else [  # the subgraph it was given needs no check of its types
         [v.type_str() for v in g.inputs] + ["->"] + [v.type_str() for v in g.outputs] for g in (inner, sub)]
     if signature and signature[0] != signature[1]:  # a rewritten subgraph of the same types is fine
-        raise PropertyError(f"{call} returned node {node.name!r} ({node.op}) for {where} whose subgraph "
+        raise PropertyError(f"{call} returned node {node.name!r} ({node.op}) for {describe()} whose subgraph "
                             f"{inner.name!r} has types ({' '.join(signature[0])}); the subgraph it was given "
                             f"has ({' '.join(signature[1])})")
     returned[id(node)] = sid
