@@ -143,6 +143,34 @@ def test_building_rejects_duplicates_and_foreign_values():
         g.node("missing")
 
 
+def test_set_outputs_names_every_duplicate_once_in_order():
+    g = small_graph()
+    with pytest.raises(GraphError, match=r"graph 'tiny' lists output\(s\) \['act', 'mm'\] more than once$"):
+        g.set_outputs(["mm", "act", "mm", "act", "mm"])
+
+
+def test_adopt_node_moves_a_node_with_its_outputs_into_another_graph():
+    g = Graph("from")
+    x = g.add_input("x", (2,), "float32")
+    a = g.add_node("Relu", [x], name="a", attrs={"k": 1})
+    b = g.add_node("Neg", [a.outputs[0], a.outputs[0]], name="b")
+    c = g.add_node("Exp", [a.outputs[0]], name="c")
+    sub = Graph("to")
+    xi = sub.add_input("xi", (2,), "float32")
+    assert sub.adopt_node(a, [xi]) is a
+    assert a.graph is sub and a.inputs == (xi,) and a.outputs[0].graph is sub and a.outputs[0].users == []
+    sub.adopt_node(b, [a.outputs[0], a.outputs[0]])
+    sub.set_outputs([b.outputs[0]])
+    sub.verify()
+    assert [n.name for n in a.outputs[0].users] == ["b", "b"] and [n.name for n in xi.users] == ["a"]
+    assert str(sub).splitlines()[1:3] == ["  %a: ?[?] = Relu(%xi) {k=1}  # a", "  %b: ?[?] = Neg(%a, %a)  # b"]
+    with pytest.raises(GraphError, match=r"^graph 'to' already has a node named 'a'$"):
+        sub.adopt_node(Graph("other").add_node("Relu", [], name="a"), [])
+    with pytest.raises(GraphError, match=r"^node 'c' \(Exp\) moved in: input %x does not belong to graph 'to'$"):
+        sub.adopt_node(c, [x])
+    assert c.graph is g  # refused: not moved
+
+
 def test_fresh_names_avoid_nodes_and_values():
     g = small_graph()
     assert g.fresh_name("relu") == "relu"

@@ -139,6 +139,36 @@ def test_rejecting_create_subgraph_node_leaves_nodes_as_they_were():
     assert result.explanation["5"].reason == "subgraph 1 rejected by NoAdd.create_subgraph_node"
 
 
+def test_a_rejected_subgraph_keeps_its_wiring_and_the_subgraph_it_was_offered():
+    # the pass moves each subgraph's nodes out of its working copy; a rejected one's nodes
+    # come back reading what they read before, and the subgraph offered stays whole
+    offered = []
+
+    class NoAdd(NumpyProperty):
+        def create_subgraph_node(self, subgraph, subgraph_id):
+            offered.append(subgraph)
+            if any(n.op == "Add" for n in subgraph.nodes):
+                return None
+            return super().create_subgraph_node(subgraph, subgraph_id)
+
+    result = partition_graph(seed_example(), NoAdd(ops={"Relu", "Add"}), dedup=False)
+    result.verify()
+    assert [(n.name, [v.name for v in n.inputs], [v.name for v in n.outputs]) for n in result.nodes] == [
+        ("numpy_subgraph_0", ["x"], ["2", "2__1"]), ("4", ["2__1"], ["4"]), ("3", ["2"], ["3"]),
+        ("5", ["3", "4"], ["5"]), ("6", ["5"], ["6"]), ("7", ["6"], ["7"])]
+    assert {v.name: [u.name for u in v.users] for v in result.values} == {
+        "x": ["numpy_subgraph_0"], "2": ["3"], "2__1": ["4"], "4": ["5"], "3": ["5"], "5": ["6"], "6": ["7"],
+        "7": []}
+    rejected = offered[1]
+    rejected.verify()
+    assert [(n.name, [v.name for v in n.inputs]) for n in rejected.nodes] == [
+        ("3", ["2"]), ("5", ["3", "4"]), ("6", ["5"]), ("7", ["6"])]
+    assert all(n.graph is rejected for n in rejected.nodes)
+    assert not any(n is m for n in rejected.nodes for m in result.nodes)
+    x = np.array([-1.0, 0.5, 2.0, -3.0], dtype=np.float32)
+    np.testing.assert_array_equal(run(result, {"x": x})["7"], run(seed_example(), {"x": x})["7"])
+
+
 def dedup_graph() -> Graph:
     # x feeds two nodes of the subgraph; its value m is read by two outside nodes
     g = Graph("dedup")
