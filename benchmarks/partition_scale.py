@@ -2,10 +2,12 @@
 
 For long chains (every 7th op unsupported) and random layered DAGs (15% unsupported) of
 1k, 10k, 100k and 1M nodes, each measurement runs in its own process (so peak memory is
-its own) and prints the median time of ``--repeat`` runs and the peak resident memory
-added by the partitioning. torch.fx gets the same graph shape and supported set; sizes
-beyond the first it does not finish within ``--fx-timeout`` seconds are skipped. Peak memory
-is traced (tracemalloc) in one extra, untimed run.
+its own) and prints the median time of ``--repeat`` runs (wall clock, and the process's
+CPU time: on a shared machine the wall clock also counts the time others ran) and the peak
+memory added by the partitioning. torch.fx gets the same graph shape and supported set;
+sizes beyond the first it does not finish within ``--fx-timeout`` seconds are skipped;
+``fx/ours`` compares wall clocks. Peak memory is traced (tracemalloc) in one extra,
+untimed run. The checkout this script is in is measured, installed or not.
 
     python benchmarks/partition_scale.py                  # everything (takes a while)
     python benchmarks/partition_scale.py --sizes 1000 10000 --kinds chain
@@ -19,6 +21,9 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout root: measure this subgraph
 
 CHILD = "--child"
 
@@ -38,17 +43,17 @@ def measure_ours(kind: str, n: int, repeat: int, strategy: str) -> dict:
 
     graph = build(kind, n)
     prop = NumpyProperty(ops=SUPPORTED_OPS)
-    times, fused = [], 0
+    times, cpu, fused = [], [], 0
     for _ in range(repeat):
         gc.collect()
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         result = partition_graph(graph, prop, strategy=strategy)
         times.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
         fused = sum(node.subgraph is not None for node in result.nodes)
         del result
-    return {"seconds": statistics.median(times), "peak_mib": _traced_peak(partition_graph, graph, prop,
-                                                                          strategy=strategy),
-            "subgraphs": fused}
+    return {"seconds": statistics.median(times), "cpu_seconds": statistics.median(cpu),
+            "peak_mib": _traced_peak(partition_graph, graph, prop, strategy=strategy), "subgraphs": fused}
 
 
 def _traced_peak(fn, *args, **kwargs) -> float:
@@ -147,7 +152,7 @@ def main() -> None:
     except ImportError:
         have_fx = False
         print("torch is not installed: torch.fx columns are skipped (pip install torch==2.13.0)")
-    header = (f"{'graph':<8} {'nodes':>9} {'ours s':>9} {'ours MiB':>9} {'subgraphs':>9} "
+    header = (f"{'graph':<8} {'nodes':>9} {'ours s':>9} {'ours cpu':>9} {'ours MiB':>9} {'subgraphs':>9} "
               f"{'fx s':>9} {'fx MiB':>8} {'fx/ours':>8}")
     print(f"strategy={args.strategy}, median of {args.repeat}")
     print(header)
@@ -162,9 +167,10 @@ def main() -> None:
                 fx_alive = fx is not None
             line = f"{kind:<8} {n:>9}"
             if ours is None:
-                line += f" {'> ' + str(int(args.timeout)):>9} {'':>9} {'':>9}"
+                line += f" {'> ' + str(int(args.timeout)):>9} {'':>9} {'':>9} {'':>9}"
             else:
-                line += f" {ours['seconds']:>9.3f} {ours['peak_mib']:>9.1f} {ours['subgraphs']:>9}"
+                line += (f" {ours['seconds']:>9.3f} {ours['cpu_seconds']:>9.3f} {ours['peak_mib']:>9.1f}"
+                         f" {ours['subgraphs']:>9}")
             if fx is None:
                 line += f" {'-' if not have_fx else '> ' + str(int(args.fx_timeout)):>9} {'':>8} {'':>8}"
             else:
