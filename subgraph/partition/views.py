@@ -183,9 +183,7 @@ class Reach:
         worst = _NEVER
         for u in self.both_marked:
             if (u >= n or not member(u)) and blocking(u):
-                rank = max(down[u], up[u])
-                if rank < worst:
-                    worst = rank
+                worst = min(worst, max(down[u], up[u]))
         return worst
 
     def add(self, i: int) -> int | None:
