@@ -27,6 +27,7 @@ from subgraph.properties.tvm.runtime.messages import error_summary
 from subgraph.properties.tvm.runtime.tensors import static_shape
 from subgraph.transform.batchnorm import fold_batchnorm
 from subgraph.transform.select import select_ifs
+from subgraph.transform.subnormals import flush_subnormal_weights
 from subgraph.transform.taps import trim_conv_taps
 from subgraph.transform.unroll import unroll_loops
 
@@ -84,19 +85,21 @@ def prepared_graph(graph: Graph) -> Graph:
     """The graph TVM compiles: Loops with a constant trip count and LSTM/GRU/RNN unrolled, Ifs
     with small pure branches as both branches and a Where,
     BatchNormalization folded into convolutions, kernel taps that read only padding cut,
-    GroupNorm exports on the map's own axes, Sum as Adds, Gathers of an axis's one element
-    as Squeeze. Never the caller's graph: :func:`~subgraph.transform.unroll.unroll_loops`
-    copies it, and the later rewrites return their input when they have nothing to rewrite.
+    subnormal weights of products and sums zero, GroupNorm exports on the map's own axes,
+    Sum as Adds, Gathers of an axis's one element as Squeeze. Never the caller's graph:
+    :func:`~subgraph.transform.unroll.unroll_loops` copies it, and the later rewrites return their input when they have nothing to rewrite.
 
     :func:`~subgraph.transform.unroll.unroll_loops` and
     :func:`~subgraph.properties.tvm.intake.cells.unroll_recurrent` write what the importer
     lacks as primitive ops. TVM's fuser does not fuse ``conv2d`` with ``batch_norm``, so
     each BN would be one more pass over memory; :func:`~subgraph.transform.batchnorm.fold_batchnorm`
-    removes it beforehand. :func:`~subgraph.properties.tvm.intake.rewrites.sum_as_adds` avoids the
+    removes it beforehand. A multiply reading a subnormal weight takes a microcode assist
+    (:func:`~subgraph.transform.subnormals.flush_subnormal_weights`, after the folding, which
+    can make them). :func:`~subgraph.properties.tvm.intake.rewrites.sum_as_adds` avoids the
     importer's stack, :func:`~subgraph.properties.tvm.intake.rewrites.squeezed_gathers` its
     unfusable ``take``.
     """
-    graph = trim_conv_taps(fold_batchnorm(select_ifs(unroll_loops(graph))))
+    graph = flush_subnormal_weights(trim_conv_taps(fold_batchnorm(select_ifs(unroll_loops(graph)))))
     return unroll_recurrent(squeezed_gathers(sum_as_adds(group_norms(graph))))
 
 
