@@ -22,7 +22,7 @@ from subgraph.ir import Graph
 from subgraph.onnx.writer import to_onnx
 from subgraph.properties.tvm.intake.cells import unroll_recurrent
 from subgraph.properties.tvm.intake.numpy_fold import fold_with_numpy
-from subgraph.properties.tvm.intake.rewrites import group_norms, squeezed_gathers, sum_as_adds
+from subgraph.properties.tvm.intake.rewrites import explicit_pads, group_norms, squeezed_gathers, sum_as_adds
 from subgraph.properties.tvm.runtime.messages import error_summary
 from subgraph.properties.tvm.runtime.tensors import static_shape
 from subgraph.transform.batchnorm import fold_batchnorm
@@ -86,7 +86,8 @@ def prepared_graph(graph: Graph) -> Graph:
     with small pure branches as both branches and a Where,
     BatchNormalization folded into convolutions, kernel taps that read only padding cut,
     subnormal weights of products and sums zero, GroupNorm exports on the map's own axes,
-    Sum as Adds, Gathers of an axis's one element as Squeeze. Never the caller's graph:
+    Sum as Adds, Gathers of an axis's one element as Squeeze, a Conv's SAME auto_pad as
+    explicit pads. Never the caller's graph:
     :func:`~subgraph.transform.unroll.unroll_loops` copies it, and the later rewrites return their input when they have nothing to rewrite.
 
     :func:`~subgraph.transform.unroll.unroll_loops` and
@@ -97,10 +98,11 @@ def prepared_graph(graph: Graph) -> Graph:
     (:func:`~subgraph.transform.subnormals.flush_subnormal_weights`, after the folding, which
     can make them). :func:`~subgraph.properties.tvm.intake.rewrites.sum_as_adds` avoids the
     importer's stack, :func:`~subgraph.properties.tvm.intake.rewrites.squeezed_gathers` its
-    unfusable ``take``.
+    unfusable ``take``, :func:`~subgraph.properties.tvm.intake.rewrites.explicit_pads` its
+    separate ``pad`` (which stays NCHW).
     """
     graph = flush_subnormal_weights(trim_conv_taps(fold_batchnorm(select_ifs(unroll_loops(graph)))))
-    return unroll_recurrent(squeezed_gathers(sum_as_adds(group_norms(graph))))
+    return unroll_recurrent(explicit_pads(squeezed_gathers(sum_as_adds(group_norms(graph)))))
 
 
 def onnx_for_tvm(graph: Graph) -> tuple[Graph, Any]:

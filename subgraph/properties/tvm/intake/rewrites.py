@@ -18,6 +18,12 @@ across the channel axis pins the tensor to NCHW, so under TVM's NHWC layout the 
 transposed there and back (FCOS: 40 group norms, about 6.5 of its 47 ms); spatial
 reductions and element-wise ops follow any layout.
 
+:func:`explicit_pads` writes a Conv's ``auto_pad`` SAME_UPPER / SAME_LOWER as the pads it
+stands for. TVM's importer pads such an input with an ``nn.pad`` of its own, which the
+NHWC layout conversion does not carry: the map went to NCHW, was padded and came back
+(PP-OCRv6's detector: two 2x2 convolutions on 320x320 maps, 10 ms of copies), where
+explicit pads, uneven ones too, are the convolution's own padding.
+
 Examples
 --------
 >>> import numpy as np
@@ -35,8 +41,9 @@ import numpy as np
 
 from subgraph.ir import Graph, Node, Value
 from subgraph.ops.common import opset
+from subgraph.ops.window import node_geometry
 
-__all__ = ["group_norms", "squeezed_gathers", "sum_as_adds"]
+__all__ = ["explicit_pads", "group_norms", "squeezed_gathers", "sum_as_adds"]
 
 
 def sum_as_adds(graph: Graph) -> Graph:
@@ -229,3 +236,45 @@ def group_norms(graph: Graph) -> Graph:
         return [y]
 
     return graph.rewritten(chosen, replace)
+
+
+def _same_pads(node: Node) -> list[int] | None:
+    """The ONNX ``pads`` a Conv's ``auto_pad`` SAME_UPPER or SAME_LOWER stands for, on its static
+    input and kernel; ``None`` for any other node."""
+    auto_pad = node.attrs.get("auto_pad", "NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    if node.op != "Conv" or node.domain not in ("", "ai.onnx") or auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
+        return None
+    x, w = (node.inputs + (None, None))[:2]
+    if x is None or w is None or x.shape is None or w.shape is None or len(x.shape) < 3:
+        return None
+    size, kernel = x.shape[2:], w.shape[2:]
+    kernel = tuple(node.attrs.get("kernel_shape", kernel))
+    if not all(isinstance(d, int) for d in (*size, *kernel)) or len(kernel) != len(size):
+        return None
+    geometry = node_geometry(node, size, kernel)
+    return [*geometry.begin, *geometry.end]
+
+
+def explicit_pads(graph: Graph) -> Graph:
+    """``graph`` (itself when it has none) with each Conv's ``auto_pad`` SAME_UPPER or SAME_LOWER
+    (static input and kernel) written as explicit ``pads``; the node keeps its name and
+    outputs. The caller's graph is not modified.
+
+    Examples
+    --------
+    >>> g = Graph("g")
+    >>> x = g.add_input("x", (1, 3, 5, 5), "float32")
+    >>> w = g.add_constant("w", np.ones((2, 3, 2, 2), np.float32))
+    >>> g.set_outputs([g.add_node("Conv", [x, w], name="conv", attrs={"auto_pad": "SAME_UPPER"}).outputs[0]])
+    >>> explicit_pads(g).node("conv").attrs, g.node("conv").attrs
+    ({'pads': [0, 0, 1, 1]}, {'auto_pad': 'SAME_UPPER'})
+    """
+    pads = {n.name: p for n in graph.nodes if (p := _same_pads(n)) is not None}
+
+    def replace(new: Graph, node: Node, inputs: list[Value | None]) -> tuple[Value, ...]:
+        copy = new.copy_node(node, inputs)
+        copy.attrs = {**{k: v for k, v in node.attrs.items() if k != "auto_pad"}, "pads": pads[node.name]}
+        return copy.outputs
+
+    return graph.rewritten(pads, replace)

@@ -11,7 +11,7 @@ from subgraph.analysis.shape_inference import infer_shapes
 from subgraph.ir import Graph
 from subgraph.properties.tvm.build.compiler import compile_graph
 from subgraph.properties.tvm.intake.importer import prepared_graph
-from subgraph.properties.tvm.intake.rewrites import group_norms, squeezed_gathers
+from subgraph.properties.tvm.intake.rewrites import explicit_pads, group_norms, squeezed_gathers
 from tests.properties.tvm.tvm_graphs import assert_matches_onnxruntime, lowered_scripts
 
 pytestmark = pytest.mark.tvm
@@ -105,3 +105,40 @@ def test_group_norm_exports_that_differ_are_left_alone():
     assert "InstanceNormalization" in [n.op for n in group_norms(_group_norm_graph((1, 8, 4, 4), 4, shared=True)).nodes]
     g = _group_norm_graph((1, 8, 4, 4), 4, scale_input=True)
     assert "InstanceNormalization" in [n.op for n in group_norms(g).nodes]
+
+
+def _same_pad_graph(auto_pad: str, kernel: int, stride: int, size: tuple[int, int]) -> Graph:
+    """PP-OCRv6's stem: a 1x1 Conv (NHWC from here on), then a Conv with ``auto_pad``, then a Relu."""
+    rng = np.random.default_rng(7)
+    g = Graph("same")
+    x = g.add_input("x", (1, 4, *size), "float32")
+    y = g.add_node("Conv", [x, g.add_constant("w1", rng.standard_normal((8, 4, 1, 1)).astype(np.float32))],
+                   name="pointwise").outputs[0]
+    w = g.add_constant("w", rng.standard_normal((16, 8, kernel, kernel)).astype(np.float32))
+    y = g.add_node("Conv", [y, w], name="conv", attrs={"auto_pad": auto_pad, "strides": [stride, stride]}).outputs[0]
+    g.set_outputs([g.add_node("Relu", [y], name="relu").outputs[0]])
+    infer_shapes(g)
+    return g
+
+
+@pytest.mark.parametrize("auto_pad, kernel, stride, size, pads", [
+    ("SAME_UPPER", 2, 1, (9, 8), [0, 0, 1, 1]),    # PP-OCRv6's 2x2 stem convolutions: the extra pad after
+    ("SAME_LOWER", 2, 1, (9, 8), [1, 1, 0, 0]),    # ... or before
+    ("SAME_UPPER", 3, 2, (7, 10), [1, 0, 1, 1]),   # strided, odd and even sizes: uneven per axis
+])
+def test_same_auto_pad_is_the_convolution_own_padding(auto_pad, kernel, stride, size, pads):
+    g = _same_pad_graph(auto_pad, kernel, stride, size)
+    rewritten = explicit_pads(g)
+    assert rewritten.node("conv").attrs == {"strides": [stride, stride], "pads": pads}
+    assert g.node("conv").attrs["auto_pad"] == auto_pad  # the caller's graph as it was
+    x = np.random.default_rng(8).standard_normal((1, 4, *size)).astype(np.float32)
+    assert_matches_onnxruntime(g, compile_graph(g, use_cache=False)(x), x)
+    # no pad of its own, and so no NCHW copy of the map and back: the input's and the output's transposes only
+    assert sorted(lowered_scripts(prepared_graph(g), "cpu")) == ["conv2d", "fused_conv2d1_relu", "transpose",
+                                                                 "transpose1"]
+    assert "fused_transpose1_pad_transpose2" in lowered_scripts(g, "cpu")  # as it was
+
+
+def test_valid_and_explicit_pads_are_left_alone():
+    g = _same_pad_graph("VALID", 2, 1, (6, 6))
+    assert explicit_pads(g) is g
