@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("tvm", reason="needs apache-tvm")  # the backend's modules import tvm at their tops
 
 import subgraph
+from subgraph import run
 from subgraph.analysis.shape_inference import infer_shapes
 from subgraph.ir import Graph
 from subgraph.properties.tvm.build.compiler import compile_graph
@@ -349,3 +350,27 @@ def test_convnext_depthwise_7x7_tiles_seven_rows_by_two_vectors(channels, size):
     got = compile_graph(g, use_cache=False)(x_value)
     want = subgraph.run(g, {"x": x_value})[g.outputs[0].name]
     np.testing.assert_allclose(got[0], want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("channels, width", [(24, 8), (96, 16), (12, 4)])
+def test_elementwise_vectors_stay_in_one_row_of_channels(channels, width):
+    """PP-OCRv6's FPN: nearest 4x resizes of NHWC maps of 24 channels. Vectors of 16 across
+    rows of 24 gathered the resize's index table per lane; vectors of 8 (or 4) within a row
+    load contiguous channels. The numbers are the numpy path's."""
+    rng = np.random.default_rng(11)
+    g = Graph("fpn_up", opset={"": 13})
+    x = g.add_input("x", (1, channels, 10, 10), "float32")
+    y = g.add_node("Conv", [x, g.add_constant("w", rand(rng, (channels, channels, 1, 1)))], name="lateral").outputs[0]
+    y = g.add_node("Resize", [y, g.add_constant("roi", np.array([], np.float32)),
+                              g.add_constant("scales", np.array([1, 1, 4, 4], np.float32))], name="up",
+                   attrs={"mode": "nearest", "coordinate_transformation_mode": "asymmetric",
+                          "nearest_mode": "floor"}).outputs[0]
+    g.set_outputs([g.add_node("Relu", [y], name="relu").outputs[0]])
+    infer_shapes(g)
+    scripts = lowered_scripts(g, "cpu")
+    (last,) = [s for name, s in scripts.items() if "resize_height" in name]
+    assert re.findall(r"in T\.vectorized\((?:T\.int64\()?(\d+)", last) == [str(width)], last
+    x_value = rand(np.random.default_rng(12), (1, channels, 10, 10))
+    want = run(g, {"x": x_value})["relu"]
+    np.testing.assert_allclose(compile_graph(g, use_cache=False)(x_value)[0], want, rtol=1e-4,
+                               atol=5e-5 * float(np.abs(want).max()))
