@@ -70,7 +70,7 @@ def prepare_passes(target: Any, schedule: str = "cpu", rewrite: bool = True) -> 
     lanes = vector_lanes(target)
     rules = {"relax.nn.softmax": softmax_legalize, "relax.nn.layer_norm": layer_norm_legalize, **NAN_LEGALIZE, **FAST_MATH_LEGALIZE,
              "relax.nn.conv2d": packed_conv2d_legalize(lanes), "relax.matmul": packed_matmul_legalize(lanes),
-             "relax.nn.conv2d_transpose": conv2d_transpose_legalize(), "relax.concat": concat_legalize(lanes),
+             "relax.nn.conv2d_transpose": conv2d_transpose_legalize(lanes), "relax.concat": concat_legalize(lanes),
              "relax.image.resize2d": resize2d_legalize(lanes)}
     legalize = [relax.transform.LegalizeOps(customize_legalize_map=rules)
                 if p.info.name == "LegalizeOps" else p for p in cpu.legalize_passes(target)]
@@ -163,13 +163,13 @@ def _calls_conv2d(mod: Any) -> bool:
 
 
 def _ConvertLayoutIfPossible() -> Any:  # noqa: N802 - a pass, named like TVM's
-    """NHWC activations and HWIO weights for ``conv2d`` (NWC and WIO for ``conv1d``); the module unchanged where TVM's
-    ConvertLayout fails (it does on some Concat and channel-shuffle graphs), and where there
+    """NHWC activations and HWIO weights for ``conv2d`` and ``conv2d_transpose`` (NWC and WIO for
+    ``conv1d``); the module unchanged where TVM's ConvertLayout fails (it does on some Concat and channel-shuffle graphs), and where there
     is no conv2d to convert (on rank-0 broadcasts TVM 0.27's ConvertLayout dies of SIGFPE)."""
-    # conv2d_transpose stays NCHW (a transpose on each side): after the layout inference
-    # carried NHWC into it, TVM 0.27 had no legalization for it ("CodeGenVM cannot emit", UNet)
+    # conv2d_transpose too: TVM 0.27 has no legalization of an NHWC one ("CodeGenVM cannot
+    # emit", UNet), convtranspose.py has (in NCHW its vector lanes gathered along the width)
     convert = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"], "relax.nn.conv1d": ["NWC", "WIO"],
-                                             "relax.nn.conv2d_transpose": ["NCHW", "IOHW"]})
+                                             "relax.nn.conv2d_transpose": ["NHWC", "HWIO"]})
 
     @tvm.transform.module_pass(opt_level=0, name="SubgraphConvertLayout")
     def _convert(mod: Any, _ctx: Any) -> Any:
