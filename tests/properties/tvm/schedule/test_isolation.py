@@ -40,7 +40,7 @@ class _UnbuildableRule:
 
 
 class _Raising:
-    """Wraps a rule: raises on functions whose TIR mentions ``word`` (``conv2d_transpose_nchw``: the ConvTranspose)."""
+    """Wraps a rule: raises on functions whose TIR mentions ``word`` (``conv2d_transpose_nhwc``: the ConvTranspose)."""
 
     def __init__(self, rule, word: str) -> None:
         self.rule, self.word = rule, word
@@ -58,7 +58,7 @@ def unbuildable_transpose(monkeypatch):
 
     def patched(*args, **kw):
         contraction, *rest = rules(*args, **kw)
-        return [_UnbuildableRule(contraction, "conv2d_transpose_nchw"), *rest]
+        return [_UnbuildableRule(contraction, "conv2d_transpose_nhwc"), *rest]
 
     monkeypatch.setattr(passes, "schedule_rules", patched)
 
@@ -68,7 +68,7 @@ def raising_transpose(monkeypatch):
     """The cpu schedule's rules, each raising on the conv2d_transpose function."""
     rules = passes.schedule_rules
     monkeypatch.setattr(passes, "schedule_rules",
-                        lambda *args, **kw: [_Raising(r, "conv2d_transpose_nchw") for r in rules(*args, **kw)])
+                        lambda *args, **kw: [_Raising(r, "conv2d_transpose_nhwc") for r in rules(*args, **kw)])
 
 
 def _statuses(graph, verify: bool) -> dict:
@@ -105,7 +105,7 @@ def test_a_rule_that_raises_costs_only_its_function(raising_transpose):
     status = _statuses(conv_transpose_graph(), verify=False)
     (transpose,) = [s for name, s in status.items() if "conv2d_transpose" in name]
     assert (transpose.status, transpose.reason) == (
-        "fallback", "_Raising failed: RuntimeError: injected failure on conv2d_transpose_nchw")
+        "fallback", "_Raising failed: RuntimeError: injected failure on conv2d_transpose_nhwc")
     assert all(s.status == "scheduled" for s in status.values() if s is not transpose)
 
 
