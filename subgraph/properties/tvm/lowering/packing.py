@@ -28,7 +28,7 @@ import tvm
 from tvm import relax, te, topi
 
 from subgraph.properties.tvm.intake.numpy_fold import packed_constant
-from subgraph.properties.tvm.lowering import winograd
+from subgraph.properties.tvm.lowering import narrow, winograd
 from subgraph.properties.tvm.runtime.tensors import static_shape
 from subgraph.properties.tvm.schedule.cpu import vector_widths
 
@@ -104,7 +104,9 @@ def packed_conv2d_legalize(lanes: int) -> Callable[[Any, Any], Any]:
     An NHWC / HWIO float32 convolution of one group whose weights are a constant and whose
     output channels split into blocks of the vector width (``lanes``, or a half or quarter
     of it), or do so after a few zero filters (:func:`_padded_block`), reads packed
-    weights; any other convolution gets TVM's own legalization.
+    weights; one with fewer output channels than a vector has its lanes along the input
+    channels (:mod:`~subgraph.properties.tvm.lowering.narrow`); any other convolution gets
+    TVM's own legalization.
     """
     default = tvm.ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")
 
@@ -114,6 +116,8 @@ def packed_conv2d_legalize(lanes: int) -> Callable[[Any, Any], Any]:
         shape = _packable_weight(call, 4)
         plain = (shape is None or int(attrs.groups) != 1
                  or (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NHWC", "HWIO", "NHWC"))
+        if not plain and (across := narrow.eligible(shape, attrs, lanes)) is not None:
+            return narrow.narrow_conv2d(bb, call, across)  # 1 to 7 output channels: lanes along the input's
         block = None if plain else (vector_widths(lanes, shape[3]) or [_padded_block(lanes, shape[3])])[0]
         if block is None:
             return default(bb, call)
