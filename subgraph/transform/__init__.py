@@ -16,4 +16,4 @@ from subgraph.transform.constants import fold_constants
 from subgraph.transform.subnormals import flush_subnormal_weights
 from subgraph.transform.taps import trim_conv_taps
 
-__all__ = ["fold_constants", "fold_batchnorm", "flush_subnormal_weights", "trim_conv_taps"]
+__all__ = ["flush_subnormal_weights", "fold_batchnorm", "fold_constants", "trim_conv_taps"]
