@@ -116,6 +116,7 @@ class _Builder:
 
     def __init__(self, graph: Graph, source: Graph, node: Node) -> None:
         self.graph, self.source, self.base, self.rt_info = graph, source, node.name, node.rt_info
+        self.constants: dict[tuple[str, tuple[int, ...], bytes], Value] = {}
 
     def fresh(self, base: str) -> str:
         name = self.graph.fresh_name(base)
@@ -129,7 +130,16 @@ class _Builder:
         return self.graph.add_node(op, inputs, attrs=attrs, name=name, outputs=[name], rt_info=self.rt_info).outputs[0]
 
     def const(self, array: np.ndarray) -> Value:
-        return self.graph.add_constant(self.fresh(f"{self.base}_const"), np.ascontiguousarray(array))
+        """A constant of ``array``'s value: one per distinct value, shared by every step.
+
+        A step's constants (the recurrent weights, masks, axes) are equal from step to step;
+        made anew each step, every step's matrix product read weights of its own (deploy_crnn:
+        256 copies of 1 MiB, read from memory on every run, where one stays in cache)."""
+        array = np.ascontiguousarray(array)
+        key = (array.dtype.str, array.shape, array.tobytes())
+        if key not in self.constants:
+            self.constants[key] = self.graph.add_constant(self.fresh(f"{self.base}_const"), array)
+        return self.constants[key]
 
     def split(self, value: Value, sizes: list[int], axis: int = -1) -> list[Value]:
         """``value`` cut along ``axis`` into pieces of ``sizes``."""

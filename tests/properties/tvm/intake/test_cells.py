@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 import subgraph
 from subgraph.properties.tvm.intake.cells import unroll_recurrent
 from subgraph.properties.tvm.intake.support import unsupported_reason
-from tests.recurrent_cells import BATCH, HIDDEN, INPUT, SEQ, cell
+from tests.recurrent_cells import BATCH, HIDDEN, INPUT, SEQ, cell, stack
 
 pytest.importorskip("tvm")
 pytest.importorskip("onnxruntime")
@@ -121,3 +121,38 @@ def test_unrolling_keeps_the_callers_graph_and_avoids_its_names():
     for name, reference in zip(outputs, want):
         np.testing.assert_allclose(got[name], reference, rtol=1e-5, atol=1e-6, err_msg=name)
     np.testing.assert_array_equal(got["cell_matmul"], np.maximum(got["Y_h"], 0))
+
+
+@pytest.mark.parametrize(("op", "per_step", "matrices"), [("LSTM", 1, 2), ("GRU", 2, 3), ("RNN", 1, 2)])
+def test_steps_share_one_constant_per_weight(op, per_step, matrices):
+    """Every step's recurrent products read the direction's ``R`` constant(s): made per
+    step, the deployment CRNN's TVM build read 256 MiB of copies on every run."""
+    model = cell(op, {"direction": "bidirectional"}, lens=False)[0]
+    unrolled = unroll_recurrent(subgraph.from_onnx(model))
+    weights = [n.inputs[1] for n in unrolled.nodes if n.op == "MatMul"]
+    # per direction: the input projection, then the step's products (GRU: gates and candidate)
+    assert len(weights) == 2 * (1 + per_step * SEQ)
+    assert len({id(w) for w in weights}) == 2 * matrices  # per direction: W and R (GRU: R in two)
+    constants = [v for n in unrolled.nodes for v in n.inputs if v is not None and v.is_constant]
+    keys = {(v.data.dtype.str, v.data.shape, v.data.tobytes()) for v in constants}
+    assert len(keys) == len({id(v) for v in constants})  # no two constants of one value
+
+
+def _close(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=5e-5 * max(1.0, float(np.abs(want).max())), err_msg=what)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lens", [None, 41])
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_deployment_sized_stack_matches_the_numpy_kernels(op, lens):
+    """Two bidirectional layers of width 256 over 64 steps (the deployment CRNN's), the first
+    with initial states (and a sequence length), unrolled and compiled whole by TVM: the
+    numbers of subgraph.run's numpy kernels."""
+    model, feeds = stack(op, lens=lens)
+    graph = subgraph.from_onnx(model)
+    compiled = subgraph.compile_model(graph, "HETERO:TVM,NUMPY")
+    assert [(s.device, s.fallback) for s in compiled.subgraphs] == [("TVM", False)]
+    got, want = compiled(feeds), subgraph.run(graph, feeds)
+    for name in ("X1", "Y_h0", "Y_h1"):
+        _close(got[name], want[name], f"{op} lens={lens}: {name}")
