@@ -98,6 +98,24 @@ def _padded_block(lanes: int, channels: int) -> int | None:
     return next((w for w in widths if -channels % w <= channels // 4), None)
 
 
+def _packer() -> Callable[[Any, int, tuple[int, ...]], Any]:
+    """:func:`~subgraph.properties.tvm.intake.numpy_fold.packed_constant`, once per weight:
+    the products that share a constant weight (an unrolled recurrent cell's steps: 64 of
+    them per direction) share its packed copy, which
+    :func:`~subgraph.properties.tvm.runtime.weights.LiftWeights` then lifts once. Packed
+    anew per product, a CRNN's recurrent weights became 256 copies of 1 MiB each, read from
+    memory on every run where one copy per direction stays in cache."""
+    packed: dict[tuple[int, int, tuple[int, ...]], tuple[Any, Any]] = {}
+
+    def pack(weight: Any, block: int, order: tuple[int, ...]) -> Any:
+        key = (hash(weight), block, order)  # the object's address: the entry keeps it alive
+        if key not in packed or not packed[key][0].same_as(weight):
+            packed[key] = (weight, packed_constant(weight, block, order))
+        return packed[key][1]
+
+    return pack
+
+
 def packed_conv2d_legalize(lanes: int) -> Callable[[Any, Any], Any]:
     """A legalization of ``relax.nn.conv2d`` for ``LegalizeOps``' ``customize_legalize_map``.
 
@@ -109,6 +127,7 @@ def packed_conv2d_legalize(lanes: int) -> Callable[[Any, Any], Any]:
     TVM's own legalization.
     """
     default = tvm.ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")
+    pack = _packer()
 
     def legalize(bb: Any, call: Any) -> Any:
         data, weight = call.args
@@ -123,7 +142,7 @@ def packed_conv2d_legalize(lanes: int) -> Callable[[Any, Any], Any]:
             return default(bb, call)
         if winograd.eligible(static_shape(data.ty), shape, attrs, block):
             return winograd.winograd_conv2d(bb, call, block)
-        packed = packed_constant(weight, block, (0, 1, 2))
+        packed = pack(weight, block, (0, 1, 2))
         out = bb.call_te(conv2d_nhwc_packed, data, packed, [int(s) for s in attrs.strides],
                          [int(p) for p in attrs.padding], [int(d) for d in attrs.dilation],
                          primfunc_name_hint="conv2d")
@@ -144,6 +163,7 @@ def packed_matmul_legalize(lanes: int) -> Callable[[Any, Any], Any]:
     one contiguous stream per tile. Any other product gets TVM's own legalization.
     """
     default = tvm.ir.Op.get("relax.matmul").get_attr("FLegalize")
+    pack = _packer()
 
     def legalize(bb: Any, call: Any) -> Any:
         data, weight = call.args
@@ -152,7 +172,7 @@ def packed_matmul_legalize(lanes: int) -> Callable[[Any, Any], Any]:
         if not widths:
             padded = _padded_product(bb, call, lanes)
             return default(bb, call) if padded is None else padded
-        packed = packed_constant(weight, widths[0], (0,))
+        packed = pack(weight, widths[0], (0,))
         return bb.call_te(matmul_packed, data, packed, primfunc_name_hint="matmul")
 
     return legalize

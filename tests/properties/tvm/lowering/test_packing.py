@@ -129,3 +129,22 @@ def test_matmul_of_two_inputs_stays_plain():
     assert_matches_onnxruntime(graph, compile_graph(graph)(*arrays), *arrays)
     (matmul,) = [s for name, s in lowered_scripts(graph, "cpu").items() if "matmul" in name]
     assert "40, 48" in _param_shapes(matmul)
+
+
+def test_products_sharing_a_weight_share_its_packed_copy():
+    """Two products of one constant weight (an unrolled recurrent cell's steps) read one
+    packed copy, lifted once: packed per product, each step read a copy of its own."""
+    rng = np.random.default_rng(5)
+    g = Graph("shared")
+    x = g.add_input("x", (1, 128), "float32")
+    w = g.add_constant("w", rand(rng, (128, 256)))  # 128 KiB: lifted out of the library
+    first = g.add_node("MatMul", [x, w], name="first").outputs[0]
+    half = g.add_node("Slice", [first, *(g.add_constant(n, np.array([v], np.int64))
+                                         for n, v in (("start", 0), ("end", 128), ("axis", 1)))], name="half")
+    second = g.add_node("MatMul", [g.add_node("Tanh", [half.outputs[0]], name="tanh").outputs[0], w], name="second")
+    g.set_outputs([second.outputs[0]])
+    infer_shapes(g)
+    arrays = [rand(rng, (1, 128))]
+    compiled = compile_graph(g)
+    assert_matches_onnxruntime(g, compiled(*arrays), *arrays)
+    assert [tuple(t.shape) for t in compiled.weights] in ([(16, 128, 16)], [(32, 128, 8)])
