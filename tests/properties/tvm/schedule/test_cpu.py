@@ -404,3 +404,17 @@ def test_a_pooling_window_walks_the_map_once(channels, size, kernel, stride, pad
     assert re.search(r"for (\w+) in T\.parallel", script).group(1) == "ax0_ax1_0_ax2_0_fused", script
     x_value = rand(np.random.default_rng(14), (1, channels, size, size))
     np.testing.assert_array_equal(compile_graph(g, use_cache=False)(x_value)[0], run(g, {"x": x_value})["pool"])
+
+
+@pytest.mark.parametrize("columns", [1024, 96])
+def test_a_matrix_vector_product_keeps_four_sums_where_they_fit(columns):
+    """An LSTM step's 1 x 256 by 256 x 1024 product: four vectors of independent sums where
+    they divide the columns (8.1 us against 10.5 with two, one thread), else two (96
+    columns in vectors of 16)."""
+    graph = linear_graph(rows=1, inner=256, columns=columns, name="step")
+    (matmul,) = [s for name, s in lowered_scripts(graph, "cpu").items() if "matmul" in name]
+    lanes = int(re.search(r"T\.vectorized\(T\.int64\((\d+)\)\)", matmul).group(1))
+    vectors, other = (4, 2) if columns % (4 * lanes) == 0 else (2, 4)
+    assert f"T.unroll(T.int64({vectors}))" in matmul and f"T.unroll(T.int64({other}))" not in matmul
+    arrays = [rand(np.random.default_rng(1), (1, 256))]
+    assert_matches_onnxruntime(graph, compile_graph(graph)(*arrays), *arrays)
