@@ -11,8 +11,9 @@ compiles the model as one function (:mod:`subgraph.properties.tvm.intake.loops`)
 
 Computing the branch not taken is safe only when it cannot fail, stop or cost much, so an
 If is written out when :func:`structure_reason` finds nothing against it: both branches
-made of the element-wise, shape and contraction ops of :data:`SELECTABLE_OPS` (no index
-op, whose untaken branch could read out of range; no control flow; nothing random), at
+made of the element-wise, shape and reduction ops of :data:`SELECTABLE_OPS` (no index
+op, whose untaken branch could read out of range; no integer division, which traps on a
+zero; no contraction; no control flow; nothing random), at
 most :data:`MAX_SELECTED_NODES` nodes in all, and each output of the same static shape
 and dtype in both branches. A NaN or an infinity computed in the branch not taken is
 not selected.
@@ -33,16 +34,20 @@ __all__ = ["MAX_SELECTED_NODES", "SELECTABLE_OPS", "select", "select_ifs", "stru
 MAX_SELECTED_NODES = 64
 
 #: ops a branch not taken may compute: element-wise arithmetic and comparisons, casts,
-#: shape ops on static shapes, reductions and contractions (their shapes checked when the
-#: graph was typed). Never an index op (Gather, Slice with computed bounds...), control
-#: flow, a random generator or an op that can raise on its values.
+#: shape ops on static shapes and reductions (one pass over their values at most). Never an
+#: index op (Gather, Slice with computed bounds...), control flow, a random generator, a
+#: contraction (a MatMul in the branch not taken could cost more than the If saves), and
+#: Div and Pow on floats only (an integer division by zero traps: SIGFPE).
 SELECTABLE_OPS = frozenset({
     "Abs", "Add", "And", "Cast", "Ceil", "Clip", "Concat", "Constant", "Div", "Elu", "Equal", "Erf", "Exp",
-    "Flatten", "Floor", "Gelu", "Gemm", "Greater", "GreaterOrEqual", "HardSigmoid", "HardSwish", "Identity",
-    "LeakyRelu", "Less", "LessOrEqual", "Log", "MatMul", "Max", "Mean", "Min", "Mul", "Neg", "Not", "Or", "Pow",
+    "Flatten", "Floor", "Gelu", "Greater", "GreaterOrEqual", "HardSigmoid", "HardSwish", "Identity",
+    "LeakyRelu", "Less", "LessOrEqual", "Log", "Max", "Mean", "Min", "Mul", "Neg", "Not", "Or", "Pow",
     "Reciprocal", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceSum", "Relu", "Reshape", "Sigmoid", "Sign",
     "Softmax", "Softplus", "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "Transpose", "Unsqueeze", "Where", "Xor",
 })
+
+
+_FLOAT_ONLY = frozenset({"Div", "Pow"})  # selectable on floating-point values only
 
 
 def _static(value: Value) -> bool:
@@ -63,6 +68,12 @@ def structure_reason(node: Node) -> str | None:
                      if inner.domain or inner.op not in SELECTABLE_OPS})
     if others:
         return f"a branch computes {', '.join(others)}, which the branch not taken must not run"
+    whole = sorted({inner.op for inner in nodes if inner.op in _FLOAT_ONLY and not all(
+        v.dtype is not None and v.dtype.kind == "f" for v in inner.outputs)})
+    if whole:
+        return f"a branch computes {', '.join(whole)} on integers, which can trap in the branch not taken"
+    if any(len(body.inputs) != node.implicit for body in bodies):
+        return "a branch declares inputs of its own"
     then, other = bodies
     if not len(then.outputs) == len(other.outputs) == len(node.outputs):
         return "its branches return different numbers of values"

@@ -11,7 +11,9 @@ to zero when it loads a model.
 :func:`flush_subnormal_weights` does the same for a constant that only products and sums
 read (Conv, ConvTranspose, MatMul, Gemm, Mul, Add, Sub): each such term changes by less
 than ``2**-126`` times the other factor, far below any tolerance a float32 result is held
-to. Constants read by anything else (a divisor, an exponent, a shape) keep their values.
+to, except that an infinite input times a flushed weight is NaN where it was infinite (as
+on OpenVINO). Constants read by anything else (a divisor, an exponent, a shape) keep
+their values.
 """
 
 from __future__ import annotations

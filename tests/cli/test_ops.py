@@ -52,9 +52,9 @@ def test_cli_ops_rows_say_path_and_conditions():
                               "input; W, R, B, P and sequence_lens constants; Sigmoid/Tanh/Relu activations "
                               "without alpha/beta; no input_forget; opset 13 or later)")
     assert rows["If"] == ("If onnx.reference TVM (written out as both branches and a Where: at most 64 nodes in the "
-                          "branches, all element-wise, shape, reduction or contraction ops (no index op, control flow "
-                          "or random op); each output of one static shape and dtype in both; every written-out node "
-                          "one TVM takes)")
+                          "branches, all element-wise, shape or reduction ops (no index op, contraction, control flow "
+                          "or random op; Div and Pow on floats only); each output of one static shape and dtype in "
+                          "both; every written-out node one TVM takes)")
     assert rows["Scan"] == ("Scan onnx.reference no (control flow is not supported: the node and its bodies run as "
                             "one unit on a device that runs bodies (NUMPY))")
 

@@ -25,7 +25,7 @@ def ort_outputs(model, feeds):
     return dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
 
 
-def test_tvm_declines_every_control_flow_op_with_a_reason():
+def test_tvm_declines_scan_a_loop_it_cannot_unroll_and_an_if_it_cannot_select_with_a_reason():
     """Scan always; a Loop it cannot unroll (this one's condition is fed at run time); an If
     whose branch could fail in the branch not taken (an index op)."""
     scan = from_onnx(cf.scan_model()).node("scan")

@@ -64,8 +64,8 @@ def test_random_dag_partition_is_valid_and_computes_the_same(case, strategy, ded
     expected = run(graph, feeds)
     got = run(result, feeds)
     assert list(got) == list(expected)
-    for name in expected:
-        np.testing.assert_array_equal(got[name], expected[name])
+    for name in expected:  # a chain cut by a subgraph boundary is planned apart: rounding may differ by an ulp
+        np.testing.assert_array_max_ulp(got[name], expected[name], maxulp=4)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

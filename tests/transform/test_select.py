@@ -92,3 +92,35 @@ def test_branches_of_different_shapes_are_kept():
         [helper.make_tensor_value_info("out", F, None)]), opset_imports=[helper.make_opsetid("", 17)])
     node = from_onnx(model).node("if")
     assert structure_reason(node) == "output %out has no one static shape and dtype in both branches"
+
+
+def _integer_division_model() -> object:
+    """``x / n if n > 0 else x`` on int64: the branch not taken divides by zero."""
+    i64 = TensorProto.INT64
+    then = helper.make_graph([helper.make_node("Div", ["x", "n"], ["q"], name="div")], "then", [],
+                             [helper.make_tensor_value_info("q", i64, [4])])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["same"], name="same")], "else", [],
+                              [helper.make_tensor_value_info("same", i64, [4])])
+    nodes = [helper.make_node("Greater", ["n", "zero"], ["positive"], name="positive"),
+             helper.make_node("If", ["positive"], ["out"], then_branch=then, else_branch=other, name="if")]
+    graph = helper.make_graph(nodes, "guarded", [helper.make_tensor_value_info("x", i64, [4]),
+                                                 helper.make_tensor_value_info("n", i64, [])],
+                              [helper.make_tensor_value_info("out", i64, [4])],
+                              [helper.make_tensor("zero", i64, [], [0])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_guarded_integer_division_is_not_computed_in_both_branches():
+    """An integer division by zero traps (SIGFPE): the If that guards it must stay an If."""
+    graph = from_onnx(_integer_division_model())
+    assert structure_reason(graph.node("if")) == \
+        "a branch computes Div on integers, which can trap in the branch not taken"
+    feeds = {"x": np.arange(4, dtype=np.int64), "n": np.array(0, np.int64)}
+    np.testing.assert_array_equal(subgraph.run(select_ifs(graph), feeds)["out"], np.arange(4))
+
+
+def test_a_contraction_in_a_branch_is_not_computed_in_both():
+    matmul = _clip_model([("MatMul", ["h", "w"], "out_t")],
+                         [helper.make_tensor("w", F, [8, 8], np.eye(8, dtype=np.float32).ravel().tolist())])
+    assert structure_reason(from_onnx(matmul).node("if")) == \
+        "a branch computes MatMul, which the branch not taken must not run"

@@ -48,7 +48,8 @@ def _inputs_read(node: Node, node_reason: Callable[[Node], str | None]) -> tuple
     input values and their data (compared by identity), the node's name, implicit count,
     graph opset and its inputs' shapes and dtypes (compared by equality)."""
     opset = tuple(sorted(node.graph.opset.items())) if node.graph is not None else None
-    values = tuple((None, None, None, None) if v is None else (v, v.shape, v.dtype, v.data) for v in node.inputs)
+    values = tuple((None, None, None, None) if v is None else (v, v.shape, v.dtype, v.data)
+                   for v in (*node.inputs, *node.outputs))
     return node_reason, tuple(node.bodies.values()), node.name, node.implicit, opset, values
 
 

@@ -306,8 +306,9 @@ def _if_selected(node: Node, judge: Callable[[Node], str | None]) -> str | None:
 
 IF_SELECTED = WrittenOut(
     f"written out as both branches and a Where: at most {MAX_SELECTED_NODES} nodes in the branches, all "
-    "element-wise, shape, reduction or contraction ops (no index op, control flow or random op); each "
-    "output of one static shape and dtype in both; every written-out node one TVM takes", _if_selected)
+    "element-wise, shape or reduction ops (no index op, contraction, control flow or random op; Div and Pow "
+    "on floats only); each output of one static shape and dtype in both; every written-out node one TVM "
+    "takes", _if_selected)
 
 
 LOOP_UNROLLED = WrittenOut(

@@ -33,6 +33,7 @@ import tvm
 from tvm import te, tirx, topi
 
 from subgraph.properties.tvm.lowering.nan import nan_max, nan_min
+from subgraph.properties.tvm.runtime.tensors import static_shape
 
 __all__ = ["FAST_MATH_LEGALIZE", "exp_expr", "sigmoid_expr", "tanh_expr"]
 
@@ -129,7 +130,8 @@ def _power(bb: Any, call: Any) -> Any:
     x, exponent = call.args
     value = exponent.value.numpy() if isinstance(exponent, tvm.ir.GenericConst) else None
     if (value is None or value.size != 1 or float(value.reshape(-1)[0]) not in (2.0, 3.0)
-            or str(getattr(x.ty, "dtype", "")) != "float32" or list(call.ty.shape) != list(x.ty.shape)):
+            or str(getattr(x.ty, "dtype", "")) != "float32" or static_shape(call.ty) is None
+            or static_shape(call.ty) != static_shape(x.ty)):
         return tvm.ir.Op.get("relax.power").get_attr("FLegalize")(bb, call)
     cube = float(value.reshape(-1)[0]) == 3.0
     return bb.call_te(lambda t: te.compute(t.shape, lambda *i: t(*i) * t(*i) * t(*i) if cube else t(*i) * t(*i),

@@ -189,7 +189,7 @@ def _padded_product(bb: Any, call: Any, lanes: int) -> Any:
     """
     data, weight = call.args
     shapes = static_shape(data.ty), static_shape(weight.ty), static_shape(call.ty)
-    if (None in shapes or min(len(shapes[0]), len(shapes[1])) < 2
+    if (None in shapes or min(len(shapes[0]), len(shapes[1])) < 2 or 0 in shapes[0] + shapes[1]
             or {str(data.ty.dtype), str(weight.ty.dtype), str(call.ty.dtype)} != {"float32"}):
         return None
     columns = shapes[1][-1]
@@ -199,6 +199,6 @@ def _padded_product(bb: Any, call: Any, lanes: int) -> Any:
     rank = len(shapes[1])
     padded = bb.emit_te(topi.nn.pad, weight, [0] * rank, [0] * (rank - 1) + [-columns % block],
                         primfunc_name_hint="pad")
-    product = bb.emit(tvm.ir.Op.get("relax.matmul").get_attr("FLegalize")(bb, relax.op.matmul(data, padded)))
+    product = bb.emit(tvm.ir.Op.get("relax.matmul").get_attr("FLegalize")(bb, bb.normalize(relax.op.matmul(data, padded))))
     out = shapes[2]
     return bb.call_te(topi.strided_slice, product, [0] * len(out), out, primfunc_name_hint="strided_slice")
