@@ -59,12 +59,14 @@ __all__ = ["BUILD_LOCK", "MEMORY", "cache_get", "cache_key", "cache_put", "check
 
 #: The format of the disk entries and of the builds they hold: 25 keeps large weights beside the
 #: library (``<key>.weights``, passed to ``main`` after the inputs) and digests with BLAKE3; 26
-#: builds softmax and LayerNorm row by row in vectors, moves transposes past elementwise
-#: arithmetic, pads attention scores to whole vectors, writes small Ifs as a Where, packs a
-#: weight that several products share once, gives a matrix-vector product four vectors of sums
-#: where they fit and picks contraction tiles anew (masked rows, 14 x 2 for products): a
-#: library of 25 would run the old code. It is part of every key, so bumping it (when the way
-#: a build is made or stored changes) leaves the old entries unused.
+#: builds softmax and LayerNorm row by row in vectors, ConvTranspose in NHWC, convolutions of
+#: few output channels along their input channels, pooling windows pixels first, element-wise
+#: vectors within one row, moves transposes past elementwise arithmetic, pads attention scores
+#: to whole vectors, writes small Ifs as a Where, flushes subnormal weights, packs a weight that
+#: several products share once, gives a matrix-vector product four vectors of sums where they
+#: fit and picks contraction tiles anew (masked rows, 14 x 2 for products): a library of 25
+#: would run the old code. It is part of every key, so bumping it (when the way a build is
+#: made or stored changes) leaves the old entries unused.
 _FORMAT = "subgraph-tvm-26"
 
 
