@@ -1,5 +1,7 @@
 """Fixtures shared by the whole suite: the repository root, the package's import graph, and
-the environment the README's first command gives (for subprocesses)."""
+the environment the README's first command gives (for subprocesses). Tests marked
+``slow_corpus`` (the whole zoo/corpus, deployment-size sweeps) run only when selected:
+``-m slow_corpus``."""
 
 from __future__ import annotations
 
@@ -10,6 +12,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if "slow_corpus" in (config.option.markexpr or ""):
+        return
+    skip = pytest.mark.skip(reason="the whole corpus: select with -m slow_corpus")
+    for item in items:
+        if "slow_corpus" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

@@ -143,8 +143,10 @@ def _close(got: np.ndarray, want: np.ndarray, what: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("lens", [None, 41])
-@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize(("op", "lens"), [  # two in CI (12 s of compile each), the rest with -m slow_corpus
+    ("LSTM", 41), ("GRU", None),
+    *(pytest.param(op, lens, marks=pytest.mark.slow_corpus) for op, lens in (("LSTM", None), ("GRU", 41),
+                                                                             ("RNN", None), ("RNN", 41)))])
 def test_deployment_sized_stack_matches_the_numpy_kernels(op, lens):
     """Two bidirectional layers of width 256 over 64 steps (the deployment CRNN's), the first
     with initial states (and a sequence length), unrolled and compiled whole by TVM: the
