@@ -197,13 +197,7 @@ class Graph:
             values[out_name] = out
             outs.append(out)
         copy.outputs = tuple(outs)
-        copy.inputs = tuple(inputs)
-        for value in copy.inputs:
-            if value is not None:
-                value.users.append(copy)
-        self.nodes.append(copy)
-        self._nodes_by_name[name] = copy
-        return copy
+        return self._attach(copy, inputs)
 
     def adopt_node(self, node: Node, inputs: Sequence[Value | None]) -> Node:
         """Move ``node`` and its outputs into this graph, reading ``inputs`` (values of this
@@ -229,12 +223,16 @@ class Graph:
             out.graph, out.users = self, []
             values[out.name] = out
         node.graph = self
+        return self._attach(node, inputs)
+
+    def _attach(self, node: Node, inputs: Sequence[Value | None]) -> Node:
+        """``node`` (of this graph, its outputs registered) reads ``inputs`` and is appended."""
         node.inputs = tuple(inputs)
         for value in node.inputs:
             if value is not None:
                 value.users.append(node)
         self.nodes.append(node)
-        self._nodes_by_name[name] = node
+        self._nodes_by_name[node.name] = node
         return node
 
     def set_outputs(self, values: Iterable[Value | str]) -> None:

@@ -28,7 +28,7 @@ from tvm import relax, te, topi
 from subgraph.properties.tvm.runtime.tensors import static_shape
 from subgraph.properties.tvm.schedule.cpu import vector_widths
 
-__all__ = ["MAX_OUT_CHANNELS", "eligible", "narrow_conv2d"]
+__all__ = ["MAX_OUT_CHANNELS", "eligible", "narrow_conv2d", "nhwc_window"]
 
 #: convolutions with this many output channels or more keep the lanes along them (8 fills
 #: half an AVX-512 register, a whole AVX2 one)
@@ -52,18 +52,28 @@ def eligible(weight_shape: list[int], attrs: Any, lanes: int) -> int | None:
     return widths[0] if widths else None
 
 
+def nhwc_window(data: te.Tensor, kernel: tuple[Any, Any], strides: tuple[int, int],
+                padding: tuple[int, int, int, int], dilation: tuple[int, int]) -> tuple[te.Tensor, Any, Any]:
+    """NHWC ``data`` padded (Relax's ``(top, left, bottom, right)``) for a ``kernel`` window,
+    with the height and width of the output the window sweeps."""
+    _, height, width, _ = data.shape
+    (kh, kw), (sh, sw), (dh, dw), (top, left, bottom, right) = kernel, strides, dilation, padding
+    if top or left or bottom or right:
+        data = topi.nn.pad(data, [0, top, left, 0], [0, bottom, right, 0], name="pad_temp")
+    out_h = (height + top + bottom - (kh - 1) * dh - 1) // sh + 1
+    out_w = (width + left + right - (kw - 1) * dw - 1) // sw + 1
+    return data, out_h, out_w
+
+
 def conv2d_nhwc_partial(data: te.Tensor, weight: te.Tensor, strides: tuple[int, int],
                         padding: tuple[int, int, int, int], dilation: tuple[int, int]) -> te.Tensor:
     """``(N, OH, OW, O, L)`` partial sums of an NHWC convolution with weights ``(KH, KW, O,
     I / L, L)``, lane ``l`` over the input channels ``l, l + L, l + 2L...``; ``padding`` is
     Relax's ``(top, left, bottom, right)``."""
-    batch, height, width, _ = data.shape
     kh, kw, out_channels, blocks, lanes = weight.shape
-    (sh, sw), (dh, dw), (top, left, bottom, right) = strides, dilation, padding
-    if top or left or bottom or right:
-        data = topi.nn.pad(data, [0, top, left, 0], [0, bottom, right, 0], name="pad_temp")
-    out_h = (height + top + bottom - (kh - 1) * dh - 1) // sh + 1
-    out_w = (width + left + right - (kw - 1) * dw - 1) // sw + 1
+    data, out_h, out_w = nhwc_window(data, (kh, kw), strides, padding, dilation)
+    batch = data.shape[0]
+    (sh, sw), (dh, dw) = strides, dilation
     ry, rx = te.reduce_axis((0, kh), name="ry"), te.reduce_axis((0, kw), name="rx")
     rb = te.reduce_axis((0, blocks), name="rb")
     return te.compute(

@@ -42,13 +42,10 @@ def conv2d_nhwc_packed(data: te.Tensor, packed: te.Tensor, strides: tuple[int, i
 
     ``padding`` is Relax's ``(top, left, bottom, right)``.
     """
-    batch, height, width, channels = data.shape
+    batch, _, _, channels = data.shape
     blocks, kh, kw, _, block = packed.shape
-    (sh, sw), (dh, dw), (top, left, bottom, right) = strides, dilation, padding
-    if top or left or bottom or right:
-        data = topi.nn.pad(data, [0, top, left, 0], [0, bottom, right, 0], name="pad_temp")
-    out_h = (height + top + bottom - (kh - 1) * dh - 1) // sh + 1
-    out_w = (width + left + right - (kw - 1) * dw - 1) // sw + 1
+    data, out_h, out_w = narrow.nhwc_window(data, (kh, kw), strides, padding, dilation)
+    (sh, sw), (dh, dw) = strides, dilation
     ry, rx = te.reduce_axis((0, kh), name="ry"), te.reduce_axis((0, kw), name="rx")
     rc = te.reduce_axis((0, channels), name="rc")
     return te.compute(
