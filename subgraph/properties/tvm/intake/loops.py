@@ -80,10 +80,12 @@ def decline_reason(node: Node, node_reason: Callable[[Node], str | None]) -> str
 
 
 def _decide(node: Node, node_reason: Callable[[Node], str | None]) -> str | None:
-    reason = select_reason(node) if node.op == "If" else structure_reason(node, "TVM")
+    if node.op == "If":
+        reason, write, written = select_reason(node), select, "as both branches and a Where"
+    else:
+        reason, write, written = structure_reason(node, "TVM"), unroll, "unrolled"
     if reason is not None:
         return reason
-    write, written = (select, "as both branches and a Where") if node.op == "If" else (unroll, "unrolled")
     alone = Graph(f"{node.name}_unrolled", dict(node.graph.opset) if node.graph is not None else None)
     copies: dict[int, Value] = {}  # an outer value read twice (condition and implicit) is one value
     for value in node.inputs:

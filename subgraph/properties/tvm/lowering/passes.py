@@ -68,7 +68,8 @@ def prepare_passes(target: Any, schedule: str = "cpu", rewrite: bool = True) -> 
 
     # TVM's legalize-and-fuse passes, with our softmax and layer norm, vectorisable math (fastmath) and layouts in its LegalizeOps
     lanes = vector_lanes(target)
-    rules = {"relax.nn.softmax": softmax_legalize, "relax.nn.layer_norm": layer_norm_legalize, **NAN_LEGALIZE, **FAST_MATH_LEGALIZE,
+    rules = {"relax.nn.softmax": softmax_legalize(lanes), "relax.nn.layer_norm": layer_norm_legalize(lanes),
+             **NAN_LEGALIZE, **FAST_MATH_LEGALIZE,
              "relax.nn.conv2d": packed_conv2d_legalize(lanes), "relax.matmul": packed_matmul_legalize(lanes),
              "relax.nn.conv2d_transpose": conv2d_transpose_legalize(lanes), "relax.concat": concat_legalize(lanes),
              "relax.image.resize2d": resize2d_legalize(lanes)}

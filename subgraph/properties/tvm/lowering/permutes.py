@@ -75,13 +75,6 @@ def permuted_elements(func: Any) -> int:
     return total[0]
 
 
-def _inverse(axes: list[int]) -> list[int]:
-    inverse = [0] * len(axes)
-    for i, a in enumerate(axes):
-        inverse[a] = i
-    return inverse
-
-
 @relax.expr_functor.mutator
 class _Sink(relax.PyExprMutator):
     def __init__(self, mod: Any) -> None:
@@ -147,7 +140,7 @@ class _Sink(relax.PyExprMutator):
         if value.ndim == 0:
             return expr
         full = value.reshape((1,) * (len(shape) - value.ndim) + value.shape)
-        return relax.const(np.ascontiguousarray(full.transpose(_inverse(axes))), str(value.dtype))
+        return relax.const(np.ascontiguousarray(full.transpose(np.argsort(axes))), str(value.dtype))
 
 
 def SinkPermutes() -> Any:

@@ -25,7 +25,6 @@ import tvm
 from tvm import relax, s_tir, te, tirx, topi
 
 from subgraph.properties.tvm.runtime.tensors import static_shape
-from subgraph.properties.tvm.schedule.cpu import vector_lanes
 
 __all__ = ["layer_norm_legalize", "schedule_layer_norm", "schedule_softmax", "softmax_legalize"]
 
@@ -166,28 +165,32 @@ def _last_axis_float32(call: Any) -> list[int] | None:
     return dims if axes in ([-1], [len(dims) - 1]) else None
 
 
-def _lanes() -> int:
-    return vector_lanes(tvm.target.Target.current(allow_none=True) or tvm.target.Target("llvm"))
+def softmax_legalize(lanes: int) -> Callable[[Any, Any], Any]:
+    """A legalization of ``relax.nn.softmax`` for ``LegalizeOps``' ``customize_legalize_map``
+    (``lanes``: the target's float32 vector lanes): over the last axis of float32 as
+    :func:`schedule_softmax`; any other softmax gets TVM's legalization."""
+    def legalize(bb: Any, call: Any) -> Any:
+        dims = _last_axis_float32(call)
+        if dims is None:
+            return tvm.ir.Op.get("relax.nn.softmax").get_attr("FLegalize")(bb, call)
+        gvar = bb.add_func(schedule_softmax(dims, lanes), "softmax")
+        return relax.call_tir(gvar, [call.args[0]], relax.TensorType(dims, "float32"))
+
+    return legalize
 
 
-def softmax_legalize(bb: Any, call: Any) -> Any:
-    """``relax.nn.softmax`` over the last axis of float32 as :func:`schedule_softmax`; any
-    other softmax gets TVM's legalization."""
-    dims = _last_axis_float32(call)
-    if dims is None:
-        return tvm.ir.Op.get("relax.nn.softmax").get_attr("FLegalize")(bb, call)
-    gvar = bb.add_func(schedule_softmax(dims, _lanes()), "softmax")
-    return relax.call_tir(gvar, [call.args[0]], relax.TensorType(dims, "float32"))
+def layer_norm_legalize(lanes: int) -> Callable[[Any, Any], Any]:
+    """A legalization of ``relax.nn.layer_norm`` (``lanes`` as :func:`softmax_legalize`'s): over
+    the last axis of float32, with float32 ``gamma`` and ``beta`` of that axis' length, as
+    :func:`schedule_layer_norm`; any other gets TVM's."""
+    def legalize(bb: Any, call: Any) -> Any:
+        dims = _last_axis_float32(call)
+        params = call.args[1:3]
+        if dims is None or any(static_shape(p.ty) != dims[-1:] or str(p.ty.dtype) != "float32" for p in params):
+            return tvm.ir.Op.get("relax.nn.layer_norm").get_attr("FLegalize")(bb, call)
+        attrs = call.attrs
+        func = schedule_layer_norm(dims, lanes, float(attrs.epsilon), bool(attrs.center), bool(attrs.scale))
+        return relax.call_tir(bb.add_func(func, "layer_norm"), [call.args[0], *params],
+                              relax.TensorType(dims, "float32"))
 
-
-def layer_norm_legalize(bb: Any, call: Any) -> Any:
-    """``relax.nn.layer_norm`` over the last axis of float32, with float32 ``gamma`` and
-    ``beta`` of that axis' length, as :func:`schedule_layer_norm`; any other gets TVM's."""
-    dims = _last_axis_float32(call)
-    params = call.args[1:3]
-    if dims is None or any(static_shape(p.ty) != dims[-1:] or str(p.ty.dtype) != "float32" for p in params):
-        return tvm.ir.Op.get("relax.nn.layer_norm").get_attr("FLegalize")(bb, call)
-    attrs = call.attrs
-    func = schedule_layer_norm(dims, _lanes(), float(attrs.epsilon), bool(attrs.center), bool(attrs.scale))
-    gvar = bb.add_func(func, "layer_norm")
-    return relax.call_tir(gvar, [call.args[0], *params], relax.TensorType(dims, "float32"))
+    return legalize

@@ -56,7 +56,8 @@ _WHOLE_ROWS = {16: 20, 8: 12}  # a prime rows axis up to this long is one tile o
 _PRODUCT_TILE = {16: (14, 2), 8: (6, 2)}
 
 
-_MOST_ACCUMULATORS = {16: 28, 8: 12}  # tuning's largest tiles, by vector lanes: 4 registers left of 32 or 16
+# tuning's largest tiles, by vector lanes: the product tile's accumulators (4 registers left of 32 or 16)
+_MOST_ACCUMULATORS = {lanes: rows * vectors for lanes, (rows, vectors) in _PRODUCT_TILE.items()}
 
 
 _MIN_PARALLEL = 4096  # fewer output elements than this run on one thread...
