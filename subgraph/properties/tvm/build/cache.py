@@ -64,10 +64,11 @@ __all__ = ["BUILD_LOCK", "MEMORY", "cache_get", "cache_key", "cache_put", "check
 #: vectors within one row, moves transposes past elementwise arithmetic, pads attention scores
 #: to whole vectors, writes small Ifs as a Where, flushes subnormal weights, packs a weight that
 #: several products share once, gives a matrix-vector product four vectors of sums where they
-#: fit and picks contraction tiles anew (masked rows, 14 x 2 for products): a library of 25
-#: would run the old code. It is part of every key, so bumping it (when the way a build is
+#: fit and picks contraction tiles anew (masked rows, 14 x 2 for products); 27 measures a
+#: batched product's operands per batch element and keeps short products (64 terms or fewer)
+#: off the 14 x 2 tile: a library of an older format would run the old code. It is part of every key, so bumping it (when the way a build is
 #: made or stored changes) leaves the old entries unused.
-_FORMAT = "subgraph-tvm-26"
+_FORMAT = "subgraph-tvm-27"
 
 
 def content_digest(parts: Iterable[Any]) -> str:

@@ -198,6 +198,60 @@ def test_weights_much_larger_than_the_rows_are_walked_panel_by_panel():
     assert not product(3136, 384, 96).weights_first   # 56x56: weights far smaller than the rows
 
 
+def test_operands_indexed_by_both_sides_are_measured_per_batch_element():
+    """Attention's heads index both operands: Whisper's 6 heads of 1500 x 64 keys are 385 KiB
+    a head (in L2), not 2.3 MiB of weights past L2, so the rows stay outermost; a head whose
+    own weights dwarf its rows still goes panel by panel, one head after the other."""
+    from tvm import s_tir, te
+
+    from subgraph.properties.tvm.schedule.cpu import _analyse
+
+    def batched(heads: int, rows: int, depth: int, columns: int):
+        a = te.placeholder((heads, rows, depth), name="a")
+        b = te.placeholder((heads, depth, columns), name="b")
+        k = te.reduce_axis((0, depth), "k")
+        c = te.compute((heads, rows, columns), lambda h, i, j: te.sum(a[h, i, k] * b[h, k, j], axis=k), name="c")
+        return _analyse(s_tir.Schedule(te.create_prim_func([a, b, c])), 16)
+
+    scores = batched(6, 1500, 64, 1504)
+    assert not scores.weights_first and scores.batch_axes == [0]
+    panels = batched(2, 8, 256, 512)  # 512 KiB of weights a head against 8 KiB of rows
+    assert panels.weights_first and panels.batch_axes == [0]
+
+
+def test_a_batched_product_walked_panel_by_panel_matches_run():
+    """Two heads of 8 rows by 256 x 512 weights each: the heads outermost, then the panels."""
+    rng = np.random.default_rng(16)
+    g = Graph("batched")
+    x = g.add_input("x", (2, 8, 256), "float32")
+    w = g.add_constant("w", (rng.standard_normal((2, 256, 512)) / 16).astype(np.float32))
+    g.set_outputs([g.add_node("MatMul", [x, w], name="mm").outputs[0]])
+    infer_shapes(g)
+    (script,) = [s for name, s in lowered_scripts(g, "cpu").items() if "matmul" in name]
+    # one parallel loop over heads x panels x row blocks, the heads outermost
+    assert re.search(r"T\.axis\.spatial\(T\.int64\(2\), \w+ // T\.int64\(\d+\)\)", script), script
+    x_value = rand(rng, (2, 8, 256))
+    got = compile_graph(g, use_cache=False)(x_value)
+    want = subgraph.run(g, {"x": x_value})[g.outputs[0].name]
+    np.testing.assert_allclose(got[0], want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+
+
+def test_attention_scores_over_64_terms_keep_a_tile_of_rows_that_divides_them():
+    """Scores over 300 keys and 64 terms a head: the product's 14-row tile would mask the
+    last rows and spend as much on its stores as on its multiply-adds; a tile of rows that
+    divides 300 has no mask."""
+    rng = np.random.default_rng(17)
+    g = Graph("scores64")
+    q, kt = g.add_input("q", (1, 2, 300, 64), "float32"), g.add_input("kt", (1, 2, 64, 320), "float32")
+    g.set_outputs([g.add_node("MatMul", [q, kt], name="scores").outputs[0]])
+    infer_shapes(g)
+    (scores,) = [s for name, s in lowered_scripts(g, "cpu").items() if "matmul" in name]
+    rows = int(re.search(r"T\.unroll\(T\.int64\((\d+)\)\)", scores).group(1))
+    assert 300 % rows == 0 and "< T.int64(300)" not in scores, scores
+    arrays = [rand(rng, (1, 2, 300, 64)), rand(rng, (1, 2, 64, 320))]
+    assert_matches_onnxruntime(g, compile_graph(g, use_cache=False)(*arrays), *arrays)
+
+
 def test_convnext_mlp_matmuls_match_numpy():
     """ConvNeXt-T's MLP at 14x14 (384 -> 1536 -> 384, the second walked panel by panel)
     against ``subgraph.run``."""
