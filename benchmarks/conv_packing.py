@@ -4,7 +4,7 @@
     python benchmarks/conv_packing.py --layers l3,l4    # a few
 
 Each layer is one conv2d + bias + ReLU, NHWC, scheduled by the property's contraction rule
-(:func:`~subgraph.properties.tvm.schedule.cpu.schedule_contraction`, default tile) twice: reading
+(:func:`~subgraph.properties.tvm.schedule.tiles.schedule_contraction`, default tile) twice: reading
 the weights as HWIO (TVM's own legalization) and as ``(O / 16, KH, KW, I, 16)``
 (:mod:`~subgraph.properties.tvm.lowering.packing`). onnxruntime runs the same layer (NCHW, its own
 layout choice) with the same thread count in the same run. Prints medians in ms, GFLOP/s and
@@ -63,7 +63,8 @@ def main() -> None:
 
     from subgraph.properties.tvm.lowering.packing import conv2d_nhwc_packed
     from subgraph.properties.tvm.runtime.target import host_target
-    from subgraph.properties.tvm.schedule.cpu import schedule_contraction, vector_lanes
+    from subgraph.properties.tvm.schedule.loops import vector_lanes
+    from subgraph.properties.tvm.schedule.tiles import schedule_contraction
 
     target, dev = host_target(), tvm.cpu()
     lanes = vector_lanes(target)

@@ -1,10 +1,10 @@
 """Tune TVM builds for this CPU: measure register tiles per function, store the fastest.
 
 An untuned build schedules every contraction (matmul, convolution) with the default
-:class:`~subgraph.properties.tvm.schedule.cpu.Tile`. :func:`tune_graphs` takes the graphs the
+:class:`~subgraph.properties.tvm.schedule.tiles.Tile`. :func:`tune_graphs` takes the graphs the
 ``tvm`` property would compile, runs the same passes up to scheduling, and for each
 distinct TIR function (by :func:`~subgraph.properties.tvm.schedule.cpu.function_key`) builds
-and times the candidate tiles of :func:`~subgraph.properties.tvm.schedule.cpu.candidate_tiles`
+and times the candidate tiles of :func:`~subgraph.properties.tvm.schedule.tiles.candidate_tiles`
 on this CPU, biggest functions first, until the time budget is spent. Every candidate's
 results are compared with the default tile's before its time counts. The winners go to a
 :class:`~subgraph.properties.tvm.build.tuning_db.TuningDatabase` (one JSON file next to the compiled
@@ -39,14 +39,10 @@ from subgraph.properties.tvm.runtime.interrupt import interruptible
 from subgraph.properties.tvm.runtime.messages import error_summary, native_log_to_logging
 from subgraph.properties.tvm.runtime.target import as_target
 from subgraph.properties.tvm.runtime.threads import use_all_cpus
-from subgraph.properties.tvm.schedule.cpu import (
-    Tile,
-    candidate_tiles,
-    contraction_flops,
-    function_key,
-    schedule_contraction,
-    vector_lanes,
-)
+from subgraph.properties.tvm.schedule.analysis import contraction_flops
+from subgraph.properties.tvm.schedule.cpu import function_key
+from subgraph.properties.tvm.schedule.loops import vector_lanes
+from subgraph.properties.tvm.schedule.tiles import Tile, candidate_tiles, schedule_contraction
 
 __all__ = ["TileBench", "extract_tasks", "tune_graphs"]
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from subgraph.fileio import write_atomic
 from subgraph.properties.tvm.build.cache import default_cache_dir
-from subgraph.properties.tvm.schedule.cpu import Tile
+from subgraph.properties.tvm.schedule.tiles import Tile
 
 __all__ = ["TUNING_FILE", "TuningDatabase", "TuningRecord", "default_database_path", "open_database"]
 

@@ -27,7 +27,7 @@ import tvm
 from tvm import relax, s_tir, te, tirx
 
 from subgraph.properties.tvm.runtime.tensors import static_shape
-from subgraph.properties.tvm.schedule.cpu import vector_widths
+from subgraph.properties.tvm.schedule.loops import vector_widths
 
 __all__ = ["concat_legalize"]
 

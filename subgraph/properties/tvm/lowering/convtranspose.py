@@ -42,7 +42,7 @@ from tvm import relax, te, topi
 from subgraph.properties.tvm.intake.numpy_fold import packed_constant
 from subgraph.properties.tvm.lowering.packing import matmul_packed
 from subgraph.properties.tvm.runtime.tensors import static_shape
-from subgraph.properties.tvm.schedule.cpu import vector_widths
+from subgraph.properties.tvm.schedule.loops import vector_widths
 
 __all__ = ["conv2d_transpose_legalize"]
 

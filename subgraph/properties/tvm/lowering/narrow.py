@@ -26,7 +26,7 @@ import numpy as np
 from tvm import relax, te, topi
 
 from subgraph.properties.tvm.runtime.tensors import static_shape
-from subgraph.properties.tvm.schedule.cpu import vector_widths
+from subgraph.properties.tvm.schedule.loops import vector_widths
 
 __all__ = ["MAX_OUT_CHANNELS", "eligible", "narrow_conv2d", "nhwc_window"]
 

@@ -47,8 +47,10 @@ from subgraph.properties.tvm.lowering.permutes import SinkPermutes
 from subgraph.properties.tvm.lowering.resize2d import resize2d_legalize
 from subgraph.properties.tvm.lowering.rowwise import layer_norm_legalize, softmax_legalize
 from subgraph.properties.tvm.runtime.weights import LiftWeights
-from subgraph.properties.tvm.schedule.cpu import Tile, schedule_rules, vector_lanes
+from subgraph.properties.tvm.schedule.cpu import schedule_rules
 from subgraph.properties.tvm.schedule.isolation import ApplyScheduleRules, FunctionStatus
+from subgraph.properties.tvm.schedule.loops import vector_lanes
+from subgraph.properties.tvm.schedule.tiles import Tile
 
 __all__ = ["SCHEDULES", "prepare_passes", "relax_pipeline"]
 
@@ -258,7 +260,7 @@ def relax_pipeline(target: Any, schedule: str = "cpu", tiles: Mapping[str, Tile]
     tiles : mapping, optional
         Tuned tiles by :func:`~subgraph.properties.tvm.schedule.cpu.function_key` (from
         :mod:`~subgraph.properties.tvm.build.tuner`); functions not in it get the default
-        :class:`~subgraph.properties.tvm.schedule.cpu.Tile`.
+        :class:`~subgraph.properties.tvm.schedule.tiles.Tile`.
     applied : list, optional
         Receives the :func:`~subgraph.properties.tvm.schedule.cpu.function_key` of every
         function that got a tile from ``tiles``.

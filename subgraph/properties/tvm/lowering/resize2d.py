@@ -37,7 +37,7 @@ from tvm import relax, s_tir, te
 
 from subgraph.ops.resize import AxisRule, axis_taps
 from subgraph.properties.tvm.runtime.tensors import static_shape
-from subgraph.properties.tvm.schedule.cpu import vector_widths
+from subgraph.properties.tvm.schedule.loops import vector_widths
 
 __all__ = ["resize2d_legalize"]
 

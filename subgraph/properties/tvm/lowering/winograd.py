@@ -34,7 +34,7 @@ import numpy as np
 from tvm import relax, s_tir, te, tirx
 
 from subgraph.properties.tvm.runtime.tensors import static_shape
-from subgraph.properties.tvm.schedule.cpu import vector_widths
+from subgraph.properties.tvm.schedule.loops import vector_widths
 
 __all__ = ["MIN_TILES", "eligible", "winograd_conv2d", "winograd_weights"]
 

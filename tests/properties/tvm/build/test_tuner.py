@@ -17,7 +17,8 @@ from subgraph.properties.tvm.build.compiler import compile_graph
 from subgraph.properties.tvm.build.tuner import TileBench, extract_tasks, tune_graphs
 from subgraph.properties.tvm.build.tuning_db import TUNING_FILE, TuningDatabase, TuningRecord
 from subgraph.properties.tvm.runtime.target import as_target
-from subgraph.properties.tvm.schedule.cpu import Tile, vector_lanes
+from subgraph.properties.tvm.schedule.loops import vector_lanes
+from subgraph.properties.tvm.schedule.tiles import Tile
 from tests.properties.tvm.tvm_graphs import assert_matches_onnxruntime, conv_graph, linear_graph
 
 pytestmark = pytest.mark.tvm

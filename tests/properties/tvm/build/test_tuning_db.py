@@ -10,7 +10,7 @@ pytest.importorskip("tvm", reason="needs apache-tvm")  # the backend's modules i
 
 from subgraph.properties.tvm.build.compiler import compile_graph
 from subgraph.properties.tvm.build.tuning_db import TuningDatabase, TuningRecord
-from subgraph.properties.tvm.schedule.cpu import Tile
+from subgraph.properties.tvm.schedule.tiles import Tile
 from tests.properties.tvm.tvm_graphs import linear_graph
 
 pytestmark = pytest.mark.tvm

@@ -20,7 +20,7 @@ from subgraph.properties.tvm.build.compiler import compile_graph
 from subgraph.properties.tvm.intake.importer import onnx_for_tvm, relax_module
 from subgraph.properties.tvm.lowering.passes import SCHEDULES, prepare_passes
 from subgraph.properties.tvm.runtime.target import as_target, host_target
-from subgraph.properties.tvm.schedule.cpu import vector_lanes
+from subgraph.properties.tvm.schedule.loops import vector_lanes
 from tests.properties.tvm.tvm_graphs import (
     assert_matches_onnxruntime,
     attention_graph,

@@ -16,7 +16,7 @@ from subgraph.ir import Graph
 from subgraph.properties.tvm.build.compiler import compile_graph
 from subgraph.properties.tvm.lowering.rowwise import schedule_layer_norm, schedule_softmax
 from subgraph.properties.tvm.runtime.target import host_target
-from subgraph.properties.tvm.schedule.cpu import vector_lanes
+from subgraph.properties.tvm.schedule.loops import vector_lanes
 from tests.properties.tvm.tvm_graphs import assert_matches_onnxruntime, lowered_scripts
 
 pytestmark = pytest.mark.tvm

@@ -1,4 +1,4 @@
-"""Tests of :mod:`subgraph.properties.tvm.schedule.cpu`: contractions get vectorised, parallel register tiles."""
+"""Tests of :mod:`subgraph.properties.tvm.schedule` (:mod:`.tiles`, :mod:`.analysis`, :mod:`.elementwise`): contractions get vectorised, parallel register tiles."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.tvm
 
 def test_cpu_schedule_vectorises_and_parallelises_the_contraction():
     from subgraph.properties.tvm.runtime.target import host_target
-    from subgraph.properties.tvm.schedule.cpu import vector_lanes
+    from subgraph.properties.tvm.schedule.loops import vector_lanes
 
     scripts = lowered_scripts(linear_graph(), "cpu")
     (matmul,) = [s for name, s in scripts.items() if "matmul" in name]
@@ -76,7 +76,7 @@ def test_few_rows_and_channels_in_fives_get_five_vectors():
     arrays = [rand(rng, (1, 440, 2, 2))]
     assert_matches_onnxruntime(g, compile_graph(g)(*arrays), *arrays)
     from subgraph.properties.tvm.runtime.target import host_target
-    from subgraph.properties.tvm.schedule.cpu import vector_lanes
+    from subgraph.properties.tvm.schedule.loops import vector_lanes
 
     (conv,) = [s for name, s in lowered_scripts(g, "cpu").items() if "conv2d" in name]
     assert "T.vectorized(T.int64(8))" in conv
@@ -97,7 +97,7 @@ def test_a_tiny_map_reads_each_weight_panel_once():
                               attrs={"pads": [1, 1, 1, 1]}).outputs[0]])
     conv = _conv_script(g, [rand(rng, (1, 64, 2, 2))])
     from subgraph.properties.tvm.runtime.target import host_target
-    from subgraph.properties.tvm.schedule.cpu import vector_lanes
+    from subgraph.properties.tvm.schedule.loops import vector_lanes
 
     width = 2 * vector_lanes(host_target())  # two vectors of output channels
     assert f"T.parallel(T.int64({128 // width}))" in conv  # the panels, and nothing else
@@ -180,13 +180,13 @@ def test_products_over_a_prime_number_of_columns_get_a_scalar_register_tile():
 def test_weights_much_larger_than_the_rows_are_walked_panel_by_panel():
     from tvm import s_tir, te
 
-    from subgraph.properties.tvm.schedule.cpu import _analyse
+    from subgraph.properties.tvm.schedule.analysis import analyse_contraction
 
     def product(rows: int, depth: int, columns: int):
         a, b = te.placeholder((rows, depth), name="a"), te.placeholder((depth, columns), name="b")
         k = te.reduce_axis((0, depth), "k")
         c = te.compute((rows, columns), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="c")
-        return _analyse(s_tir.Schedule(te.create_prim_func([a, b, c])), 16)
+        return analyse_contraction(s_tir.Schedule(te.create_prim_func([a, b, c])), 16)
 
     assert product(49, 768, 2304).weights_first      # Swin's QKV: 7 MiB of weights, 49 rows
     assert not product(49, 64, 64).weights_first     # weights no larger than the rows
@@ -204,14 +204,14 @@ def test_operands_indexed_by_both_sides_are_measured_per_batch_element():
     own weights dwarf its rows still goes panel by panel, one head after the other."""
     from tvm import s_tir, te
 
-    from subgraph.properties.tvm.schedule.cpu import _analyse
+    from subgraph.properties.tvm.schedule.analysis import analyse_contraction
 
     def batched(heads: int, rows: int, depth: int, columns: int):
         a = te.placeholder((heads, rows, depth), name="a")
         b = te.placeholder((heads, depth, columns), name="b")
         k = te.reduce_axis((0, depth), "k")
         c = te.compute((heads, rows, columns), lambda h, i, j: te.sum(a[h, i, k] * b[h, k, j], axis=k), name="c")
-        return _analyse(s_tir.Schedule(te.create_prim_func([a, b, c])), 16)
+        return analyse_contraction(s_tir.Schedule(te.create_prim_func([a, b, c])), 16)
 
     scores = batched(6, 1500, 64, 1504)
     assert not scores.weights_first and scores.batch_axes == [0]
@@ -303,7 +303,8 @@ def test_a_prime_number_of_tokens_gets_whole_tiles_and_a_masked_last_one():
     vector once per token (its MLP 7x slower). Matrix products get the BLAS-style tile of
     14 rows x 2 vectors (6 x 2 with AVX2), the last tile's extra rows masked off."""
     from subgraph.properties.tvm.runtime.target import host_target
-    from subgraph.properties.tvm.schedule.cpu import _PRODUCT_TILE, vector_lanes
+    from subgraph.properties.tvm.schedule.loops import vector_lanes
+    from subgraph.properties.tvm.schedule.tiles import _PRODUCT_TILE
 
     g = _vit_linear()
     arrays = [rand(np.random.default_rng(14), (1, 197, 96))]
@@ -317,7 +318,7 @@ def test_a_prime_number_of_tokens_gets_whole_tiles_and_a_masked_last_one():
 
 
 def test_rows_past_the_end_pad_the_rows_axis_least():
-    from subgraph.properties.tvm.schedule.cpu import _rows_past_the_end
+    from subgraph.properties.tvm.schedule.tiles import _rows_past_the_end
 
     assert [_rows_past_the_end(n, 16) for n in (17, 20, 23, 29, 37, 197)] == [17, 20, 12, 10, 13, 11]
     assert [_rows_past_the_end(n, 8) for n in (11, 13, 197)] == [11, 7, 6]
@@ -330,7 +331,7 @@ def test_attention_scores_over_197_keys_get_zero_columns_to_fill_their_vectors(k
     and the product's 208 columns are sliced back to 197 in its epilogue. Whisper's 1500
     keys (here 100) divide by 4 lanes only, and ran 3.3x slower than with 4 zero columns."""
     from subgraph.properties.tvm.runtime.target import host_target
-    from subgraph.properties.tvm.schedule.cpu import vector_lanes
+    from subgraph.properties.tvm.schedule.loops import vector_lanes
 
     rng = np.random.default_rng(15)
     g = Graph("scores")
@@ -350,7 +351,7 @@ def test_attention_scores_over_197_keys_get_zero_columns_to_fill_their_vectors(k
 def test_tuning_candidates_over_197_rows_include_masked_tiles():
     from tvm import te
 
-    from subgraph.properties.tvm.schedule.cpu import Tile, candidate_tiles
+    from subgraph.properties.tvm.schedule.tiles import Tile, candidate_tiles
 
     a, b = te.placeholder((197, 64), name="a"), te.placeholder((64, 64), name="b")
     k = te.reduce_axis((0, 64), "k")
@@ -385,7 +386,7 @@ def test_convnext_depthwise_7x7_tiles_seven_rows_by_two_vectors(channels, size):
     rows x 2 vectors (14 accumulators) where 8 rows left room for one vector; numbers
     against ``subgraph.run``."""
     from subgraph.properties.tvm.runtime.target import host_target
-    from subgraph.properties.tvm.schedule.cpu import vector_lanes
+    from subgraph.properties.tvm.schedule.loops import vector_lanes
 
     rng = np.random.default_rng(13)
     g = Graph("dwconv")
@@ -440,11 +441,11 @@ def test_a_pooling_window_walks_the_map_once(channels, size, kernel, stride, pad
     320x320x64 took 5-14 ms, 2-5 ms so)."""
     from tvm import s_tir, te, topi
 
-    from subgraph.properties.tvm.schedule.cpu import _analyse
+    from subgraph.properties.tvm.schedule.analysis import analyse_contraction
 
     x = te.placeholder((1, size, size, channels), name="x")
     pool = topi.nn.pool2d(x, [kernel] * 2, [stride] * 2, [1, 1], pads, "max", layout="NHWC")
-    assert not _analyse(s_tir.Schedule(te.create_prim_func([x, pool])), 16).weights_first
+    assert not analyse_contraction(s_tir.Schedule(te.create_prim_func([x, pool])), 16).weights_first
     rng = np.random.default_rng(13)
     g = Graph("pool")
     x = g.add_input("x", (1, channels, size, size), "float32")
