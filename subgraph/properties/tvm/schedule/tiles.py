@@ -240,7 +240,7 @@ def schedule_contraction(func: Any, lanes: int, tile: Tile = Tile()) -> Any:
     loops = sch.get_loops(block)
     spatial, reduce = loops[:n_spatial], loops[n_spatial:]
     vec_o, vec_i = sch.split(spatial[-1], factors=[None, width])
-    batch = found.batch_axes if found.weights_first else []
+    batch = [i for i in found.batch_axes if i != rows_axis and i not in stacked] if found.weights_first else []
     outer = [loop for i, loop in enumerate(spatial[:-1]) if i != rows_axis and i not in stacked and i not in batch]
     if rows_axis is not None:
         row_o, row_i = sch.split(spatial[rows_axis], factors=[None, rows])
