@@ -143,8 +143,10 @@ def format_tuning(records: Sequence[Any]) -> str:
     rows = [f"{'function':<44} {'default ms':>10} {'tuned ms':>9} {'GFLOP/s':>8} {'speedup':>7}  tile (tried)"]
     for r in records:
         gflops = r.flops / r.seconds / 1e9 if r.flops and r.seconds > 0 else float("nan")
-        tile = "default" if r.tile == type(r.tile)() else \
+        order = {None: "", True: ", panels first", False: ", rows first"}[r.tile.panels_first]
+        shape = "default" if r.tile.rows is None and r.tile.vectors == 1 and r.tile.rows_axis is None else \
             f"rows {r.tile.rows} x {r.tile.vectors} vector(s), axis {r.tile.rows_axis}"
+        tile = "default" if r.tile == type(r.tile)() else shape + order
         rows.append(f"{r.name[:44]:<44} {r.default_seconds * 1e3:>10.3f} {r.seconds * 1e3:>9.3f} {gflops:>8.1f} "
                     f"{r.speedup:>6.2f}x  {tile} ({r.candidates})")
     return "\n".join(rows)

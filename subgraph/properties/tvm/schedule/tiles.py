@@ -9,7 +9,7 @@ second axis, parallel outer loops, the epilogue fused in the tile.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -59,6 +59,9 @@ _SHORT_REDUCTION = 64
 _MOST_ACCUMULATORS = {lanes: rows * vectors for lanes, (rows, vectors) in _PRODUCT_TILE.items()}
 
 
+_FLIPPED_CANDIDATES = 3  # tuning's best-ranked candidates also measured with the loops in the other order
+
+
 _MIN_PARALLEL_WORK = 1 << 18  # ...unless they take this many multiply-adds (weights read by both threads' caches)
 
 
@@ -69,24 +72,34 @@ class Tile:
     ``rows`` accumulator rows (``None``: the first of 8, 7, 6, 4, 3, 2 that divides the rows
     axis) times ``vectors`` vector registers along the innermost output axis; ``rows_axis``
     picks the spatial axis the rows run over (``None``: one the vector operand does not
-    depend on). The default tile is what an untuned build uses; tuning
+    depend on); ``panels_first`` walks the vector operand's panels outermost (``True``) or
+    the rows (``False``; ``None``: as :attr:`~.analysis.Contraction.weights_first` decides).
+    The default tile is what an untuned build uses; tuning
     (:mod:`~subgraph.properties.tvm.build.tuner`) measures others and stores the fastest.
 
     Examples
     --------
     >>> Tile(), Tile.from_json({"rows": 4, "vectors": 2, "rows_axis": 1})
-    (Tile(rows=None, vectors=1, rows_axis=None), Tile(rows=4, vectors=2, rows_axis=1))
+    (Tile(rows=None, vectors=1, rows_axis=None, panels_first=None), Tile(rows=4, vectors=2, rows_axis=1, panels_first=None))
+    >>> Tile.from_json(Tile(panels_first=False).to_json())
+    Tile(rows=None, vectors=1, rows_axis=None, panels_first=False)
     """
     rows: int | None = None
     vectors: int = 1
     rows_axis: int | None = None
+    panels_first: bool | None = None
 
-    def to_json(self) -> dict[str, int | None]:
-        return {"rows": self.rows, "vectors": self.vectors, "rows_axis": self.rows_axis}
+    def to_json(self) -> dict[str, int | bool | None]:
+        data: dict[str, int | bool | None] = {"rows": self.rows, "vectors": self.vectors, "rows_axis": self.rows_axis}
+        if self.panels_first is not None:  # records of earlier versions have no order
+            data["panels_first"] = self.panels_first
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Tile:
-        return cls(rows=data.get("rows"), vectors=int(data.get("vectors", 1)), rows_axis=data.get("rows_axis"))
+        order = data.get("panels_first")
+        return cls(rows=data.get("rows"), vectors=int(data.get("vectors", 1)), rows_axis=data.get("rows_axis"),
+                   panels_first=None if order is None else bool(order))
 
 
 def candidate_tiles(func: Any, lanes: int, limit: int = 12) -> list[Tile]:
@@ -104,7 +117,7 @@ def candidate_tiles(func: Any, lanes: int, limit: int = 12) -> list[Tile]:
     >>> c = te.compute((64, 48), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="c")
     >>> tiles = candidate_tiles(te.create_prim_func([a, b, c]), lanes=16)
     >>> tiles[0], len(tiles) > 1
-    (Tile(rows=None, vectors=1, rows_axis=None), True)
+    (Tile(rows=None, vectors=1, rows_axis=None, panels_first=None), True)
     """
     found = try_analyse_contraction(func, lanes)
     if found is None:
@@ -120,8 +133,13 @@ def candidate_tiles(func: Any, lanes: int, limit: int = 12) -> list[Tile]:
                 if (masked and found.extents[axis] < 4 * rows) or not 4 <= rows * vectors <= _MOST_ACCUMULATORS.get(lanes, 24):
                     continue
                 tiles.append((abs(rows * vectors - 12), masked, rank, rows, Tile(rows, vectors, axis)))
-    # tiles of about 12 accumulators first (enough to hide FMA latency, few spills), whole ones first
-    return [Tile(), *[t for *_, t in sorted(tiles, key=lambda item: item[:4])]][:limit]
+    # tiles of about 12 accumulators first (enough to hide FMA latency, few spills), whole ones
+    # first; the default and the first few also with the loops in the other order (Whisper's
+    # attention scores ran 2.7x faster rows first, where the analysis walked the keys first)
+    ranked = [t for *_, t in sorted(tiles, key=lambda item: item[:4])]
+    other = not found.weights_first
+    flipped = [replace(t, panels_first=other) for t in ranked[:_FLIPPED_CANDIDATES]]
+    return [Tile(), Tile(panels_first=other), *ranked[:max(limit - 2 - len(flipped), 0)], *flipped][:limit]
 
 
 def _stacked_axes(found: Contraction, tile: Tile, rows_axis: int | None, rows: int,
@@ -134,7 +152,8 @@ def _stacked_axes(found: Contraction, tile: Tile, rows_axis: int | None, rows: i
     past L2 (a group of panels is 1.2 MB). ``([], 0)`` unless every pixel of the map fits the
     accumulators at two vectors or more (RegNet's 440 channels split into no such tile: its
     2 rows keep 5 vectors)."""
-    if tile != Tile() or not found.weights_first or rows_axis is None or found.lanes == 1:
+    panels_first = found.weights_first if tile.panels_first is None else tile.panels_first
+    if replace(tile, panels_first=None) != Tile() or not panels_first or rows_axis is None or found.lanes == 1:
         return [], 0
     if rows != found.extents[rows_axis]:
         return [], 0
@@ -201,32 +220,33 @@ def schedule_contraction(func: Any, lanes: int, tile: Tile = Tile()) -> Any:
     if found is None:
         return None
     registers = lanes  # the register's lanes: how many accumulators fit
+    default = replace(tile, panels_first=None) == Tile()  # the default shape, whatever the order
     n_spatial, extents, lanes = found.n_spatial, found.extents, found.lanes
     rows_axis = tile.rows_axis if tile.rows_axis is not None else (found.rows_axes or [None])[0]
     if rows_axis is not None and rows_axis not in found.rows_axes:
         raise ValueError(f"axis {rows_axis} cannot carry the tile rows")
     rows = tile.rows if tile.rows is not None else \
         next((r for r in _ROW_BLOCKS if rows_axis is not None and extents[rows_axis] % r == 0), 1)
-    if tile == Tile() and rows == 1 and rows_axis is not None and (found.pointwise or extents[rows_axis] <= _WHOLE_ROWS.get(registers, 0)):
+    if default and rows == 1 and rows_axis is not None and (found.pointwise or extents[rows_axis] <= _WHOLE_ROWS.get(registers, 0)):
         # masked tiles over products and 1x1 convolutions (2.2 -> 0.63 ms, 64 -> 128 channels on
         # 73x73); a 3x3 convolution's masked rows ran 1.4-1.7x slower than one row of 4 vectors
         rows = _rows_past_the_end(extents[rows_axis], registers)
     vectors = tile.vectors
     product_rows, product_vectors = _PRODUCT_TILE.get(registers, (0, 0))
-    if (tile == Tile() and found.product and lanes == registers and rows_axis is not None and product_rows
+    if (default and found.product and lanes == registers and rows_axis is not None and product_rows
             and extents[-1] > _SHORT_REDUCTION
             and extents[rows_axis] >= 4 * product_rows and extents[n_spatial - 1] % (lanes * product_vectors) == 0):
         # BERT-base's and ViT-B/16's Linear layers: 1.2-1.4x faster than 8 rows of one vector
         rows, vectors = product_rows, product_vectors
-    elif tile == Tile() and lanes == 1:  # scalar columns: as many as divide the axis, up to 8
+    elif default and lanes == 1:  # scalar columns: as many as divide the axis, up to 8
         vectors = next(v for v in (8, 7, 6, 5, 4, 3, 2, 1) if extents[n_spatial - 1] % v == 0)
-    elif tile == Tile() and rows_axis is None and extents[n_spatial - 1] % (2 * lanes) == 0:
+    elif default and rows_axis is None and extents[n_spatial - 1] % (2 * lanes) == 0:
         # one row (a matrix-vector product): whole cache lines of weights per step, and as
         # many independent sums as hide the multiply-add's latency
         vectors = next(v for v in _ONE_ROW_VECTORS if extents[n_spatial - 1] % (v * lanes) == 0)
-    elif tile == Tile() and rows == 1:  # no row count divides (13 x 13 maps): accumulators along the vector axis
+    elif default and rows == 1:  # no row count divides (13 x 13 maps): accumulators along the vector axis
         vectors = next((v for v in (4, 5, 3, 6, 2) if extents[n_spatial - 1] % (lanes * v) == 0), 1)
-    elif tile == Tile():  # more vectors, enough accumulators to hide FMA latency
+    elif default:  # more vectors, enough accumulators to hide FMA latency
         most = _ACCUMULATORS.get(registers, 8)
         blocks = [r for r in _ROW_BLOCKS if r <= rows and extents[rows_axis] % r == 0] if rows in _ROW_BLOCKS else [rows]
         rows, vectors = _fullest_tile(blocks, extents[n_spatial - 1], lanes, most)
@@ -240,7 +260,8 @@ def schedule_contraction(func: Any, lanes: int, tile: Tile = Tile()) -> Any:
     loops = sch.get_loops(block)
     spatial, reduce = loops[:n_spatial], loops[n_spatial:]
     vec_o, vec_i = sch.split(spatial[-1], factors=[None, width])
-    batch = [i for i in found.batch_axes if i != rows_axis and i not in stacked] if found.weights_first else []
+    panels_first = found.weights_first if tile.panels_first is None else tile.panels_first
+    batch = [i for i in found.batch_axes if i != rows_axis and i not in stacked] if panels_first else []
     outer = [loop for i, loop in enumerate(spatial[:-1]) if i != rows_axis and i not in stacked and i not in batch]
     if rows_axis is not None:
         row_o, row_i = sch.split(spatial[rows_axis], factors=[None, rows])
@@ -251,7 +272,7 @@ def schedule_contraction(func: Any, lanes: int, tile: Tile = Tile()) -> Any:
     if vectors > 1 and lanes > 1:  # several registers wide: unroll over them, vectorise each
         vec_r, vec_l = sch.split(tile_loops[-1], factors=[None, lanes])
         tile_loops = [*tile_loops[:-1], vec_r, vec_l]
-    head_loops = [*(spatial[i] for i in batch), vec_o, *outer] if found.weights_first else [*outer, vec_o]
+    head_loops = [*(spatial[i] for i in batch), vec_o, *outer] if panels_first else [*outer, vec_o]
     sch.reorder(*head_loops, *reduce, *tile_loops)
     for loop in tile_loops[:-1] if lanes > 1 else tile_loops:
         sch.unroll(loop)
