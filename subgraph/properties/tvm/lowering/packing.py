@@ -99,7 +99,7 @@ def _packer() -> Callable[[Any, int, tuple[int, ...]], Any]:
     """:func:`~subgraph.properties.tvm.intake.numpy_fold.packed_constant`, once per weight:
     the products that share a constant weight (an unrolled recurrent cell's steps: 64 of
     them per direction) share its packed copy, which
-    :func:`~subgraph.properties.tvm.runtime.weights.LiftWeights` then lifts once. Packed
+    :func:`~subgraph.properties.tvm.lowering.lift.LiftWeights` then lifts once. Packed
     anew per product, a CRNN's recurrent weights became 256 copies of 1 MiB each, read from
     memory on every run where one copy per direction stays in cache."""
     packed: dict[tuple[int, int, tuple[int, ...]], tuple[Any, Any]] = {}

@@ -41,12 +41,12 @@ from subgraph.properties.tvm.intake.numpy_fold import fold_with_numpy
 from subgraph.properties.tvm.lowering.concat import concat_legalize
 from subgraph.properties.tvm.lowering.convtranspose import conv2d_transpose_legalize
 from subgraph.properties.tvm.lowering.fastmath import FAST_MATH_LEGALIZE
+from subgraph.properties.tvm.lowering.lift import LiftWeights
 from subgraph.properties.tvm.lowering.nan import NAN_LEGALIZE
 from subgraph.properties.tvm.lowering.packing import packed_conv2d_legalize, packed_matmul_legalize
 from subgraph.properties.tvm.lowering.permutes import SinkPermutes
 from subgraph.properties.tvm.lowering.resize2d import resize2d_legalize
 from subgraph.properties.tvm.lowering.rowwise import layer_norm_legalize, softmax_legalize
-from subgraph.properties.tvm.runtime.weights import LiftWeights
 from subgraph.properties.tvm.schedule.cpu import schedule_rules
 from subgraph.properties.tvm.schedule.isolation import ApplyScheduleRules, FunctionStatus
 from subgraph.properties.tvm.schedule.loops import vector_lanes
@@ -236,7 +236,7 @@ def _opaque_concat_reshape(mod: Any) -> Any:
 
 
 def _finalize_passes(target: Any, lifted: list[Any] | None) -> list[Any]:
-    """TVM's finalizing passes; with ``lifted``, :func:`~subgraph.properties.tvm.runtime.weights.LiftWeights`
+    """TVM's finalizing passes; with ``lifted``, :func:`~subgraph.properties.tvm.lowering.lift.LiftWeights`
     just before ``VMShapeLower``, which then checks the weights' shapes like the inputs'."""
     passes = cpu.finalize_passes(target)
     if lifted is None:
@@ -276,7 +276,7 @@ def relax_pipeline(target: Any, schedule: str = "cpu", tiles: Mapping[str, Tile]
         rewrites failed).
     lifted : list, optional
         Given, the large constants of ``main`` become its last parameters and the list
-        receives them (:func:`~subgraph.properties.tvm.runtime.weights.LiftWeights`); ``None``
+        receives them (:func:`~subgraph.properties.tvm.lowering.lift.LiftWeights`); ``None``
         (default) keeps them in the library.
 
     Returns

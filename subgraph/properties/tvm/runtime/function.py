@@ -1,4 +1,7 @@
 """The compiled function at run time: one Relax VM per thread over a shared executable.
+
+It needs TVM's runtime only (:mod:`~subgraph.properties.tvm.runtime.library`), not ``tvm``:
+a model whose builds all come from the disk cache runs without TVM's compiler.
 """
 
 from __future__ import annotations
@@ -9,12 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import tvm
-from tvm import relax
+import tvm_ffi
 
 from subgraph.errors import ExecutionError, InputError
 from subgraph.ops.index import check_indices
 from subgraph.properties.base import CompiledKernel
+from subgraph.properties.tvm.runtime.library import virtual_machine
 from subgraph.properties.tvm.runtime.messages import error_summary
 from subgraph.properties.tvm.runtime.tensors import aligned_empty, as_tvm_tensor, shared_tensor, to_numpy
 from subgraph.properties.tvm.runtime.threads import fit_to_load, note_load
@@ -114,7 +117,7 @@ class TVMFunction(CompiledKernel):
     def _entry(self) -> Any:
         entry = getattr(self._local, "entry", None)
         if entry is None:
-            vm = relax.VirtualMachine(self._module, self.device)
+            vm = virtual_machine(self._module, self.device)
             entry = self._local.entry = vm["main"]
             self._local.vm = vm
         return entry
@@ -134,10 +137,9 @@ class TVMFunction(CompiledKernel):
                                  f"{error_summary(exc)}") from None
         finally:
             note_load()
-        items = [result] if isinstance(result, (tvm.runtime.Tensor, tvm.runtime.ShapeTuple)) \
-            else list(result)
-        return [tvm.runtime.tensor(np.array(list(t), dtype=np.int64), self.device)
-                if isinstance(t, tvm.runtime.ShapeTuple) else t for t in items]
+        items = [result] if isinstance(result, (tvm_ffi.Tensor, tvm_ffi.Shape)) else list(result)
+        return [as_tvm_tensor(np.array(list(t), dtype=np.int64), self.device)
+                if isinstance(t, tvm_ffi.Shape) else t for t in items]
 
     def __call__(self, *arrays: Any) -> list[np.ndarray]:
         """Run on numpy arrays; returns numpy arrays the caller owns.

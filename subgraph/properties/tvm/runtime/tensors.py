@@ -1,4 +1,7 @@
 """Numpy arrays and TVM tensors: 64-byte aligned buffers handed over without copies.
+
+Host tensors go through ``tvm_ffi`` (DLPack) alone; ``tvm`` is imported only to copy to or
+from another device (where the compiler made the build, so it is imported already).
 """
 
 from __future__ import annotations
@@ -6,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import tvm
 import tvm_ffi
+
+from subgraph.properties.tvm.runtime.library import cpu
 
 __all__ = ["aligned_empty", "as_tvm_tensor", "shared_tensor", "static_shape", "to_numpy"]
 
@@ -89,9 +93,9 @@ def as_tvm_tensor(array: Any, device: Any = None) -> Any:
     >>> np.shares_memory(np.from_dlpack(t), a)
     True
     """
-    if isinstance(array, tvm.runtime.Tensor):
+    if isinstance(array, tvm_ffi.Tensor):
         return array
-    device = tvm.cpu() if device is None else device
+    device = cpu() if device is None else device
     array = np.asarray(array)
     if device.dlpack_device_type() == _DL_CPU and array.dtype.kind in "biuf":
         tensor = shared_tensor(array)
@@ -102,18 +106,26 @@ def as_tvm_tensor(array: Any, device: Any = None) -> Any:
         tensor = shared_tensor(copy)
         if tensor is not None:
             return tensor
+    import tvm  # another device: a build for it imported tvm already
+
     return tvm.runtime.tensor(np.asarray(array, order="C"), device)
 
 
 def to_numpy(tensor: Any, copy: bool) -> np.ndarray:
     """A TVM output as a numpy array: shared through DLPack on the CPU unless ``copy``
     (then, or on another device, copied); a ``ShapeTuple`` becomes an int64 vector."""
-    if isinstance(tensor, tvm.runtime.ShapeTuple):
+    if isinstance(tensor, tvm_ffi.Shape):
         return np.array(list(tensor), dtype=np.int64)
-    if not copy and tensor.device.dlpack_device_type() == _DL_CPU:
+    if tensor.device.dlpack_device_type() == _DL_CPU:
         try:
-            return np.from_dlpack(tensor)
-        except Exception:  # noqa: BLE001, S110 - a dtype numpy cannot take through DLPack: copied below
+            shared = np.from_dlpack(tensor)
+        except Exception:  # noqa: BLE001, S110 - a dtype numpy cannot take through DLPack: TVM copies below
             pass
+        else:
+            return shared.copy() if copy else shared
+    if not hasattr(tensor, "numpy"):  # made before tvm was imported: a plain tvm_ffi tensor
+        import tvm  # another device, or a dtype numpy cannot share: TVM's own copy
+
+        tensor = tvm.runtime.from_dlpack(tensor)
     return tensor.numpy()
 

@@ -37,9 +37,10 @@ import threading
 import time
 from collections.abc import Sequence
 
-import tvm
+import tvm_ffi
 
 from subgraph.ops.blas import spinning_workers
+from subgraph.properties.tvm.runtime import library  # noqa: F401 - registers runtime.config_threadpool
 from subgraph.system import load_reading, usable_cpus
 
 __all__ = ["SPIN_COUNT", "fit_to_load", "note_load", "thread_count", "use_all_cpus", "use_threads"]
@@ -108,7 +109,7 @@ def _cpus(threads: int) -> list[int]:
 
 def _configure(cpus: list[int]) -> None:
     # TVM takes the number of cores listed as this thread's count: one entry per thread
-    tvm.get_global_func("runtime.config_threadpool")(_SHARE_CORES, len(cpus), [str(c) for c in cpus])
+    tvm_ffi.get_global_func("runtime.config_threadpool")(_SHARE_CORES, len(cpus), [str(c) for c in cpus])
 
 
 def fit_to_load() -> None:

@@ -3,10 +3,11 @@
 TVM compiles a model's weights into its library as constants (packed for its kernels by
 the pipeline), and loading the library deserialises them into fresh tensors. For
 AlexNet's 230 MB that load took 2.4 s on a virtual machine whose first touch of a memory
-page is dear (and 0.5 s where it is not). :func:`LiftWeights`, near the end of a CPU
-build, makes every constant of ``main`` of at least :data:`LIFT_BYTES` a parameter after
-the inputs; the list it is given receives the constants, in parameter order, already
-packed (what the pipeline folded stays folded). The library keeps the code and the small
+page is dear (and 0.5 s where it is not).
+:func:`~subgraph.properties.tvm.lowering.lift.LiftWeights`, near the end of a CPU build,
+makes every constant of ``main`` of at least :data:`LIFT_BYTES` a parameter after the
+inputs; the list it is given receives the constants, in parameter order, already packed
+(what the pipeline folded stays folded). The library keeps the code and the small
 constants; the weights travel in memory (a build) or in a file beside the library (the
 disk cache, :func:`write_weights` / :func:`read_weights`), mapped rather than read into
 the process. Passing 100 more tensors through TVM's FFI costs about 2.5 us a call; in
@@ -22,12 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import tvm
-from tvm import relax
+import tvm_ffi
 
 from subgraph.properties.tvm.runtime.tensors import as_tvm_tensor, to_numpy
 
-__all__ = ["LIFT_BYTES", "LiftWeights", "read_weights", "write_weights"]
+__all__ = ["LIFT_BYTES", "nbytes", "read_weights", "write_weights"]
 
 
 #: Constants of at least this many bytes leave the library; smaller ones stay, so a small
@@ -38,56 +38,14 @@ LIFT_BYTES = 1 << 16
 _ALIGN = 64
 
 
-def _nbytes(tensor: Any) -> int:
+def nbytes(tensor: Any) -> int:
+    """The bytes of ``tensor``'s elements (a TVM tensor or a numpy array)."""
     return int(np.prod(tensor.shape, dtype=np.int64)) * np.dtype(str(tensor.dtype)).itemsize
 
 
 def _padded(tensor: Any) -> int:
     """The bytes ``tensor`` takes in a weights file: its own, up to the next 64-byte offset."""
-    return -(-_nbytes(tensor) // _ALIGN) * _ALIGN
-
-
-def LiftWeights(lifted: list[Any]) -> Any:  # noqa: N802 - a pass, named like TVM's
-    """A pass: the constants of ``main`` of :data:`LIFT_BYTES` and more become its last
-    parameters (one per constant, in the order the body first uses them); ``lifted``
-    receives them as TVM tensors, in that order (emptied first: a build may run the pipeline
-    again). Run it before ``VMShapeLower``, which checks the weights' shapes and dtypes on
-    each call like the inputs' (a weights file that does not fit raises, it does not crash)."""
-
-    @relax.expr_functor.mutator
-    class _Lift(relax.PyExprMutator):
-        def __init__(self) -> None:
-            super().__init__()
-            self.constants: list[Any] = []
-            self.params: list[Any] = []
-
-        def visit_generic_const_(self, const: Any) -> Any:
-            value = const.value
-            if not isinstance(value, tvm.runtime.Tensor) or _nbytes(value) < LIFT_BYTES:
-                return const
-            for seen, param in zip(self.constants, self.params):
-                if seen.same_as(const):
-                    return param
-            param = relax.Var(f"weight{len(self.params)}", const.ty)
-            self.constants.append(const)
-            self.params.append(param)
-            return param
-
-    @tvm.transform.module_pass(opt_level=0, name="SubgraphLiftWeights")
-    def _lift(mod: Any, _ctx: Any) -> Any:
-        lifted.clear()
-        for gvar, func in list(mod.functions.items()):
-            if gvar.name_hint != "main" or not isinstance(func, relax.Function):
-                continue
-            lift = _Lift()
-            body = lift.visit_expr(func.body)
-            if lift.params:
-                mod[gvar] = relax.Function(list(func.params) + lift.params, body, func.ret_ty, func.is_pure,
-                                           func.attrs, func.span)
-                lifted.extend(c.value for c in lift.constants)
-        return mod
-
-    return _lift
+    return -(-nbytes(tensor) // _ALIGN) * _ALIGN
 
 
 def layout(tensors: list[Any]) -> list[list[Any]]:
@@ -105,7 +63,7 @@ def write_weights(path: str | os.PathLike, tensors: list[Any]) -> list[list[Any]
     rows = layout(tensors)
     with open(path, "wb") as f:
         for tensor, (_, _, offset) in zip(tensors, rows):
-            array = to_numpy(tensor, copy=False) if isinstance(tensor, tvm.runtime.Tensor) else np.asarray(tensor)
+            array = to_numpy(tensor, copy=False) if isinstance(tensor, tvm_ffi.Tensor) else np.asarray(tensor)
             f.seek(offset)
             f.write(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data)
         f.truncate(rows[-1][2] + _padded(tensors[-1]) if rows else 0)
