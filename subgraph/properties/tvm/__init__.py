@@ -4,8 +4,10 @@ The support query is what TVM's ONNX importer really handles
 (:func:`~subgraph.properties.tvm.intake.support.unsupported_reason`), narrowed by the options
 ``ops`` (only these op types) and ``exclude_ops``; it does not import tvm. Compiling goes
 through one lazy seam, :meth:`TVMProperty.compile`, into five stages, each a folder whose
-modules import tvm at their top; a stage imports only the stages under it (``lint-imports``
-checks the order):
+modules import tvm at their top, but the runtime's, which import TVM's runtime library alone
+(:mod:`~.runtime.library`): a build the disk cache holds loads without ``import tvm``
+(:mod:`~.runtime.warm`). A stage imports only the stages under it (``lint-imports`` checks
+the order):
 
 - :mod:`~.build` -- ``compile_graph`` (key, cache get, build, cache put), one build with its
   fallbacks, the memory and disk caches, the tile tuner (``subgraph tune``) and its database
@@ -13,8 +15,8 @@ checks the order):
 - :mod:`~.schedule` -- TIR schedules and tiles, each function scheduled on its own
 - :mod:`~.intake` -- what TVM takes (the support table, no tvm import), the rewrites before
   TVM's ONNX importer, the import
-- :mod:`~.runtime` -- the compiled function, zero-copy tensors, targets and threads, the
-  weights file, TVM's messages
+- :mod:`~.runtime` -- TVM's runtime library, the compiled function, zero-copy tensors, targets
+  and threads, the weights file, reading the disk cache and the warm records, TVM's messages
 """
 
 from __future__ import annotations
@@ -86,7 +88,23 @@ class TVMProperty(SubgraphProperty):
         reason = unsupported_reason(node)
         return None if reason is None else reason.split("): ", 1)[-1]
 
+    def _cache_options(self) -> dict[str, Any]:
+        """The options a cached build is found by (the warm path's and the compiler's)."""
+        return {"target": self.options.get("target", "llvm"), "cache_dir": self.options.get("cache_dir"),
+                "schedule": self.options.get("schedule", "cpu"), "tuning": self.options.get("tuning", True)}
+
     def compile(self, subgraph: Graph):
+        """The compiled function of ``subgraph``: from the disk cache with TVM's runtime alone
+        when it holds the build (:func:`~subgraph.properties.tvm.runtime.warm.cached_function`:
+        no ``import tvm``), else through the compiler (``compile_graph``)."""
+        if self.options.get("use_cache", True):
+            from subgraph.properties.tvm.runtime.warm import cached_function  # TVM's runtime only
+
+            with native_log_to_logging():
+                fn = cached_function(subgraph, index_checks=self.options.get("index_checks", True),
+                                     **self._cache_options())
+            if fn is not None:
+                return fn
         if "subgraph.properties.tvm.build.compiler" not in sys.modules:
             emit("load TVM")  # the first compile of a process imports tvm: seconds
         from subgraph.properties.tvm.build.compiler import compile_graph  # the lazy seam: imports tvm
@@ -105,6 +123,10 @@ class TVMProperty(SubgraphProperty):
         compile here loads the entry (:func:`~subgraph.properties.tvm.build.compiler.needs_build`)."""
         if not self.options.get("use_cache", True):
             return False
+        from subgraph.properties.tvm.runtime.warm import has_record  # TVM's runtime only
+
+        if has_record(subgraph, **self._cache_options()):
+            return False
         from subgraph.properties.tvm.build.compiler import needs_build  # the lazy seam: imports tvm
 
         return needs_build(subgraph, target=self.options.get("target", "llvm"),
@@ -115,7 +137,7 @@ class TVMProperty(SubgraphProperty):
         """This thread's TVM pool uses ``len(cpus)`` threads from now on, never adapted to
         load, pinned to ``cpus`` under ``TVM_BIND_THREADS=1``
         (:func:`~subgraph.properties.tvm.runtime.threads.use_threads`)."""
-        from subgraph.properties.tvm.runtime.threads import use_threads  # the lazy seam: imports tvm
+        from subgraph.properties.tvm.runtime.threads import use_threads  # TVM's runtime only
 
         use_threads(cpus)
 

@@ -46,6 +46,7 @@ from subgraph.properties.tvm.runtime.function import CompiledLibrary, Signature,
 from subgraph.properties.tvm.runtime.interrupt import interruptible
 from subgraph.properties.tvm.runtime.target import as_target
 from subgraph.properties.tvm.runtime.threads import use_all_cpus
+from subgraph.properties.tvm.runtime.warm import warm_key, write_record
 
 __all__ = ["BuildOptions", "PreparedCompile", "build_options", "compile_graph", "graph_key", "known_key",
            "needs_build", "prepare"]
@@ -188,7 +189,21 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
         fn = _function(job, library, device, index_checks)
         if use_cache:
             MEMORY[memory_key] = fn
+            _record_warm(graph, job, fn, target, tuning)
         return fn
+
+
+def _record_warm(graph: Graph, job: PreparedCompile, fn: TVMFunction, target: Any,
+                 tuning: bool | str | os.PathLike) -> None:
+    """Write ``graph``'s warm record (:mod:`~subgraph.properties.tvm.runtime.warm`) when its
+    entry is on disk and runs on the host: the next process loads it without ``tvm``."""
+    options = job.options
+    directory = options.directory
+    if fn.device.dlpack_device_type() != 1 or not (directory / f"{job.key}.json").exists():
+        return
+    warm = warm_key(graph, target, options.schedule, tuning, directory, options.lift_weights)
+    if warm is not None:
+        write_record(directory, warm, job.key, fn.target, _signature(job.graph, index_checks=True))
 
 
 def needs_build(graph: Graph, target: str | dict | Any = "llvm", cache_dir: str | os.PathLike | None = None,
@@ -297,10 +312,14 @@ def _build(job: PreparedCompile) -> CompiledLibrary:
 
 def _function(job: PreparedCompile, library: CompiledLibrary, device: Any, index_checks: bool) -> TVMFunction:
     """The callable over ``library`` for the graph of ``job`` (checking its index inputs if ``index_checks``)."""
-    graph = job.graph
-    signature = Signature(graph.name, [(v.name, v.shape, v.dtype) for v in graph.inputs],
-                          [v.name for v in graph.outputs], _index_checks(graph) if index_checks else [])
-    return TVMFunction(library, signature, device, key=job.key, target=str(job.options.target))
+    return TVMFunction(library, _signature(job.graph, index_checks), device, key=job.key,
+                       target=str(job.options.target))
+
+
+def _signature(graph: Graph, index_checks: bool) -> Signature:
+    """The :class:`~subgraph.properties.tvm.runtime.function.Signature` of the prepared ``graph``."""
+    return Signature(graph.name, [(v.name, v.shape, v.dtype) for v in graph.inputs],
+                     [v.name for v in graph.outputs], _index_checks(graph) if index_checks else [])
 
 
 def _weight_bytes(graph: Graph) -> list[Any]:

@@ -45,7 +45,7 @@ def test_use_cache_false_stores_nothing(cache_dir):
 def test_disk_cache_is_hit_in_a_new_process(cache_dir):
     fn = compile_graph(mm_softmax_graph(), cache_dir=cache_dir)
     assert fn.source == "compiled"
-    assert sorted(p.suffix for p in cache_dir.iterdir()) == [".json", ".so"]
+    assert sorted(p.suffix for p in cache_dir.iterdir()) == [".json", ".so", ".warm"]
     x = sample((4, 8), seed=5)
     np.save(cache_dir.parent / "x.npy", x)
     script = textwrap.dedent(f"""
@@ -77,7 +77,7 @@ def test_a_library_damaged_in_place_does_not_touch_the_code_already_loaded(cache
     else:
         fn = compile_graph(graph, cache_dir=cache_dir)
         assert fn.source == "compiled"
-    assert sorted(p.suffix for p in cache_dir.iterdir()) == [".json", ".so"]  # no copy left behind
+    assert sorted(p.suffix for p in cache_dir.iterdir()) == [".json", ".so", ".warm"]  # no copy left behind
     lib = next(cache_dir.glob("*.so"))
     with open(lib, "r+b") as f:  # the same inode, every byte garbage
         f.write(b"\xcc" * lib.stat().st_size)
@@ -174,7 +174,7 @@ def test_default_cache_dir_follows_the_environment(cache_dir, monkeypatch):
 def test_the_cache_is_owner_only(cache_dir):
     compile_graph(mm_softmax_graph())
     assert stat.S_IMODE(cache_dir.stat().st_mode) == 0o700
-    assert sorted(stat.S_IMODE(p.stat().st_mode) for p in cache_dir.iterdir()) == [0o600, 0o600]
+    assert sorted(stat.S_IMODE(p.stat().st_mode) for p in cache_dir.iterdir()) == [0o600, 0o600, 0o600]
     meta = json.loads(next(cache_dir.glob("*.json")).read_text())
     library = next(cache_dir.glob("*.so"))
     assert meta["size"] == library.stat().st_size and meta["digest"] == content_digest([library.read_bytes()])

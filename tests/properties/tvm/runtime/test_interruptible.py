@@ -57,4 +57,4 @@ def test_an_interrupt_while_storing_leaves_no_part_of_the_entry(cache_dir, monke
     monkeypatch.undo()
     cache.clear_memory_cache()
     compile_graph(conv_relu_graph(), cache_dir=cache_dir)
-    assert sorted(os.path.splitext(n)[1] for n in os.listdir(cache_dir)) == [".json", ".so"]
+    assert sorted(os.path.splitext(n)[1] for n in os.listdir(cache_dir)) == [".json", ".so", ".warm"]

@@ -49,7 +49,7 @@ def test_the_large_weight_leaves_the_library_the_small_one_stays():
 def test_the_weights_file_beside_the_library_is_mapped_in_a_new_process(cache_dir):
     graph, x = big_linear_graph(), x_sample()
     fn = compile_graph(graph, cache_dir=cache_dir)
-    assert sorted(p.suffix for p in cache_dir.iterdir()) == [".json", ".so", ".weights"]
+    assert sorted(p.suffix for p in cache_dir.iterdir()) == [".json", ".so", ".warm", ".weights"]
     weights = next(cache_dir.glob("*.weights"))
     meta = json.loads(next(cache_dir.glob("*.json")).read_text())
     ((dtype, shape, offset),) = meta["weights"]["tensors"]
