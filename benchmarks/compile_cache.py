@@ -13,8 +13,9 @@ compiled with ``compile_model(graph, "HETERO:TVM,NUMPY")``, each time in a new p
 - ``cached``: again over the second folder, as a second run of the same model would: the
   median of ``--cached-runs`` new processes (default 3; this VM's times vary by a third).
 
-``import tvm``, which every process using TVM pays once whether or not the cache hits,
-is timed separately and not included. The last column says whether both folders hold the
+``import tvm``, which every process that builds pays once, is imported first in each process,
+timed separately and not included (a process whose builds are all cached loads them without
+it: ``benchmarks/warm_start.py`` times that start). The last column says whether both folders hold the
 same libraries, byte for byte (the parallel compile must build what the ordered one does).
 """
 
@@ -39,7 +40,7 @@ SCRIPT = textwrap.dedent("""
     import sys, time, warnings
     warnings.simplefilter("ignore")
     start = time.perf_counter()
-    import tvm  # paid once by every process that uses TVM, cache or not
+    import tvm  # paid once by every process that builds (a fully cached one loads without it)
     imported = time.perf_counter() - start
     import subgraph
     import zoo
