@@ -42,6 +42,7 @@ from subgraph.errors import SubgraphError
 from subgraph.fileio import write_atomic
 from subgraph.ir import Graph
 from subgraph.onnx.writer import to_onnx
+from subgraph.properties.events import emit
 from subgraph.properties.tvm.runtime.entries import (
     BUILD_LOCK,
     MEMORY,
@@ -236,7 +237,8 @@ def cached_function(graph: Graph, target: Any = "llvm", cache_dir: str | os.Path
     damaged (the caller compiles with ``compile_graph``, which warns and rebuilds).
 
     The arguments are :func:`~subgraph.properties.tvm.build.compiler.compile_graph`'s; the
-    function is the one it returns, shared through the same memory cache.
+    function is the one it returns, shared through the same memory cache. Reading the disk
+    reports the phase ``cache read`` to a listener of :mod:`subgraph.properties.events`.
 
     Raises
     ------
@@ -257,6 +259,7 @@ def cached_function(graph: Graph, target: Any = "llvm", cache_dir: str | os.Path
         return MEMORY[memory_key]
     check_private(directory)
     use_all_cpus()
+    emit("cache read")
     with BUILD_LOCK:
         if memory_key in MEMORY:
             return MEMORY[memory_key]
