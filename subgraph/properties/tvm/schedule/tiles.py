@@ -59,6 +59,14 @@ _SHORT_REDUCTION = 64
 _MOST_ACCUMULATORS = {lanes: rows * vectors for lanes, (rows, vectors) in _PRODUCT_TILE.items()}
 
 
+# rows of a product tile of two vectors where the product tile's rows do not divide the
+# rows and these do: LLVM kept the masked 14-row tile's sums in registers over BERT's 128
+# tokens, but not over the 64 rows of a CRNN's batched Winograd products, where every
+# multiply-add loaded and stored its sum (2.2 ms; 0.87 with 8 whole rows; BERT-base's and
+# GPT-2's 128-token products ran as fast with 8 x 2 as with 14 x 2)
+_WHOLE_PRODUCT_ROWS = {16: 8}
+
+
 _FLIPPED_CANDIDATES = 3  # tuning's best-ranked candidates also measured with the loops in the other order
 
 
@@ -233,6 +241,9 @@ def schedule_contraction(func: Any, lanes: int, tile: Tile = Tile()) -> Any:
         rows = _rows_past_the_end(extents[rows_axis], registers)
     vectors = tile.vectors
     product_rows, product_vectors = _PRODUCT_TILE.get(registers, (0, 0))
+    if rows_axis is not None and product_rows and extents[rows_axis] % product_rows \
+            and extents[rows_axis] % _WHOLE_PRODUCT_ROWS.get(registers, product_rows) == 0:
+        product_rows = _WHOLE_PRODUCT_ROWS[registers]
     if (default and found.product and lanes == registers and rows_axis is not None and product_rows
             and extents[-1] > _SHORT_REDUCTION
             and extents[rows_axis] >= 4 * product_rows and extents[n_spatial - 1] % (lanes * product_vectors) == 0):

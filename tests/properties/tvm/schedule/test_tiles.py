@@ -317,6 +317,20 @@ def test_a_prime_number_of_tokens_gets_whole_tiles_and_a_masked_last_one():
     assert re.search(rf"T.unroll\(T.int64\({vectors}\)\)", fc)
 
 
+def test_a_product_over_64_rows_takes_whole_tiles_of_8_rather_than_masked_14s():
+    """64 rows (a CRNN's batched Winograd products): 14 rows would mask the last tile, and
+    LLVM then kept no sum in a register; 8 x 2 divides them."""
+    from subgraph.properties.tvm.runtime.target import host_target
+    from subgraph.properties.tvm.schedule.loops import vector_lanes
+
+    g = _vit_linear(tokens=64, width=256, out=64)
+    arrays = [rand(np.random.default_rng(19), (1, 64, 256))]
+    assert_matches_onnxruntime(g, compile_graph(g, use_cache=False)(*arrays), *arrays)
+    (fc,) = [s for name, s in lowered_scripts(g, "cpu").items() if "matmul" in name]
+    if vector_lanes(host_target()) == 16:
+        assert "T.unroll(T.int64(8))" in fc and "< T.int64(64)" not in fc, fc
+
+
 def test_rows_past_the_end_pad_the_rows_axis_least():
     from subgraph.properties.tvm.schedule.tiles import _rows_past_the_end
 
