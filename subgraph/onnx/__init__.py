@@ -1,8 +1,9 @@
 """The ONNX codec, split by direction: :mod:`~subgraph.onnx.reader` (ONNX -> graph),
 :mod:`~subgraph.onnx.writer` (graph -> ONNX, fused nodes as local functions),
 :mod:`~subgraph.onnx.attrs` (attribute values both ways, and the conventions both
-directions share) and :mod:`~subgraph.onnx.load` (reading files safely, checking a
-model's structure). Loading with op checks and shape inference is
+directions share), :mod:`~subgraph.onnx.load` (reading files safely, checking a
+model's structure) and :mod:`~subgraph.onnx.wire` (a file's weights read straight into
+arrays). Loading with op checks and shape inference is
 :func:`subgraph.from_onnx`.
 """
 

@@ -1,7 +1,8 @@
 """Reading ONNX files safely and checking a model's structure before it becomes a graph.
 
-:func:`load_model` never writes to the file and reads external data only from inside the
-model's folder (checked before any of it is read). :func:`ordered_nodes` finds tensors
+:func:`load_model` never writes to the file, reads its weights straight into arrays
+(:mod:`~subgraph.onnx.wire`) and reads external data only from inside the model's folder
+(checked before any of it is read). :func:`ordered_nodes` finds tensors
 produced twice, inputs nothing produces and cycles, and returns a topological order
 that keeps the file's order where it is free to.
 
@@ -20,10 +21,12 @@ import itertools
 import os
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 import onnx
 
 from subgraph.errors import GraphError, ModelLoadError
 from subgraph.ir import Graph
+from subgraph.onnx.wire import MalformedWire, read_model
 
 __all__ = ["load_model", "unique_node_names", "ordered_nodes"]
 
@@ -126,23 +129,28 @@ def _check_parsed(model: onnx.ModelProto, where: str) -> None:
                              "and metadata must be UTF-8 text")
 
 
-def load_model(path_or_model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
-    """A private copy of the model, external data loaded, or :class:`ModelLoadError`.
+def load_model(path_or_model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, dict[int, np.ndarray]]:
+    """The model, external data loaded, and arrays read aside for its initializers, or
+    :class:`ModelLoadError`.
+
+    A file's weights go straight into arrays (:func:`~subgraph.onnx.wire.read_model`): the
+    dict maps a position in ``model.graph.initializer`` to its array, and that initializer
+    has no ``raw_data`` in the model. A model in memory is read where it is, never copied
+    or modified (its dict is empty): a copy would hold every weight once more.
 
     Parameters
     ----------
     path_or_model : str, os.PathLike or onnx.ModelProto
-        A file (read, never written) or a model in memory (copied, never modified).
+        A file (read, never written) or a model in memory.
     """
     if isinstance(path_or_model, onnx.ModelProto):
-        model = onnx.ModelProto()
-        model.CopyFrom(path_or_model)
+        model = path_or_model
         _check_parsed(model, "the given ModelProto")
         for tensor in _model_tensors(model):
             if _is_external(tensor):
                 raise ModelLoadError(f"tensor {tensor.name!r} keeps its data in an external file; pass "
                                      "the model's path so the file can be found")
-        return model
+        return model, {}
     if not isinstance(path_or_model, (str, os.PathLike)):
         raise ModelLoadError("from_onnx expects a file path or an onnx.ModelProto, got "
                              f"{type(path_or_model).__name__}")
@@ -151,8 +159,14 @@ def load_model(path_or_model: str | os.PathLike | onnx.ModelProto) -> onnx.Model
         problem = "is not a file" if os.path.exists(path) else "does not exist"
         raise ModelLoadError(f"model file {path!r} {problem}")
     try:
-        model = onnx.load(path, format="protobuf", load_external_data=False)
-    except Exception as exc:  # DecodeError for garbage or truncated files, OSError
+        model, arrays = read_model(path)
+    except MalformedWire:  # onnx.load says what is wrong, below
+        arrays = {}
+        try:
+            model = onnx.load(path, format="protobuf", load_external_data=False)
+        except Exception as exc:  # DecodeError for garbage or truncated files, OSError
+            raise ModelLoadError(f"{path!r} is not a readable ONNX model: {type(exc).__name__}: {exc}") from None
+    except OSError as exc:
         raise ModelLoadError(f"{path!r} is not a readable ONNX model: {type(exc).__name__}: {exc}") from None
     _check_parsed(model, repr(path))
     folder = os.path.dirname(os.path.abspath(path))
@@ -166,7 +180,7 @@ def load_model(path_or_model: str | os.PathLike | onnx.ModelProto) -> onnx.Model
         except Exception as exc:  # missing file, offset past its end
             raise ModelLoadError(f"tensor {tensor.name!r}: cannot read external data {location!r} next "
                                  f"to {path!r}: {type(exc).__name__}: {exc}") from None
-    return model
+    return model, arrays
 
 
 def unique_node_names(nodes: Sequence[onnx.NodeProto]) -> list[str]:

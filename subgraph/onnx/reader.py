@@ -77,7 +77,8 @@ def read_onnx(path_or_model: str | os.PathLike | onnx.ModelProto,
         An input with no declared rank and no ``input_shapes`` entry, a negative
         dimension, or a tensor larger than :data:`subgraph.ir.limits.MAX_TENSOR_BYTES`.
     """
-    return graph_from_model(load_model(path_or_model), dict(input_shapes or {}))
+    model, arrays = load_model(path_or_model)
+    return graph_from_model(model, dict(input_shapes or {}), arrays)
 
 
 def _tensor_type(info: onnx.ValueInfoProto) -> tuple[list[int | str | None] | None, np.dtype | None]:
@@ -137,9 +138,12 @@ def _input_shape(info: onnx.ValueInfoProto, given: Sequence[int] | None) -> tupl
     return tuple(dims)
 
 
-def _constant_array(tensor: onnx.TensorProto) -> np.ndarray:
+def _constant_array(tensor: onnx.TensorProto, array: np.ndarray | None = None) -> np.ndarray:
+    """The array of ``tensor``: ``array`` when its bytes were read aside (:mod:`~subgraph.onnx.wire`)."""
     dtype = _np_dtype(tensor.data_type, tensor.name) if tensor.data_type else None
     check_tensor_size(f"initializer {tensor.name!r}", tuple(tensor.dims), dtype)
+    if array is not None:
+        return array
     try:
         return numpy_helper.to_array(tensor)
     except Exception as exc:  # wrong data length, unknown type: numpy or onnx errors
@@ -169,8 +173,10 @@ def opset_imports(imports: Sequence[onnx.OperatorSetIdProto], where: str) -> dic
     return opset
 
 
-def graph_from_model(model: onnx.ModelProto, input_shapes: dict[str, Sequence[int]]) -> Graph:
-    """The graph of a loaded, checked model (:func:`subgraph.onnx.load.load_model`)."""
+def graph_from_model(model: onnx.ModelProto, input_shapes: dict[str, Sequence[int]],
+                     arrays: Mapping[int, np.ndarray] | None = None) -> Graph:
+    """The graph of a loaded, checked model and the arrays read aside for its initializers
+    (:func:`subgraph.onnx.load.load_model`; the graph takes them as they are)."""
 
     g = model.graph
     graph = Graph(g.name or "graph", opset_imports(model.opset_import, f"model {g.name!r}"))
@@ -178,7 +184,7 @@ def graph_from_model(model: onnx.ModelProto, input_shapes: dict[str, Sequence[in
     functions = fused_functions(model)
     if functions:  # imported only for the calls, which become fused nodes again
         graph.opset.pop(FUNCTION_DOMAIN, None)
-    _add_inputs_and_constants(graph, g, input_shapes)
+    _add_inputs_and_constants(graph, g, input_shapes, arrays or {})
     names = unique_node_names(g.node)
     order = ordered_nodes(graph, g.node, names, [node_outer_names(n) for n in g.node])
     _add_nodes(graph, g, order, names, functions)
@@ -195,9 +201,10 @@ def graph_from_model(model: onnx.ModelProto, input_shapes: dict[str, Sequence[in
     return graph
 
 
-def _add_inputs_and_constants(graph: Graph, g: onnx.GraphProto,
-                              input_shapes: dict[str, Sequence[int]]) -> None:
-    """Inputs (those that are not initializers, with their static shapes), then constants."""
+def _add_inputs_and_constants(graph: Graph, g: onnx.GraphProto, input_shapes: dict[str, Sequence[int]],
+                              arrays: Mapping[int, np.ndarray]) -> None:
+    """Inputs (those that are not initializers, with their static shapes), then constants
+    (``arrays``: those read aside, by position)."""
     if len(g.sparse_initializer):
         raise ModelLoadError(f"model {graph.name!r} has sparse initializers, which are not supported")
     constants = [t.name for t in g.initializer]
@@ -218,8 +225,8 @@ def _add_inputs_and_constants(graph: Graph, g: onnx.GraphProto,
             raise ShapeError(f"input {info.name!r} of model {graph.name!r} has no element type")
         check_tensor_size(f"input {info.name!r}", shape, dtype)
         graph.add_input(info.name, shape, dtype)
-    for tensor in g.initializer:
-        graph.add_constant(tensor.name, _constant_array(tensor))
+    for index, tensor in enumerate(g.initializer):
+        graph.add_constant(tensor.name, _constant_array(tensor, arrays.get(index)))
 
 
 def _add_nodes(graph: Graph, g: onnx.GraphProto, order: list[int], names: list[str],
