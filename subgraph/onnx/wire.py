@@ -6,8 +6,9 @@ every weight once more while the proto still holds it. BERT-base's 415 MB of wei
 took 840 MB at the peak of :func:`subgraph.from_onnx`. :func:`read_model` walks the
 protobuf wire format of the file instead (ModelProto ``graph`` -> GraphProto
 ``initializer`` -> TensorProto ``raw_data``), reads the ``raw_data`` of each main-graph
-initializer of a plain numeric type straight into a new array, and parses the model from
-the rest: every weight is held once, and the small parts of the file once more.
+initializer of a plain numeric type straight into a new array (64-byte aligned, so that a
+compiled function can take it as it is: :mod:`subgraph.ir.aligned`), and parses the model
+from the rest: every weight is held once, and the small parts of the file once more.
 
 The wire format is read as protobuf defines it (fields are a varint tag, then a varint,
 8 or 4 bytes, or a varint length and that many bytes); a field that does not fit its
@@ -40,6 +41,8 @@ import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
+from subgraph.ir.aligned import aligned_empty, freeze
+
 __all__ = ["MalformedWire", "read_model"]
 
 _GRAPH = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
@@ -68,7 +71,8 @@ def read_model(path: str | os.PathLike) -> tuple[onnx.ModelProto, dict[int, np.n
     not a plain number (:data:`_PLAIN`: strings, bfloat16, float8, 4-bit types), when its
     bytes do not fill its dims, when it names an external location, or on a big-endian host:
     decoding those stays with ``onnx.numpy_helper``, as does the error about them. The
-    arrays are writeable and the caller's to keep; nothing else refers to them.
+    arrays are 64-byte aligned and read-only (:func:`~subgraph.ir.aligned.freeze`: nothing can
+    change them, so a compiled function may hold them instead of a copy).
 
     Raises
     ------
@@ -174,7 +178,7 @@ class _Walk:
         if dtype is None or external or head.HasField("segment") or any(d < 0 for d in head.dims) \
                 or int(np.prod(head.dims, dtype=object)) * dtype.itemsize != value_end - value_start:
             return self._read(start, end)
-        array = np.empty(tuple(head.dims), dtype.newbyteorder("="))
+        array = aligned_empty(tuple(head.dims), dtype.newbyteorder("="))
         view = memoryview(array.reshape(-1).view(np.uint8))
         self.f.seek(value_start)
         while len(view):
@@ -182,5 +186,5 @@ class _Walk:
             if not count:
                 raise MalformedWire(f"initializer {head.name!r}: the file ends inside its data")
             view = view[count:]
-        self.arrays[index] = array
+        self.arrays[index] = freeze(array)
         return rest
