@@ -13,6 +13,7 @@ default pipeline leaves loops scalar and single-threaded) and put it in the cach
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import weakref
@@ -47,6 +48,7 @@ from subgraph.properties.tvm.runtime.interrupt import interruptible
 from subgraph.properties.tvm.runtime.target import as_target
 from subgraph.properties.tvm.runtime.threads import use_all_cpus
 from subgraph.properties.tvm.runtime.warm import warm_key, write_record
+from subgraph.properties.tvm.runtime.weights import share_constants
 
 __all__ = ["BuildOptions", "PreparedCompile", "build_options", "compile_graph", "graph_key", "known_key",
            "needs_build", "prepare"]
@@ -179,13 +181,15 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
         directory = job.options.directory
         if use_cache:
             emit("cache read")
-        library = cache_get(directory, job.key, device) if use_cache else None
+        constants = [value.data for value in job.graph.initializers.values()]
+        library = cache_get(directory, job.key, device, constants=constants) if use_cache else None
         if library is None:
             library = _build(job)
             if use_cache:  # the stored library, loaded: machine code ready, no JIT
                 emit("cache write")
                 library = cache_put(directory, job.key, library, {
                     "graph": job.graph.name, "target": str(job.options.target), "schedule": schedule})
+            library = dataclasses.replace(library, weights=share_constants(library.weights, constants))
         fn = _function(job, library, device, index_checks)
         if use_cache:
             MEMORY[memory_key] = fn

@@ -33,7 +33,7 @@ import struct
 import tempfile
 import threading
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -190,10 +190,13 @@ def mapped(path: str | os.PathLike) -> Iterator[Any]:
             yield data
 
 
-def load_entry(directory: Path, key: str, device: Any, warn: bool = True) -> tuple[Any, dict, list[Any]] | None:
-    """The cached library, its metadata and its weights (``main``'s last parameters), or
-    None; a damaged entry warns (unless not ``warn``) and is ignored. Called through
-    :func:`cache_get` (the warning names that one's caller's caller)."""
+def load_entry(directory: Path, key: str, device: Any, warn: bool = True,
+               constants: Sequence[Any] = ()) -> tuple[Any, dict, list[Any]] | None:
+    """The cached library, its metadata and its weights (``main``'s last parameters; one
+    equal to one of ``constants``, the graph's, is that constant's memory:
+    :func:`~subgraph.properties.tvm.runtime.weights.read_weights`), or None; a damaged entry
+    warns (unless not ``warn``) and is ignored. Called through :func:`cache_get` (the
+    warning names that one's caller's caller)."""
     lib, meta_path = directory / f"{key}.so", directory / f"{key}.json"
     if not (lib.exists() and meta_path.exists()):
         return None
@@ -203,7 +206,7 @@ def load_entry(directory: Path, key: str, device: Any, warn: bool = True) -> tup
             raise ValueError("the metadata is not a JSON object")
         module = load_private(directory, lib, meta)
         virtual_machine(module, device)  # fails here rather than on the first call
-        weights = load_weights(directory / f"{key}.weights", meta.get("weights"))
+        weights = load_weights(directory / f"{key}.weights", meta.get("weights"), constants)
         return module, meta, weights
     except Exception as exc:
         if not warn:
@@ -219,7 +222,7 @@ def weights_digest(rows: list, data: Any) -> str:
     return content_digest([json.dumps(rows, sort_keys=True).encode(), data])
 
 
-def load_weights(path: Path, meta: dict | None) -> list[Any]:
+def load_weights(path: Path, meta: dict | None, constants: Sequence[Any] = ()) -> list[Any]:
     """The weights of an entry whose metadata says ``meta`` about them (none: no weights file)."""
     if meta is None:
         return []
@@ -231,7 +234,7 @@ def load_weights(path: Path, meta: dict | None) -> list[Any]:
         if meta.get("digest") != weights_digest(rows, data):
             raise ValueError("the weights' checksum does not match the metadata")
 
-    return read_weights(path, rows, check)
+    return read_weights(path, rows, check, constants)
 
 
 def note_from_dict(row: dict[str, Any]) -> KernelNote:
@@ -239,10 +242,12 @@ def note_from_dict(row: dict[str, Any]) -> KernelNote:
     return KernelNote(row["function"], tuple(row["nodes"]), row["status"], row["reason"])
 
 
-def cache_get(directory: Path, key: str, device: Any, warn: bool = True) -> CompiledLibrary | None:
+def cache_get(directory: Path, key: str, device: Any, warn: bool = True,
+              constants: Sequence[Any] = ()) -> CompiledLibrary | None:
     """The library stored under ``key`` in ``directory``, loaded for ``device`` (``source``
-    ``"disk"``); None when there is none, or a damaged one (:func:`load_entry` warns, if ``warn``)."""
-    entry = load_entry(directory, key, device, warn)
+    ``"disk"``), its weights sharing the memory of those of ``constants`` they equal; None
+    when there is none, or a damaged one (:func:`load_entry` warns, if ``warn``)."""
+    entry = load_entry(directory, key, device, warn, constants)
     if entry is None:
         return None
     executable, meta, weights = entry

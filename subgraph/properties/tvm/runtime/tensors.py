@@ -11,12 +11,11 @@ from typing import Any
 import numpy as np
 import tvm_ffi
 
+from subgraph.ir.aligned import ALIGNMENT as _ALIGNMENT
+from subgraph.ir.aligned import aligned_empty, is_aligned
 from subgraph.properties.tvm.runtime.library import cpu
 
-__all__ = ["aligned_empty", "as_tvm_tensor", "shared_tensor", "static_shape", "to_numpy"]
-
-
-_ALIGNMENT = 64  # TVM's compiled code assumes buffers aligned to this many bytes
+__all__ = ["aligned_empty", "as_tvm_tensor", "read_only_tensor", "shared_tensor", "static_shape", "to_numpy"]
 
 
 _DL_CPU = 1  # DLPack device type of the host
@@ -35,24 +34,6 @@ def static_shape(ty: Any) -> list[int] | None:
         return [int(d) for d in ty.shape.values]
     except (AttributeError, TypeError):
         return None
-
-
-def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """An uninitialised C-contiguous array whose data is 64-byte aligned.
-
-    TVM accepts such arrays without a copy (see :func:`as_tvm_tensor`); numpy's own
-    allocations are usually only 16-byte aligned.
-
-    Examples
-    --------
-    >>> a = aligned_empty((3, 5), "float32")
-    >>> a.shape, a.dtype.name, a.ctypes.data % 64
-    ((3, 5), 'float32', 0)
-    """
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.empty(nbytes + _ALIGNMENT, dtype=np.uint8)
-    return np.ndarray(shape, dtype, buffer=raw, offset=-raw.ctypes.data % _ALIGNMENT)
 
 
 def shared_tensor(array: np.ndarray) -> Any:
@@ -77,6 +58,29 @@ def shared_tensor(array: np.ndarray) -> Any:
     except Exception:  # noqa: BLE001 - a dtype DLPack does not carry: the caller copies
         return None
     return tensor if tensor.data_ptr() % _ALIGNMENT == 0 else None
+
+
+def read_only_tensor(array: np.ndarray) -> Any:
+    """A TVM tensor sharing the memory of ``array``, which numpy may mark read-only, or None
+    when TVM cannot take it as it is (not a 64-byte aligned, C-contiguous array of a plain dtype).
+
+    For a compiled function's weights: compiled code never writes the parameters of ``main``.
+    Numpy hands a read-only array over only through DLPack 1.0, which says it is read-only.
+
+    Examples
+    --------
+    >>> a = aligned_empty((4,), "float32"); a[:] = 2.0; a.flags.writeable = False
+    >>> t = read_only_tensor(a)
+    >>> t.data_ptr() == a.ctypes.data, read_only_tensor(a[1:])
+    (True, None)
+    """
+    if array.dtype.kind not in "biuf" or not is_aligned(array):
+        return None
+    try:
+        return tvm_ffi.from_dlpack(array.__dlpack__(max_version=(1, 0)), require_alignment=_ALIGNMENT,
+                                   require_contiguous=True)
+    except Exception:  # noqa: BLE001 - a dtype DLPack does not carry: the caller keeps its copy
+        return None
 
 
 def as_tvm_tensor(array: Any, device: Any = None) -> Any:

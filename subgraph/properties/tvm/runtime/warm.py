@@ -264,7 +264,8 @@ def cached_function(graph: Graph, target: Any = "llvm", cache_dir: str | os.Path
         if memory_key in MEMORY:
             return MEMORY[memory_key]
         device = cpu()
-        library = cache_get(directory, key, device, warn=False)
+        constants = [value.data for value in graph.initializers.values()]
+        library = cache_get(directory, key, device, warn=False, constants=constants)
         if library is None:
             return None
         fn = TVMFunction(library, signature, device, key=key, target=str(record["target"]))

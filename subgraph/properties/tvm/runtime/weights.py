@@ -13,21 +13,29 @@ disk cache, :func:`write_weights` / :func:`read_weights`), mapped rather than re
 the process. Passing 100 more tensors through TVM's FFI costs about 2.5 us a call; in
 turns against builds with the weights inside, SqueezeNet (12 weights) and ResNet-50 (52)
 ran at 1.015x and 1.019x the time, within this VM's noise.
+
+A weight the pipeline left as the graph has it (an embedding table a Gather reads; the
+products' weights are packed) is the graph's constant byte for byte: it is not held twice,
+the function takes the constant's memory (:func:`share_constants`; the reader makes
+constants 64-byte aligned for this, :mod:`subgraph.ir.aligned`). GPT-2 so holds its 147 MB
+token embedding once, BERT-base its 89 MB one.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import tvm_ffi
 
-from subgraph.properties.tvm.runtime.tensors import as_tvm_tensor, to_numpy
+from subgraph.ir.aligned import frozen, is_aligned
+from subgraph.properties.tvm.runtime.tensors import as_tvm_tensor, read_only_tensor, to_numpy
 
-__all__ = ["LIFT_BYTES", "nbytes", "read_weights", "write_weights"]
+__all__ = ["LIFT_BYTES", "nbytes", "read_weights", "share_constants", "write_weights"]
 
 
 #: Constants of at least this many bytes leave the library; smaller ones stay, so a small
@@ -70,11 +78,13 @@ def write_weights(path: str | os.PathLike, tensors: list[Any]) -> list[list[Any]
     return rows
 
 
-def read_weights(path: Path, rows: list[list[Any]], check: Any) -> list[Any]:
+def read_weights(path: Path, rows: list[list[Any]], check: Any, constants: Iterable[np.ndarray] = ()) -> list[Any]:
     """The tensors of the weights file ``path`` (laid out as ``rows``) as TVM tensors over the
     file, mapped copy-on-write (the process holds no copy of its own).
     ``check(data)`` is called on the mapped bytes before any tensor is made (the cache
-    verifies the size and digest there: the bytes verified are the bytes used).
+    verifies the size and digest there: the bytes verified are the bytes used). A weight
+    equal to one of ``constants`` (the graph's) is that constant's memory instead
+    (:func:`share_constants`), and its pages of the map are given back.
 
     The file is mapped, not copied: a private copy of AlexNet's 230 MB took 0.3-1.2 s,
     more than the rest of a cached compile. OpenVINO maps its cached weights and
@@ -86,11 +96,79 @@ def read_weights(path: Path, rows: list[list[Any]], check: Any) -> list[Any]:
         size = os.fstat(f.fileno()).st_size
         data = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY) if size else bytearray()
     check(data)
+    by_type = _by_type(constants)
     tensors = []
     for dtype, shape, offset in rows:
         count = int(np.prod(shape, dtype=np.int64))
         if offset % _ALIGN or offset + count * np.dtype(dtype).itemsize > len(data):
             raise ValueError(f"weight {len(tensors)} ({dtype}{shape} at {offset}) lies outside the file")
         array = np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(shape)
-        tensors.append(as_tvm_tensor(array))  # shared, not copied: the arrays keep the map open
+        shared = _constant_tensor(array, by_type)
+        if shared is not None and isinstance(data, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+            page = mmap.PAGESIZE  # the whole pages only this weight lies in: nothing reads them again
+            start, end = -(-offset // page) * page, (offset + array.nbytes) // page * page
+            if end > start:
+                data.madvise(mmap.MADV_DONTNEED, start, end - start)
+        tensors.append(shared if shared is not None else as_tvm_tensor(array))  # the arrays keep the map open
     return tensors
+
+
+def share_constants(weights: list[Any], constants: Iterable[np.ndarray]) -> list[Any]:
+    """``weights`` (TVM tensors on the CPU), each that equals one of ``constants`` (dtype,
+    shape and bytes; the graph's constants, 64-byte aligned and read-only down to their memory:
+    :func:`~subgraph.ir.aligned.frozen`) replaced by a tensor over that
+    constant's memory (:func:`~subgraph.properties.tvm.runtime.tensors.read_only_tensor`):
+    the weight is then held once, by the graph. The constants are never written (compiled
+    code does not write its parameters).
+
+    Examples
+    --------
+    >>> from subgraph.ir.aligned import aligned_empty, freeze
+    >>> table = aligned_empty((300, 64), "float32"); table[:] = 0.5; table = freeze(table)
+    >>> built = [as_tvm_tensor(table.copy()), as_tvm_tensor(np.ones((8, 8), "float32"))]
+    >>> shared = share_constants(built, [table])
+    >>> shared[0].data_ptr() == table.ctypes.data, shared[1] is built[1]
+    (True, True)
+    """
+    by_type = _by_type(constants)
+    if not by_type:
+        return list(weights)
+    shared = []
+    for weight in weights:
+        same = _constant_tensor(to_numpy(weight, copy=False), by_type) if weight.device.dlpack_device_type() == 1 \
+            else None
+        shared.append(weight if same is None else same)
+    return shared
+
+
+def _by_type(constants: Iterable[np.ndarray]) -> dict[tuple[str, tuple[int, ...]], list[np.ndarray]]:
+    """The constants TVM can take as they are (:func:`is_aligned`, of at least
+    :data:`LIFT_BYTES`) and no one can change (:func:`frozen`: a caller's array the graph
+    only views could be written after the compile), by dtype and shape."""
+    by_type: dict[tuple[str, tuple[int, ...]], list[np.ndarray]] = {}
+    for array in constants:
+        if isinstance(array, np.ndarray) and array.nbytes >= LIFT_BYTES and array.dtype.kind in "biuf" \
+                and is_aligned(array) and frozen(array):
+            by_type.setdefault((array.dtype.str, array.shape), []).append(array)
+    return by_type
+
+
+def _constant_tensor(array: np.ndarray, by_type: dict[tuple[str, tuple[int, ...]], list[np.ndarray]]) -> Any:
+    """A tensor over the first constant equal to ``array`` (its bytes), or None."""
+    for constant in by_type.get((array.dtype.str, array.shape), ()):
+        if _same_bytes(array, constant):
+            tensor = read_only_tensor(constant)
+            if tensor is not None:
+                return tensor
+    return None
+
+
+def _same_bytes(a: np.ndarray, b: np.ndarray, chunk: int = 1 << 20) -> bool:
+    """Whether two C-contiguous arrays of one size hold the same bytes: a few thousand bytes
+    spread over them first (products' weights share shapes), then a megabyte at a time (one
+    comparison of the whole would hold a boolean per byte)."""
+    a, b = a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8)
+    step = max(1, a.size // 4096)
+    if not np.array_equal(a[::step], b[::step]):
+        return False
+    return all(np.array_equal(a[i:i + chunk], b[i:i + chunk]) for i in range(0, a.size, chunk))

@@ -9,10 +9,16 @@ import sys
 import textwrap
 
 import numpy as np
+import onnx
 import pytest
 
 pytest.importorskip("tvm", reason="needs apache-tvm")  # the backend's modules import tvm at their tops
 
+from subgraph.analysis.shape_inference import infer_shapes
+from subgraph.frontend import from_onnx
+from subgraph.ir import Graph
+from subgraph.ir.aligned import aligned_empty, freeze
+from subgraph.onnx import to_onnx
 from subgraph.properties.tvm.build.cache import clear_memory_cache
 from subgraph.properties.tvm.build.compiler import compile_graph
 from subgraph.properties.tvm.runtime.weights import LIFT_BYTES
@@ -97,3 +103,99 @@ def test_a_damaged_weights_file_is_rebuilt_never_used(cache_dir, damage, reason)
     np.testing.assert_array_equal(np.load(cache_dir.parent / "y.npy"), want)
     clear_memory_cache()
     assert compile_graph(graph, cache_dir=cache_dir).source == "disk"  # rewritten whole
+
+
+# --------------------------------------------------------------------------- a weight the graph holds as it is
+def embedding_graph(table: np.ndarray) -> Graph:
+    """Gather(table, ids): TVM's gather reads the table as the graph has it (no packing)."""
+    g = Graph("embedding")
+    ids = g.add_input("ids", (2, 3), "int64")
+    g.set_outputs([g.add_node("Gather", [g.add_constant("table", table), ids], name="gather").outputs[0]])
+    infer_shapes(g)
+    return g
+
+
+def table_sample(aligned: bool) -> np.ndarray:
+    values = rand(np.random.default_rng(5), (512, 64))  # 128 KiB: lifted
+    table = aligned_empty(values.shape, values.dtype) if aligned else \
+        np.empty(values.size + 1, values.dtype)[1:].reshape(values.shape)  # 4 bytes off any alignment
+    table[...] = values
+    return freeze(table) if aligned else table
+
+
+IDS = np.array([[0, 511, 7], [7, 3, 100]], np.int64)
+
+
+@pytest.mark.parametrize("use_cache", [False, True], ids=["built", "from disk"])
+def test_a_weight_equal_to_a_constant_is_the_constants_memory(cache_dir, use_cache):
+    table = table_sample(aligned=True)
+    if use_cache:  # stored by one compile, loaded from the disk cache by the next
+        compile_graph(embedding_graph(table))
+        clear_memory_cache()
+    graph = embedding_graph(table)
+    fn = compile_graph(graph, use_cache=use_cache)
+    assert fn.source == ("disk" if use_cache else "compiled")
+    constant = graph.initializers["table"].data
+    assert len(fn.weights) == 1 and fn.weights[0].data_ptr() == constant.ctypes.data
+    np.testing.assert_array_equal(fn(IDS)[0], table[IDS])
+    assert not constant.flags.writeable and np.array_equal(constant, table_sample(aligned=True))  # untouched
+
+
+@pytest.mark.parametrize("table", ["unaligned", "writeable"])
+def test_a_constant_tvm_cannot_take_as_it_is_leaves_the_weight_its_own(cache_dir, table):
+    array = table_sample(aligned=False) if table == "unaligned" else aligned_empty((512, 64), "float32")
+    if table == "writeable":  # the caller keeps a writeable array the graph views: it may change it later
+        array[...] = table_sample(aligned=False)
+    graph = embedding_graph(array)
+    fn = compile_graph(graph, use_cache=False)
+    assert len(fn.weights) == 1
+    assert not np.shares_memory(np.from_dlpack(fn.weights[0]), graph.initializers["table"].data)
+    expected = array[IDS]
+    array[...] = 0.0  # the caller's array changed after the compile: the function keeps the weights it was built with
+    np.testing.assert_array_equal(fn(IDS)[0], expected)
+
+
+def test_a_weight_read_from_an_onnx_file_is_held_once(cache_dir, tmp_path):
+    """from_onnx reads weights into aligned arrays (subgraph/onnx/wire.py): TVM takes the table as it is."""
+    path = tmp_path / "embedding.onnx"
+    onnx.save(to_onnx(embedding_graph(table_sample(aligned=False))), path)
+    graph = from_onnx(path)
+    fn = compile_graph(graph)
+    assert fn.weights[0].data_ptr() == graph.initializers["table"].data.ctypes.data
+    np.testing.assert_array_equal(fn(IDS)[0], table_sample(aligned=False)[IDS])
+
+
+def _mapped_kib(path: str) -> int | None:
+    """The resident KiB of this process's mapping of ``path``, None when it has none."""
+    with open("/proc/self/smaps") as f:
+        lines = f.read().split("\n")
+    starts = [i for i, line in enumerate(lines) if line.endswith(path)]
+    if not starts:
+        return None
+    rss = next(line for line in lines[starts[0] + 1:] if line.startswith("Rss:"))
+    return int(rss.split()[1])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
+def test_the_pages_of_a_weight_the_constant_holds_leave_the_process(cache_dir):
+    """Gather(table) then MatMul(w): the table is the constant's memory, the packed w stays mapped."""
+    table = table_sample(aligned=True)
+
+    def graph() -> Graph:
+        g = embedding_graph(table)
+        w = g.add_constant("w", rand(np.random.default_rng(6), (64, 512)))  # 128 KiB: lifted, packed
+        g.set_outputs([g.add_node("MatMul", [g.outputs[0], w], name="project").outputs[0]])
+        infer_shapes(g)
+        return g
+
+    compile_graph(graph())
+    clear_memory_cache()
+    g = graph()
+    fn = compile_graph(g)  # the weights file mapped and verified (every page read), then the table shared
+    weights = str(next(cache_dir.glob("*.weights")))
+    assert [w.data_ptr() == g.initializers["table"].data.ctypes.data for w in fn.weights] == [True, False]
+    assert os.path.getsize(weights) == 2 * 128 * 1024 and _mapped_kib(weights) == 128  # the packed w's pages only
+    np.testing.assert_allclose(fn(IDS)[0], table[IDS] @ g.initializers["w"].data, rtol=1e-5)
+    del fn, g
+    clear_memory_cache()
+    assert _mapped_kib(weights) is None  # the function gone, the map goes with it
