@@ -1,4 +1,4 @@
-"""What this process may use of the machine, and how busy the machine is.
+"""What this process may use of the machine, how busy the machine is, and memory given back to it.
 
 :func:`runnable_threads` is the load signal both backends adapt to: TVM's pool and the
 numpy path's BLAS split work into one equal share per thread and wait for the slowest
@@ -17,11 +17,13 @@ True
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import threading
 import time
 
-__all__ = ["LOAD_SECONDS", "load_reading", "runnable_threads", "usable_cpus"]
+__all__ = ["LOAD_SECONDS", "load_reading", "release_free_memory", "runnable_threads", "usable_cpus"]
 
 #: ``/proc/loadavg``: its fourth field is "runnable/total" scheduling entities, the caller included
 LOADAVG = "/proc/loadavg"
@@ -82,3 +84,35 @@ def _read_runnable() -> int | None:
         return int(os.pread(fd, 64, 0).split()[3].split(b"/")[0])  # type: ignore[arg-type]
     except (OSError, ValueError, IndexError):
         return None
+
+
+def release_free_memory() -> bool:
+    """Give the memory this process's C heap holds free back to the system (glibc's
+    ``malloc_trim``); ``False`` where the C library has none (musl, macOS, Windows).
+
+    glibc keeps what a freed allocation leaves in its heaps for the next one and returns only
+    a heap's free top. A TVM build frees several hundred megabytes in small pieces that stay
+    mapped after it: ResNet-50's left 964 MB resident where 672 MB were in use (292 MB free in
+    the heaps), BERT-base's 1.62 GB. Trimming walks the heaps once (milliseconds, against a
+    build's seconds).
+
+    Examples
+    --------
+    >>> release_free_memory() in (True, False)
+    True
+    """
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
+
+
+def _malloc_trim() -> object | None:
+    if "trim" not in _state:
+        name = ctypes.util.find_library("c") if os.name == "posix" else None
+        try:
+            _state["trim"] = ctypes.CDLL(name).malloc_trim if name else None
+        except (OSError, AttributeError):  # no C library to load, or one without malloc_trim
+            _state["trim"] = None
+    return _state["trim"]

@@ -1,6 +1,7 @@
 """The machine's load as the backends read it: /proc/loadavg's runnable count, one read per window."""
 
 import os
+import platform
 
 import pytest
 
@@ -43,3 +44,15 @@ def test_one_read_stands_for_load_seconds(monkeypatch, loadavg):
     assert system.runnable_threads() == 1  # within the window: the last answer
     clock[0] += system.LOAD_SECONDS
     assert system.runnable_threads() == 5
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")
+def test_free_memory_goes_back_through_glibcs_malloc_trim(monkeypatch):
+    monkeypatch.setattr(system, "_state", {})
+    assert system.release_free_memory() is True
+    assert system._state["trim"].__name__ == "malloc_trim"
+
+
+def test_without_malloc_trim_nothing_is_released(monkeypatch):
+    monkeypatch.setattr(system, "_state", {"trim": None})  # musl, macOS, Windows
+    assert system.release_free_memory() is False

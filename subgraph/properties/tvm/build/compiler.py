@@ -49,6 +49,7 @@ from subgraph.properties.tvm.runtime.target import as_target
 from subgraph.properties.tvm.runtime.threads import use_all_cpus
 from subgraph.properties.tvm.runtime.warm import warm_key, write_record
 from subgraph.properties.tvm.runtime.weights import share_constants
+from subgraph.system import release_free_memory
 
 __all__ = ["BuildOptions", "PreparedCompile", "build_options", "compile_graph", "graph_key", "known_key",
            "needs_build", "prepare"]
@@ -190,6 +191,7 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
                 library = cache_put(directory, job.key, library, {
                     "graph": job.graph.name, "target": str(job.options.target), "schedule": schedule})
             library = dataclasses.replace(library, weights=share_constants(library.weights, constants))
+            release_free_memory()  # what the build freed (its Relax modules, the ONNX model) leaves the C heap
         fn = _function(job, library, device, index_checks)
         if use_cache:
             MEMORY[memory_key] = fn
