@@ -29,6 +29,7 @@ from subgraph.properties.base import KernelNote
 from subgraph.properties.tvm.runtime.entries import (
     BUILD_LOCK,
     MEMORY,
+    FilePart,
     cache_get,
     check_private,
     clear_memory_cache,
@@ -44,7 +45,7 @@ from subgraph.properties.tvm.runtime.function import CompiledLibrary
 from subgraph.properties.tvm.runtime.messages import error_summary
 from subgraph.properties.tvm.runtime.weights import write_weights
 
-__all__ = ["BUILD_LOCK", "MEMORY", "cache_get", "cache_key", "cache_put", "check_private", "clear_memory_cache",
+__all__ = ["BUILD_LOCK", "MEMORY", "FilePart", "cache_get", "cache_key", "cache_put", "check_private", "clear_memory_cache",
            "content_digest", "default_cache_dir", "load_entry", "note_from_dict", "note_to_dict", "store_entry"]
 
 
@@ -104,9 +105,10 @@ def store_entry(directory: Path, key: str, executable: Any, meta: dict, weights:
             if weights:
                 with atomic_path(weights_path) as tmp:
                     rows = write_weights(tmp, list(weights))
-                    with mapped(tmp) as data:
+                    with open(tmp, "rb") as f:
+                        data = FilePart(f.fileno(), os.fstat(f.fileno()).st_size)
                         stored["weights"] = {"tensors": rows, "digest": weights_digest(rows, data),
-                                             "size": len(data)}
+                                             "size": data.size}
                 os.chmod(weights_path, 0o600)
             write_atomic(meta_path, json.dumps(stored, indent=1, sort_keys=True))
         except KeyboardInterrupt:  # no library or weights without their metadata left behind

@@ -81,10 +81,11 @@ def write_weights(path: str | os.PathLike, tensors: list[Any]) -> list[list[Any]
 def read_weights(path: Path, rows: list[list[Any]], check: Any, constants: Iterable[np.ndarray] = ()) -> list[Any]:
     """The tensors of the weights file ``path`` (laid out as ``rows``) as TVM tensors over the
     file, mapped copy-on-write (the process holds no copy of its own).
-    ``check(data)`` is called on the mapped bytes before any tensor is made (the cache
-    verifies the size and digest there: the bytes verified are the bytes used). A weight
-    equal to one of ``constants`` (the graph's) is that constant's memory instead
-    (:func:`share_constants`), and its pages of the map are given back.
+    ``check(fd, size)`` is called with the open file before it is mapped (the cache verifies
+    the size and digest there, reading the file in pieces: the file verified is the file
+    mapped, and no page of it is the process's before a kernel reads it). A weight equal to
+    one of ``constants`` (the graph's) is that constant's memory instead
+    (:func:`share_constants`): its pages of the file are never read into the process.
 
     The file is mapped, not copied: a private copy of AlexNet's 230 MB took 0.3-1.2 s,
     more than the rest of a cached compile. OpenVINO maps its cached weights and
@@ -92,24 +93,24 @@ def read_weights(path: Path, rows: list[list[Any]], check: Any, constants: Itera
     place; a file truncated in place by another program while a model runs would end that
     process (``SIGBUS``), as it would theirs.
     """
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        data = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY) if size else bytearray()
-    check(data)
     by_type = _by_type(constants)
     tensors = []
-    for dtype, shape, offset in rows:
-        count = int(np.prod(shape, dtype=np.int64))
-        if offset % _ALIGN or offset + count * np.dtype(dtype).itemsize > len(data):
-            raise ValueError(f"weight {len(tensors)} ({dtype}{shape} at {offset}) lies outside the file")
-        array = np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(shape)
-        shared = _constant_tensor(array, by_type)
-        if shared is not None and isinstance(data, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
-            page = mmap.PAGESIZE  # the whole pages only this weight lies in: nothing reads them again
-            start, end = -(-offset // page) * page, (offset + array.nbytes) // page * page
-            if end > start:
-                data.madvise(mmap.MADV_DONTNEED, start, end - start)
-        tensors.append(shared if shared is not None else as_tvm_tensor(array))  # the arrays keep the map open
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        check(f.fileno(), size)
+        data = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY) if size else bytearray()
+        for dtype, shape, offset in rows:
+            count = int(np.prod(shape, dtype=np.int64))
+            nbytes = count * np.dtype(dtype).itemsize
+            if offset % _ALIGN or offset + nbytes > len(data):
+                raise ValueError(f"weight {len(tensors)} ({dtype}{shape} at {offset}) lies outside the file")
+            fd = f.fileno()
+            shared = _constant_tensor(np.dtype(dtype).str, tuple(shape), nbytes,
+                                      lambda start, end, fd=fd, offset=offset: os.pread(fd, end - start, offset + start),
+                                      by_type)
+            if shared is None:  # the arrays keep the map open
+                shared = as_tvm_tensor(np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(shape))
+            tensors.append(shared)
     return tensors
 
 
@@ -135,8 +136,11 @@ def share_constants(weights: list[Any], constants: Iterable[np.ndarray]) -> list
         return list(weights)
     shared = []
     for weight in weights:
-        same = _constant_tensor(to_numpy(weight, copy=False), by_type) if weight.device.dlpack_device_type() == 1 \
-            else None
+        same = None
+        if weight.device.dlpack_device_type() == 1:
+            flat = to_numpy(weight, copy=False).reshape(-1).view(np.uint8)
+            same = _constant_tensor(np.dtype(str(weight.dtype)).str, tuple(int(d) for d in weight.shape), flat.size,
+                                    lambda start, end, flat=flat: flat[start:end], by_type)
         shared.append(weight if same is None else same)
     return shared
 
@@ -153,22 +157,24 @@ def _by_type(constants: Iterable[np.ndarray]) -> dict[tuple[str, tuple[int, ...]
     return by_type
 
 
-def _constant_tensor(array: np.ndarray, by_type: dict[tuple[str, tuple[int, ...]], list[np.ndarray]]) -> Any:
-    """A tensor over the first constant equal to ``array`` (its bytes), or None."""
-    for constant in by_type.get((array.dtype.str, array.shape), ()):
-        if _same_bytes(array, constant):
+def _constant_tensor(dtype: str, shape: tuple[int, ...], nbytes: int, piece: Any,
+                     by_type: dict[tuple[str, tuple[int, ...]], list[np.ndarray]]) -> Any:
+    """A tensor over the first constant of ``dtype`` and ``shape`` whose bytes are those of a
+    weight (``piece(start, end)`` gives its bytes from ``start`` to ``end``), or None."""
+    for constant in by_type.get((dtype, shape), ()):
+        if _same_bytes(constant.reshape(-1).view(np.uint8), nbytes, piece):
             tensor = read_only_tensor(constant)
             if tensor is not None:
                 return tensor
     return None
 
 
-def _same_bytes(a: np.ndarray, b: np.ndarray, chunk: int = 1 << 20) -> bool:
-    """Whether two C-contiguous arrays of one size hold the same bytes: a few thousand bytes
-    spread over them first (products' weights share shapes), then a megabyte at a time (one
-    comparison of the whole would hold a boolean per byte)."""
-    a, b = a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8)
-    step = max(1, a.size // 4096)
-    if not np.array_equal(a[::step], b[::step]):
+def _same_bytes(flat: np.ndarray, nbytes: int, piece: Any, chunk: int = 1 << 20) -> bool:
+    """Whether ``flat`` (bytes) is what ``piece`` gives: its first and last 4 KiB first (the
+    products' weights share shapes), then a megabyte at a time (one comparison of the whole
+    would hold a boolean per byte, and a weight in a file is read without being mapped)."""
+    if flat.size != nbytes:
         return False
-    return all(np.array_equal(a[i:i + chunk], b[i:i + chunk]) for i in range(0, a.size, chunk))
+    ends = [(0, min(4096, nbytes)), (max(0, nbytes - 4096), nbytes)]
+    ranges = [*ends, *((i, min(i + chunk, nbytes)) for i in range(0, nbytes, chunk))]
+    return all(np.array_equal(flat[i:j], np.frombuffer(piece(i, j), np.uint8)) for i, j in ranges)

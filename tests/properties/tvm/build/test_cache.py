@@ -18,6 +18,7 @@ from subgraph.errors import PropertyError
 from subgraph.onnx.writer import to_onnx
 from subgraph.properties.base import KernelNote
 from subgraph.properties.tvm.build.cache import (
+    FilePart,
     cache_get,
     cache_key,
     cache_put,
@@ -108,7 +109,7 @@ def test_cache_key_depends_on_model_and_target():
 
 def test_the_key_covers_every_weight_byte_and_its_type_without_writing_the_weights(cache_dir):
     options = build_options("conv_relu", "llvm", cache_dir, True, "cpu", False)
-    key = lambda g: graph_key(checked_prepared(g), options)  # noqa: E731
+    key = lambda g: graph_key(checked_prepared(g), options)
     graph = conv_relu_graph()
     weights = next(v for v in graph.initializers.values() if v.data.ndim == 4)
     first = key(graph)
@@ -158,6 +159,11 @@ def test_content_digest_covers_every_byte_and_the_division_into_parts(tmp_path):
     (tmp_path / "data").write_bytes(data.tobytes())
     with open(tmp_path / "data", "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
         assert content_digest([b"head", mapped]) == content_digest([b"head", data.tobytes()]) == digest
+        # read in pieces, not mapped: the same digest (the weights file is verified so)
+        assert content_digest([b"head", FilePart(f.fileno(), data.size)]) == digest
+        assert content_digest([b"head", FilePart(f.fileno(), 0)]) == content_digest([b"head", b""])
+        with pytest.raises(ValueError, match=f"the file ends at byte {data.size}, before its {data.size + 1}"):
+            content_digest([FilePart(f.fileno(), data.size + 1)])
     flipped = data.copy()
     flipped[len(flipped) // 2] ^= 1
     assert len({digest, content_digest([b"head", flipped]), content_digest([b"head", data[:-1]]),

@@ -177,7 +177,7 @@ def _mapped_kib(path: str) -> int | None:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
-def test_the_pages_of_a_weight_the_constant_holds_leave_the_process(cache_dir):
+def test_the_pages_of_a_weight_the_constant_holds_never_enter_the_process(cache_dir):
     """Gather(table) then MatMul(w): the table is the constant's memory, the packed w stays mapped."""
     table = table_sample(aligned=True)
 
@@ -191,11 +191,12 @@ def test_the_pages_of_a_weight_the_constant_holds_leave_the_process(cache_dir):
     compile_graph(graph())
     clear_memory_cache()
     g = graph()
-    fn = compile_graph(g)  # the weights file mapped and verified (every page read), then the table shared
+    fn = compile_graph(g)  # the weights file verified (read, not through the map), mapped, the table shared
     weights = str(next(cache_dir.glob("*.weights")))
     assert [w.data_ptr() == g.initializers["table"].data.ctypes.data for w in fn.weights] == [True, False]
-    assert os.path.getsize(weights) == 2 * 128 * 1024 and _mapped_kib(weights) == 128  # the packed w's pages only
+    assert os.path.getsize(weights) == 2 * 128 * 1024 and _mapped_kib(weights) == 0  # no page read through the map
     np.testing.assert_allclose(fn(IDS)[0], table[IDS] @ g.initializers["w"].data, rtol=1e-5)
+    assert 0 < _mapped_kib(weights) <= 256  # the product read w's pages (the kernel may map its neighbours too)
     del fn, g
     clear_memory_cache()
     assert _mapped_kib(weights) is None  # the function gone, the map goes with it
