@@ -26,7 +26,7 @@ import onnx
 
 from subgraph.errors import GraphError, ModelLoadError
 from subgraph.ir import Graph
-from subgraph.onnx.wire import MalformedWire, read_model
+from subgraph.onnx.wire import MalformedWire, array_of_bytes, read_model
 
 __all__ = ["load_model", "unique_node_names", "ordered_nodes"]
 
@@ -170,17 +170,39 @@ def load_model(path_or_model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx
         raise ModelLoadError(f"{path!r} is not a readable ONNX model: {type(exc).__name__}: {exc}") from None
     _check_parsed(model, repr(path))
     folder = os.path.dirname(os.path.abspath(path))
-    external = [t for t in _model_tensors(model) if _is_external(t)]
-    locations = [_check_location(t, folder) for t in external]  # all checked before any is read
+    tensors = list(_model_tensors(model))  # the main graph's initializers first, in order
+    external = [(i, t) for i, t in enumerate(tensors) if _is_external(t)]
+    locations = [_check_location(t, folder) for _, t in external]  # all checked before any is read
+    for (index, tensor), location in zip(external, locations):
+        if index < len(model.graph.initializer):
+            array = _external_array(tensor, folder, path, location)
+            if array is not None:
+                arrays[index] = array
+                continue
+        _load_external(tensor, folder, path, location)
+    return model, arrays
+
+
+def _load_external(tensor: onnx.TensorProto, folder: str, path: str, location: str) -> None:
+    """Read ``tensor``'s external data into its ``raw_data``, or :class:`ModelLoadError`."""
     from onnx.external_data_helper import load_external_data_for_tensor
 
-    for tensor, location in zip(external, locations):
-        try:
-            load_external_data_for_tensor(tensor, folder)
-        except Exception as exc:  # missing file, offset past its end
-            raise ModelLoadError(f"tensor {tensor.name!r}: cannot read external data {location!r} next "
-                                 f"to {path!r}: {type(exc).__name__}: {exc}") from None
-    return model, arrays
+    try:
+        load_external_data_for_tensor(tensor, folder)
+    except Exception as exc:  # missing file, offset past its end
+        raise ModelLoadError(f"tensor {tensor.name!r}: cannot read external data {location!r} next "
+                             f"to {path!r}: {type(exc).__name__}: {exc}") from None
+
+
+def _external_array(tensor: onnx.TensorProto, folder: str, path: str, location: str) -> np.ndarray | None:
+    """The array of a main-graph initializer's external data, read through a proto of its own
+    that is freed at once (the model's would keep every weight it held until it goes: protobuf
+    frees its memory whole), or None when ``onnx.numpy_helper`` decodes it
+    (:func:`~subgraph.onnx.wire.array_of_bytes`); the model's tensor stays as the file has it."""
+    alone = onnx.TensorProto()
+    alone.CopyFrom(tensor)
+    _load_external(alone, folder, path, location)
+    return array_of_bytes(alone.data_type, alone.dims, alone.raw_data)
 
 
 def unique_node_names(nodes: Sequence[onnx.NodeProto]) -> list[str]:

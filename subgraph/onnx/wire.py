@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from typing import BinaryIO
 
 import numpy as np
@@ -43,7 +44,7 @@ from google.protobuf.message import DecodeError
 
 from subgraph.ir.aligned import aligned_empty, freeze
 
-__all__ = ["MalformedWire", "read_model"]
+__all__ = ["MalformedWire", "array_of_bytes", "read_model"]
 
 _GRAPH = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
 _INITIALIZER = onnx.GraphProto.DESCRIPTOR.fields_by_name["initializer"].number
@@ -56,6 +57,33 @@ _PLAIN = {t: np.dtype(d) for t, d in [
     (onnx.TensorProto.INT8, "i1"), (onnx.TensorProto.INT16, "<i2"), (onnx.TensorProto.INT32, "<i4"),
     (onnx.TensorProto.INT64, "<i8"), (onnx.TensorProto.UINT8, "u1"), (onnx.TensorProto.UINT16, "<u2"),
     (onnx.TensorProto.UINT32, "<u4"), (onnx.TensorProto.UINT64, "<u8"), (onnx.TensorProto.BOOL, "?")]}
+
+
+def array_of_bytes(data_type: int, dims: Sequence[int], raw: bytes | memoryview) -> np.ndarray | None:
+    """``raw`` (a tensor's ``raw_data``) as a new 64-byte aligned, frozen array
+    (:func:`~subgraph.ir.aligned.freeze`), or None when decoding it is left to
+    ``onnx.numpy_helper``: a type not in :data:`_PLAIN`, bytes that do not fill ``dims``, or a
+    big-endian host.
+
+    Examples
+    --------
+    >>> array_of_bytes(onnx.TensorProto.INT32, [2], b"\\x01\\0\\0\\0\\x02\\0\\0\\0")
+    array([1, 2], dtype=int32)
+    >>> array_of_bytes(onnx.TensorProto.INT32, [3], b"\\x01\\0\\0\\0"), array_of_bytes(onnx.TensorProto.STRING, [1], b"a")
+    (None, None)
+    """
+    dtype = _PLAIN.get(data_type)
+    if not _fits(dtype, dims, len(raw)):
+        return None
+    array = aligned_empty(tuple(dims), dtype.newbyteorder("="))  # type: ignore[union-attr]
+    array.reshape(-1).view(np.uint8)[:] = np.frombuffer(raw, np.uint8)
+    return freeze(array)
+
+
+def _fits(dtype: np.dtype | None, dims: Sequence[int], nbytes: int) -> bool:
+    """Whether ``nbytes`` bytes are an array of ``dtype`` and ``dims`` as numpy lays it out here."""
+    return dtype is not None and sys.byteorder == "little" and all(d >= 0 for d in dims) \
+        and int(np.prod(dims, dtype=object)) * dtype.itemsize == nbytes
 
 
 class MalformedWire(ValueError):
@@ -165,7 +193,7 @@ class _Walk:
         self.initializers += 1
         fields = self._fields(start, end)
         raw = [field for field in fields if field[0] == _RAW_DATA and field[1] == _BYTES]
-        if len(raw) != 1 or sys.byteorder != "little":
+        if len(raw) != 1:
             return self._read(start, end)
         rest = b"".join(self._read(f[2], f[5]) for f in fields if f is not raw[0])
         try:
@@ -175,10 +203,9 @@ class _Walk:
         dtype = _PLAIN.get(head.data_type)
         value_start, value_end = raw[0][4:]
         external = head.HasField("data_location") and head.data_location == onnx.TensorProto.EXTERNAL
-        if dtype is None or external or head.HasField("segment") or any(d < 0 for d in head.dims) \
-                or int(np.prod(head.dims, dtype=object)) * dtype.itemsize != value_end - value_start:
+        if external or head.HasField("segment") or not _fits(dtype, head.dims, value_end - value_start):
             return self._read(start, end)
-        array = aligned_empty(tuple(head.dims), dtype.newbyteorder("="))
+        array = aligned_empty(tuple(head.dims), dtype.newbyteorder("="))  # type: ignore[union-attr]
         view = memoryview(array.reshape(-1).view(np.uint8))
         self.f.seek(value_start)
         while len(view):

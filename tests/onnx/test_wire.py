@@ -115,3 +115,19 @@ def test_a_model_in_memory_is_read_where_it_is_and_never_changed():
     assert model.SerializeToString() == before
     np.testing.assert_array_equal(graph.initializers["w32"].data,
                                   numpy_helper.to_array(model.graph.initializer[0]))
+
+
+def test_external_weights_go_into_arrays_of_their_own(tmp_path):
+    path = tmp_path / "kinds.onnx"
+    onnx.save(_model(), path, save_as_external_data=True, all_tensors_to_one_file=True, location="kinds.bin",
+              size_threshold=0)
+    proto, arrays = load_model(path)
+    assert sorted(arrays) == [0, 1, 2, 3, 4, 5]  # the plain numbers with raw bytes, in the file
+    assert all(frozen(a) and a.ctypes.data % 64 == 0 for a in arrays.values())
+    assert [t.data_location for t in proto.graph.initializer[:6]] == [TensorProto.EXTERNAL] * 6  # as the file says
+    bf16 = proto.graph.initializer[7]  # decoded by numpy_helper, from raw_data loaded into the model
+    assert bf16.data_location == TensorProto.DEFAULT and len(bf16.raw_data) == 4
+    graph = read_onnx(path)
+    assert graph.equals(read_onnx(onnx.load(path)))
+    assert [v.data.dtype for v in graph.initializers.values()] == \
+        [v.data.dtype for v in read_onnx(_model()).initializers.values()]
