@@ -23,12 +23,14 @@ Examples
 >>> w = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "w")
 >>> y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 3])
 >>> model = helper.make_model(helper.make_graph([helper.make_node("Identity", ["w"], ["y"])], "g", [], [y], [w]))
->>> path = os.path.join(tempfile.mkdtemp(), "m.onnx")
+>>> folder = tempfile.TemporaryDirectory()
+>>> path = os.path.join(folder.name, "m.onnx")
 >>> onnx.save(model, path)
 >>> proto, arrays = read_model(path)
 >>> proto.graph.initializer[0].HasField("raw_data"), arrays[0]
 (False, array([[0., 1., 2.],
        [3., 4., 5.]], dtype=float32))
+>>> folder.cleanup()
 """
 
 from __future__ import annotations
