@@ -332,7 +332,8 @@ class Graph:
             if node.name in names:
                 raise GraphError(f"{where}: two nodes are named {node.name!r}")
             names.add(node.name)
-            _verify_bodies(where, node)
+            if node.attrs or node.implicit:  # a node without attributes has no body
+                _verify_bodies(where, node)
             for slot, value in enumerate(node.inputs):
                 if value is None:
                     continue

@@ -140,7 +140,7 @@ def fuse(graph: Graph, index: PartitionIndex, prop, dedup: bool, reasons: dict[i
         fused[b] = (node, bd)
         for i in member_ids:
             joined[i] = (sid, node.name)
-    return _assemble(graph, index, fused, joined, moved_inputs), joined
+    return _assemble(graph, index, fused, joined, moved_inputs, move), joined
 
 
 def _create(prop, sub: Graph, sid: int, members: list[Node], originals: set[int],
@@ -181,7 +181,11 @@ def _create(prop, sub: Graph, sid: int, members: list[Node], originals: set[int]
 
 
 def _assemble(graph: Graph, index: PartitionIndex, fused: dict[int, tuple[Node, Boundary]],
-              joined: dict[int, tuple[int, str]], moved_inputs: dict[int, tuple]) -> Graph:
+              joined: dict[int, tuple[int, str]], moved_inputs: dict[int, tuple], move: bool) -> Graph:
+    """The result graph: fused nodes and the nodes left out, in the index's order. With
+    ``move`` the nodes left out move in too (:meth:`~subgraph.ir.Graph.adopt_node`): a
+    working copy's nodes are not copied a second time. Those of a rejected subgraph
+    (``moved_inputs``) are copied: the subgraph the property was offered keeps its own."""
     nodes = graph.nodes
     result, val_map = graph.skeleton()
     rewired: dict[tuple[str, int], Value] = {}  # (consumer, slot) -> the extra fused output it reads
@@ -209,9 +213,11 @@ def _assemble(graph: Graph, index: PartitionIndex, fused: dict[int, tuple[Node, 
             rewired.update({edge: outs[outer] for edge, outer in bd.rewire.items()})
         else:
             node = nodes[i]
+            offered = moved_inputs.get(i)
             inputs = [None if v is None else rewired.get((node.name, s)) or val_map[v]
-                      for s, v in enumerate(moved_inputs.get(i, node.inputs))]
-            val_map.update(zip(node.outputs, result.copy_node(node, inputs).outputs))
+                      for s, v in enumerate(node.inputs if offered is None else offered)]
+            take = result.adopt_node if move and offered is None else result.copy_node
+            val_map.update(zip(node.outputs, take(node, inputs).outputs))
     result.set_outputs([val_map[v] for v in graph.outputs])
     result.remove_unused_constants()
     return result
