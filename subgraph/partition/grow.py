@@ -24,7 +24,7 @@ from subgraph.properties.base import SubgraphProperty
 from subgraph.selectors import SubgraphSelector
 from subgraph.selectors.support import OperatorSupport
 
-__all__ = ["GrowContext", "NON_COMPUTE_OPS", "grow", "is_convex"]
+__all__ = ["NON_COMPUTE_OPS", "GrowContext", "grow", "is_convex"]
 
 #: ops that move or relabel data without computing: not counted by min_subgraph_size
 NON_COMPUTE_OPS = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Shape", "Size",
@@ -78,6 +78,24 @@ class GrowContext:
                                 f"{type(answer).__name__}")
         return answer
 
+    def ask(self, selector: SubgraphSelector, hook: str, node: Node, new: Node) -> bool:
+        """``selector.hook(node, new)`` for ``select_input`` / ``select_output``, as a bool:
+        :meth:`call` with its checks, without packing arguments (growth asks once per
+        neighbour)."""
+        try:
+            answer = getattr(selector, hook)(node, new)
+        except SubgraphError:
+            raise
+        except Exception as exc:
+            raise hook_error(SelectorError, selector, hook, exc,
+                             lambda: f"{node.name!r} ({node.op}), {new.name!r} ({new.op})") from exc
+        if answer is True or answer is False:
+            return answer
+        if isinstance(answer, np.bool_):
+            return bool(answer)
+        raise SelectorError(f"{type(selector).__name__}.{hook}({node.name!r} ({node.op}), {new.name!r} ({new.op})) "
+                            f"must return a bool, got {type(answer).__name__}")
+
     def not_selected(self, selector: SubgraphSelector, node: Node) -> str:
         """Why ``node`` was refused: the property's decline reason when it has one."""
         reason = None if self.explainer is None else call_hook(
@@ -100,8 +118,7 @@ class _Growth:
         self.member_set: set[int] = set()
 
     def _new_reach(self) -> Reach:
-        return Reach(self.index, self.member_set.__contains__,
-                     lambda u: u >= self.index.n or u in self.rejected)
+        return Reach(self.index, self.member_set.__contains__, self.rejected)  # blocks block too
 
     def _reject(self, j: int, reason: str) -> None:
         self.rejected[j] = None
@@ -120,45 +137,50 @@ class _Growth:
     def _grow_once(self) -> bool:
         """Grow until no neighbour is left; True when a stateful selector must replay."""
         index, ctx, nodes = self.index, self.ctx, self.index.nodes
+        succ, pred, block, rejected, selector = index.succ, index.pred, index.block, self.rejected, self.selector
         self.members, self.member_set = [self.root], {self.root}
         reach = self._new_reach()
         reach.add(self.root)
         ctx.log("root", self.root)
+        screened = bool(ctx.deny) or ctx.support is not None  # declined() can say no
+        logged = ctx.trace is not None
         stack = [[self.root, 0]]
         while stack:
             top = stack[-1]
             i = top[0]
-            outs, ins = index.succ[i], index.pred[i]
+            outs, ins = succ[i], pred[i]
+            n_outs = len(outs)
             j = -1
-            while top[1] < len(outs) + len(ins):
+            while top[1] < n_outs + len(ins):
                 k = top[1]
                 top[1] += 1
-                cand = outs[k] if k < len(outs) else ins[k - len(outs)]
-                if cand not in self.member_set and cand not in self.rejected and index.block[cand] < 0:
-                    j, is_output = cand, k < len(outs)
+                cand = outs[k] if k < n_outs else ins[k - n_outs]
+                if cand not in self.member_set and cand not in rejected and block[cand] < 0:
+                    j, is_output = cand, k < n_outs
                     break
             if j < 0:
                 stack.pop()
                 continue
             node, new = nodes[i], nodes[j]
-            reason = ctx.declined(new)
+            reason = ctx.declined(new) if screened else None
             if reason is not None:
                 accepted = False
             elif ctx.max_size is not None and len(self.members) >= ctx.max_size:
                 accepted, reason = False, f"max_subgraph_size={ctx.max_size} reached"
             else:
-                hook = "select_output" if is_output else "select_input"
-                accepted = bool(ctx.call(self.selector, hook, node, new))
-                reason = None if accepted else ctx.not_selected(self.selector, new)
+                accepted = ctx.ask(selector, "select_output" if is_output else "select_input", node, new)
+                reason = None if accepted else ctx.not_selected(selector, new)
             if accepted:
                 self.members.append(j)
                 self.member_set.add(j)
                 stack.append([j, 0])
-                ctx.log("merge", j)
+                if logged:
+                    ctx.log("merge", j)
                 cycle_through = reach.add(j)
             else:
                 self._reject(j, reason)
-                ctx.log("fail", j)
+                if logged:
+                    ctx.log("fail", j)
                 cycle_through = j if reach.both(j) else None
             if cycle_through is not None:
                 reach = self._rollback(reach, cycle_through, stack)

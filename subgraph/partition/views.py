@@ -10,7 +10,7 @@ leaves a member set and comes back only visits positions inside the set's span.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container
 
 from subgraph.ir import Graph
 
@@ -148,10 +148,13 @@ class Reach:
     """
 
     def __init__(self, index: PartitionIndex, is_member: Callable[[int], bool],
-                 blocking: Callable[[int], bool]) -> None:
+                 blocking: Callable[[int], bool] | Container[int]) -> None:
         self.index = index
         self.is_member = is_member
-        self.blocking = blocking
+        #: the rejected nodes when ``blocking`` is a container of them (a growth: every
+        #: block blocks too), asked inline on the hot paths; else ``None``
+        self.rejected = None if callable(blocking) else blocking
+        self.blocking: Callable[[int], bool] = blocking if callable(blocking) else self._blocks
         self.down: dict[int, int] = {}
         self.up: dict[int, int] = {}
         self.both_marked: dict[int, None] = {}
@@ -164,6 +167,9 @@ class Reach:
         #: (None, bucket, None) takes the last unit out of a bucket
         self._log: list[tuple] = []
         self._checkpoints: list[tuple[int, int, int]] = []
+
+    def _blocks(self, u: int) -> bool:
+        return u >= self.index.n or u in self.rejected  # type: ignore[operator]
 
     def both(self, u: int) -> bool:
         return u in self.down and u in self.up
@@ -181,6 +187,13 @@ class Reach:
         """The smallest :meth:`rank` of :meth:`on_cycle`'s units (huge when there is none)."""
         n, member, blocking, down, up = self.index.n, self.is_member, self.blocking, self.down, self.up
         worst = _NEVER
+        rejected = self.rejected
+        if rejected is not None:  # a rejected node is never a member: one test a unit
+            for u in self.both_marked:
+                if u >= n or u in rejected:
+                    rank = max(down[u], up[u])
+                    worst = min(worst, rank)
+            return worst
         for u in self.both_marked:
             if (u >= n or not member(u)) and blocking(u):
                 worst = min(worst, max(down[u], up[u]))
@@ -237,6 +250,7 @@ class Reach:
             marks, other, adjacency = self.up, self.down, index.pred
             ends, bound, buckets = index.block_lo, self.lo, self._bwd
         found = None
+        rejected = self.rejected
         stack = [start]
         while stack:
             u = stack.pop()
@@ -264,7 +278,7 @@ class Reach:
                     if v not in both_marked:
                         both_marked[v] = None
                         log.append((both_marked, v, None))
-                    if found is None and self.blocking(v):
+                    if found is None and (v >= n or v in rejected if rejected is not None else self.blocking(v)):
                         found = v
                 if (end < bound) if downward else (end > bound):
                     stack.append(v)
@@ -283,8 +297,9 @@ class Reach:
         """
         length, self.lo, self.hi = self._checkpoints[k - 1]
         log = self._log
-        while len(log) > length:
-            owner, key, old = log.pop()
+        undo = log[length:]
+        del log[length:]
+        for owner, key, old in reversed(undo):
             if owner is None:
                 key.pop()  # a unit that waited in this bucket
             elif old is None:

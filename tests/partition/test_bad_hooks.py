@@ -98,6 +98,8 @@ class Falsy:
     ("select_output", np.array([1]), r"^Answer\.select_output\('A' \(Relu\), 'B' \(Relu\)\) must return a "
                                      r"bool, got ndarray$"),
     ("select", KeyError("x"), r"^Answer\.select\('A' \(Relu\)\) raised KeyError: 'x'$"),
+    ("select_output", KeyError("x"), r"^Answer\.select_output\('A' \(Relu\), 'B' \(Relu\)\) raised KeyError: 'x'$"),
+    ("select_output", "yes", r"^Answer\.select_output\('A' \(Relu\), 'B' \(Relu\)\) must return a bool, got str$"),
 ])
 def test_selector_answers_must_be_bools(hook, answer, message):
     refused(partition_graph, two_chains(), SelectorError,
