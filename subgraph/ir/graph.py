@@ -354,7 +354,7 @@ class Graph:
             raise GraphError(f"{where}: node table and node list disagree")
         for value in self._values.values():
             for user in value.users:
-                if user.graph is not self or not any(v is value for v in user.inputs):
+                if user.graph is not self or value not in user.inputs:  # values compare by identity
                     raise GraphError(f"{where}: %{value.name} lists {user.name!r} as a user, "
                                      "but that node does not read it")
         for value in self.outputs:

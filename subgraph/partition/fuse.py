@@ -61,8 +61,9 @@ def _boundary(graph: Graph, members: list[Node], inside: set[int], dedup: bool,
             bd.slot_names[(node.name, slot)] = name
     for node in members:
         for value in node.outputs:
-            edges = [(user.name, slot) for user in dict.fromkeys(value.users) if id(user) not in inside
-                     for slot, v in enumerate(user.inputs) if v is value]
+            outside = [user for user in value.users if id(user) not in inside]
+            edges = [(user.name, slot) for user in (dict.fromkeys(outside) if len(outside) > 1 else outside)
+                     for slot, v in enumerate(user.inputs) if v is value] if outside else outside
             is_output = value.name in graph_outputs
             if not edges and not is_output:
                 continue
