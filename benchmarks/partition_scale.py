@@ -5,9 +5,11 @@ For long chains (every 7th op unsupported) and random layered DAGs (15% unsuppor
 its own) and prints the median time of ``--repeat`` runs (wall clock, and the process's
 CPU time: on a shared machine the wall clock also counts the time others ran) and the peak
 memory added by the partitioning. torch.fx gets the same graph shape and supported set;
-sizes beyond the first it does not finish within ``--fx-timeout`` seconds are skipped;
-``fx/ours`` compares wall clocks. Peak memory is traced (tracemalloc) in one extra,
-untimed run. The checkout this script is in is measured, installed or not.
+sizes beyond the first it does not finish within ``--fx-timeout`` seconds are skipped.
+``fx/ours`` compares wall clocks, ``cpu ratio`` CPU times (the one to read on a loaded
+machine: each tool's own time, not what others ran meanwhile). Peak memory is traced
+(tracemalloc) in one extra, untimed run. The checkout this script is in is measured,
+installed or not.
 
     python benchmarks/partition_scale.py                  # everything (takes a while)
     python benchmarks/partition_scale.py --sizes 1000 10000 --kinds chain
@@ -106,13 +108,15 @@ def measure_fx(kind: str, n: int, repeat: int) -> dict:
     def propose():
         return CapabilityBasedPartitioner(module, Support(), allows_single_node_partition=True).propose_partitions()
 
-    times, count = [], 0
+    times, cpu, count = [], [], 0
     for _ in range(repeat):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         count = len(propose())
         times.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
     peak = _traced_peak(propose) if times[0] < 20 else float("nan")
-    return {"seconds": statistics.median(times), "peak_mib": peak, "subgraphs": count}
+    return {"seconds": statistics.median(times), "cpu_seconds": statistics.median(cpu), "peak_mib": peak,
+            "subgraphs": count}
 
 
 def child(args: list[str]) -> None:
@@ -153,7 +157,7 @@ def main() -> None:
         have_fx = False
         print("torch is not installed: torch.fx columns are skipped (pip install torch==2.13.0)")
     header = (f"{'graph':<8} {'nodes':>9} {'ours s':>9} {'ours cpu':>9} {'ours MiB':>9} {'subgraphs':>9} "
-              f"{'fx s':>9} {'fx MiB':>8} {'fx/ours':>8}")
+              f"{'fx s':>9} {'fx cpu':>9} {'fx MiB':>8} {'fx/ours':>8} {'cpu ratio':>9}")
     print(f"strategy={args.strategy}, median of {args.repeat}")
     print(header)
     for kind in args.kinds:
@@ -172,10 +176,12 @@ def main() -> None:
                 line += (f" {ours['seconds']:>9.3f} {ours['cpu_seconds']:>9.3f} {ours['peak_mib']:>9.1f}"
                          f" {ours['subgraphs']:>9}")
             if fx is None:
-                line += f" {'-' if not have_fx else '> ' + str(int(args.fx_timeout)):>9} {'':>8} {'':>8}"
+                line += f" {'-' if not have_fx else '> ' + str(int(args.fx_timeout)):>9} {'':>9} {'':>8} {'':>8} {'':>9}"
             else:
                 ratio = fx["seconds"] / ours["seconds"] if ours else float("nan")
-                line += f" {fx['seconds']:>9.3f} {fx['peak_mib']:>8.1f} {ratio:>7.0f}x"
+                cpu_ratio = fx["cpu_seconds"] / ours["cpu_seconds"] if ours else float("nan")
+                line += (f" {fx['seconds']:>9.3f} {fx['cpu_seconds']:>9.3f} {fx['peak_mib']:>8.1f} {ratio:>7.0f}x"
+                         f" {cpu_ratio:>8.0f}x")
             if ours and previous:
                 line += f"   growth x{ours['seconds'] / previous[0]:.1f} for x{n // previous[1]}"
             print(line, flush=True)

@@ -154,7 +154,9 @@ class Reach:
         #: the rejected nodes when ``blocking`` is a container of them (a growth: every
         #: block blocks too), asked inline on the hot paths; else ``None``
         self.rejected = None if callable(blocking) else blocking
-        self.blocking: Callable[[int], bool] = blocking if callable(blocking) else self._blocks
+        #: the predicate, else ``None`` (no bound method of this object: a reference cycle
+        #: would keep every growth's marks alive while the pass holds the collector off)
+        self.blocking = blocking if callable(blocking) else None
         self.down: dict[int, int] = {}
         self.up: dict[int, int] = {}
         self.both_marked: dict[int, None] = {}
@@ -169,6 +171,8 @@ class Reach:
         self._checkpoints: list[tuple[int, int, int]] = []
 
     def _blocks(self, u: int) -> bool:
+        if self.blocking is not None:
+            return self.blocking(u)
         return u >= self.index.n or u in self.rejected  # type: ignore[operator]
 
     def both(self, u: int) -> bool:
@@ -181,11 +185,11 @@ class Reach:
     def on_cycle(self) -> list[int]:
         """Blocking units reached both ways (outside the members)."""
         n, member = self.index.n, self.is_member
-        return [u for u in self.both_marked if not (u < n and member(u)) and self.blocking(u)]
+        return [u for u in self.both_marked if not (u < n and member(u)) and self._blocks(u)]
 
     def cycle_rank(self) -> int:
         """The smallest :meth:`rank` of :meth:`on_cycle`'s units (huge when there is none)."""
-        n, member, blocking, down, up = self.index.n, self.is_member, self.blocking, self.down, self.up
+        n, member, blocking, down, up = self.index.n, self.is_member, self._blocks, self.down, self.up
         worst = _NEVER
         rejected = self.rejected
         if rejected is not None:  # a rejected node is never a member: one test a unit
@@ -278,7 +282,7 @@ class Reach:
                     if v not in both_marked:
                         both_marked[v] = None
                         log.append((both_marked, v, None))
-                    if found is None and (v >= n or v in rejected if rejected is not None else self.blocking(v)):
+                    if found is None and (v >= n or v in rejected if rejected is not None else self._blocks(v)):
                         found = v
                 if (end < bound) if downward else (end > bound):
                     stack.append(v)
