@@ -332,7 +332,7 @@ class Graph:
             if node.name in names:
                 raise GraphError(f"{where}: two nodes are named {node.name!r}")
             names.add(node.name)
-            if node.attrs or node.implicit:  # a node without attributes has no body
+            if node.implicit or (node.attrs and node.bodies):  # else there is nothing to check
                 _verify_bodies(where, node)
             for slot, value in enumerate(node.inputs):
                 if value is None:

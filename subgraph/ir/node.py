@@ -251,6 +251,10 @@ def format_attr(value: Any) -> str:
     return repr(value) if isinstance(value, (str, bytes)) else str(value)
 
 
+#: attribute value types that are never a graph: answered without two failed attribute lookups
+_PLAIN = (str, bytes, int, float, list, tuple, np.ndarray)
+
+
 def _is_graph(value: Any) -> bool:
     """True for a :class:`~subgraph.ir.Graph` (node.py does not import graph.py)."""
-    return hasattr(value, "nodes") and hasattr(value, "opset")
+    return not isinstance(value, _PLAIN) and hasattr(value, "nodes") and hasattr(value, "opset")

@@ -92,9 +92,11 @@ def build_subgraph(graph: Graph, members: list[Node], bd: Boundary, name: str, m
         for value in node.inputs:
             if value is not None and value.data is not None and value not in val_map:  # a constant
                 val_map[value] = sub.add_constant(value.name, value.data)
+    slot_names = bd.slot_names
     for node in members:
-        inputs = [None if v is None else by_name[bd.slot_names[(node.name, s)]]
-                  if (node.name, s) in bd.slot_names else val_map[v] for s, v in enumerate(node.inputs)]
+        name = node.name
+        inputs = [None if v is None else val_map[v] if (slot := slot_names.get((name, s))) is None else by_name[slot]
+                  for s, v in enumerate(node.inputs)]
         copy = sub.adopt_node(node, inputs) if move else sub.copy_node(node, inputs)
         val_map.update(zip(node.outputs, copy.outputs))
     sub.set_outputs([val_map[v] for v in bd.outputs])
