@@ -150,18 +150,17 @@ def candidate_tiles(func: Any, lanes: int, limit: int = 12) -> list[Tile]:
     return [Tile(), Tile(panels_first=other), *ranked[:max(limit - 2 - len(flipped), 0)], *flipped][:limit]
 
 
-def _stacked_axes(found: Contraction, tile: Tile, rows_axis: int | None, rows: int,
+def _stacked_axes(found: Contraction, default: bool, panels_first: bool, rows_axis: int | None, rows: int,
                   registers: int) -> tuple[list[int], int]:
-    """Spatial axes besides the rows that a default tile also takes in, unrolled, and the
-    tile's vectors then: when the weights are walked panel by panel
-    (:attr:`Contraction.weights_first`) and the rows axis fits one tile, every other axis
+    """Spatial axes besides the rows that a default tile (``default``) also takes in,
+    unrolled, and the tile's vectors then: when the weights are walked panel by panel
+    (``panels_first``) and the rows axis fits one tile, every other axis
     of the map (a 2x2 map's output rows) would read each panel again. ResNet-18's three
     512-channel 3x3 layers on 2x2 maps read 9.4 MB of weights twice each, the second time
     past L2 (a group of panels is 1.2 MB). ``([], 0)`` unless every pixel of the map fits the
     accumulators at two vectors or more (RegNet's 440 channels split into no such tile: its
     2 rows keep 5 vectors)."""
-    panels_first = found.weights_first if tile.panels_first is None else tile.panels_first
-    if replace(tile, panels_first=None) != Tile() or not panels_first or rows_axis is None or found.lanes == 1:
+    if not default or not panels_first or rows_axis is None or found.lanes == 1:
         return [], 0
     if rows != found.extents[rows_axis]:
         return [], 0
@@ -229,6 +228,7 @@ def schedule_contraction(func: Any, lanes: int, tile: Tile = Tile()) -> Any:
         return None
     registers = lanes  # the register's lanes: how many accumulators fit
     default = replace(tile, panels_first=None) == Tile()  # the default shape, whatever the order
+    panels_first = found.weights_first if tile.panels_first is None else tile.panels_first
     n_spatial, extents, lanes = found.n_spatial, found.extents, found.lanes
     rows_axis = tile.rows_axis if tile.rows_axis is not None else (found.rows_axes or [None])[0]
     if rows_axis is not None and rows_axis not in found.rows_axes:
@@ -241,9 +241,9 @@ def schedule_contraction(func: Any, lanes: int, tile: Tile = Tile()) -> Any:
         rows = _rows_past_the_end(extents[rows_axis], registers)
     vectors = tile.vectors
     product_rows, product_vectors = _PRODUCT_TILE.get(registers, (0, 0))
-    if rows_axis is not None and product_rows and extents[rows_axis] % product_rows \
-            and extents[rows_axis] % _WHOLE_PRODUCT_ROWS.get(registers, product_rows) == 0:
-        product_rows = _WHOLE_PRODUCT_ROWS[registers]
+    whole = _WHOLE_PRODUCT_ROWS.get(registers)
+    if whole and rows_axis is not None and extents[rows_axis] % product_rows and extents[rows_axis] % whole == 0:
+        product_rows = whole
     if (default and found.product and lanes == registers and rows_axis is not None and product_rows
             and extents[-1] > _SHORT_REDUCTION
             and extents[rows_axis] >= 4 * product_rows and extents[n_spatial - 1] % (lanes * product_vectors) == 0):
@@ -261,7 +261,7 @@ def schedule_contraction(func: Any, lanes: int, tile: Tile = Tile()) -> Any:
         most = _ACCUMULATORS.get(registers, 8)
         blocks = [r for r in _ROW_BLOCKS if r <= rows and extents[rows_axis] % r == 0] if rows in _ROW_BLOCKS else [rows]
         rows, vectors = _fullest_tile(blocks, extents[n_spatial - 1], lanes, most)
-    stacked, stacked_vectors = _stacked_axes(found, tile, rows_axis, rows, registers)
+    stacked, stacked_vectors = _stacked_axes(found, default, panels_first, rows_axis, rows, registers)
     if stacked:  # the tile takes every output pixel of a tiny map: each weight is read once
         vectors = stacked_vectors
     width = lanes * vectors
@@ -271,7 +271,6 @@ def schedule_contraction(func: Any, lanes: int, tile: Tile = Tile()) -> Any:
     loops = sch.get_loops(block)
     spatial, reduce = loops[:n_spatial], loops[n_spatial:]
     vec_o, vec_i = sch.split(spatial[-1], factors=[None, width])
-    panels_first = found.weights_first if tile.panels_first is None else tile.panels_first
     batch = [i for i in found.batch_axes if i != rows_axis and i not in stacked] if panels_first else []
     outer = [loop for i, loop in enumerate(spatial[:-1]) if i != rows_axis and i not in stacked and i not in batch]
     if rows_axis is not None:
