@@ -12,10 +12,11 @@ new temporary one), then each round starts, in turns, new processes that load an
   runtime library alone (:mod:`subgraph.properties.tvm.runtime.warm`), no ``import tvm``;
 - ``with tvm``: the same after ``import tvm`` (the compiler and LLVM): what a warm start cost
   before, and what a process that builds anything pays;
-- ``openvino``: ``openvino.Core().compile_model(path, "CPU")`` and one call.
+- ``openvino``: ``openvino.Core().compile_model(path, "CPU")`` and one call;
+- ``onnxruntime``: an ``InferenceSession`` on the CPU and one call.
 
-The medians of ``--rounds`` (default 3) are printed with the peak RSS and the ratio to
-OpenVINO's. ``tvm_ffi`` imports ``torch`` when it is installed: part of both subgraph columns.
+The medians of ``--rounds`` (default 3) are printed with the peak RSS and the ratios to
+OpenVINO's and onnxruntime's. ``tvm_ffi`` imports ``torch`` when it is installed: part of both subgraph columns.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ SCRIPT = textwrap.dedent("""
         import openvino
         model = openvino.Core().compile_model(path, "CPU")
         model({name: feeds[name] for name in (p.any_name for p in model.inputs)})
+    elif variant == "onnxruntime":
+        import onnxruntime
+        session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+        session.run(None, {i.name: feeds[i.name] for i in session.get_inputs()})
     else:
         import subgraph
         graph = subgraph.from_onnx(path, shapes or None)
@@ -57,7 +62,7 @@ SCRIPT = textwrap.dedent("""
                       "tvm": "tvm" in sys.modules}))
 """)
 
-VARIANTS = ("runtime", "with tvm", "openvino")
+VARIANTS = ("runtime", "with tvm", "openvino", "onnxruntime")
 
 
 def _run(variant: str, path: str, shapes: dict, cache: str) -> dict:
@@ -84,7 +89,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cache-dir", help="a TVM cache folder (default: a new temporary one)")
     args = parser.parse_args()
-    print(f"{'model':40s} " + " ".join(f"{v:>18s}" for v in VARIANTS) + "  runtime/openvino  runtime imported tvm")
+    print(f"{'model':40s} " + " ".join(f"{v:>18s}" for v in VARIANTS)
+          + "  runtime/openvino  runtime/onnxruntime  runtime imported tvm")
     with tempfile.TemporaryDirectory(prefix="subgraph-cache-") as temporary:
         cache = args.cache_dir or temporary
         for spec in args.model.split(","):
@@ -98,7 +104,8 @@ def main() -> None:
             rss = {v: max(r["rss"] for r in runs[v]) for v in VARIANTS}
             cells = " ".join(f"{seconds[v]:8.2f}s {rss[v]:6.0f}MB" for v in VARIANTS)
             print(f"{os.path.basename(path):40s} {cells}  {seconds['runtime'] / seconds['openvino']:16.2f}  "
-                  f"{any(r['tvm'] for r in runs['runtime'])}", flush=True)
+                  f"{seconds['runtime'] / seconds['onnxruntime']:19.2f}  {any(r['tvm'] for r in runs['runtime'])}",
+                  flush=True)
 
 
 if __name__ == "__main__":
