@@ -16,14 +16,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import tvm
-from onnx import numpy_helper
 
 from subgraph.analysis.ranges import index_source
 from subgraph.errors import PropertyError
@@ -44,6 +41,7 @@ from subgraph.properties.tvm.build.tuning_db import open_database
 from subgraph.properties.tvm.intake.importer import checked_prepared, prepared_onnx
 from subgraph.properties.tvm.lowering.passes import SCHEDULES
 from subgraph.properties.tvm.runtime.function import CompiledLibrary, Signature, TVMFunction
+from subgraph.properties.tvm.runtime.graphs import GraphRef, weight_parts
 from subgraph.properties.tvm.runtime.interrupt import interruptible
 from subgraph.properties.tvm.runtime.target import as_target
 from subgraph.properties.tvm.runtime.threads import use_all_cpus
@@ -260,7 +258,7 @@ def graph_key(prepared: Graph, options: BuildOptions) -> str:
     writing them into an ONNX model (a cache hit needs none; AlexNet's 230 MB took 0.9 s to
     write and serialise)."""
     structure = prepared_onnx(prepared, weights=False).SerializeToString(deterministic=True)
-    return cache_key(structure, str(options.target), options.variant, weights=_weight_bytes(prepared))
+    return cache_key(structure, str(options.target), options.variant, weights=weight_parts(prepared))
 
 
 def prepare(graph: Graph, options: BuildOptions) -> PreparedCompile:
@@ -328,18 +326,6 @@ def _signature(graph: Graph, index_checks: bool) -> Signature:
                      [v.name for v in graph.outputs], _index_checks(graph) if index_checks else [])
 
 
-def _weight_bytes(graph: Graph) -> list[Any]:
-    """The dtype and the bytes of each initializer, in the order the ONNX model lists them."""
-    parts: list[Any] = []
-    for value in graph.initializers.values():
-        array = np.asarray(value.data)
-        if array.dtype.hasobject:  # strings: no buffer of their own
-            parts += [b"O", numpy_helper.from_array(array).SerializeToString()]
-        else:
-            parts += [array.dtype.str.encode(), np.ascontiguousarray(array).reshape(-1).view(np.uint8)]
-    return parts
-
-
 @dataclass
 class _Known:
     """What is remembered of a graph under some options: its key, and the prepared graph
@@ -349,40 +335,16 @@ class _Known:
     prepared: Graph | None = None
 
 
-class _GraphRef(weakref.ref):
-    """A weak reference to a graph that hashes and compares by the graph's identity (a
-    ``Graph`` is mutable, unhashable, compared with ``equals()``): a key of :data:`_KNOWN`.
-    A reference whose graph is gone equals only itself, so a new graph made where a dead one
-    lived is never taken for it."""
-
-    __slots__ = ("_hash",)
-
-    def __init__(self, graph: Graph, callback: Any = None) -> None:
-        super().__init__(graph, callback)
-        self._hash = object.__hash__(graph)
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        if self is other:
-            return True
-        if not isinstance(other, _GraphRef):
-            return NotImplemented
-        graph = self()
-        return graph is not None and graph is other()
-
-
 #: graph (weakly, by identity) -> {(target, variant): what is known of it}: a graph asked
 #: about by needs_build and then compiled is prepared and hashed once; an entry goes with its graph
-_KNOWN: dict[_GraphRef, dict[tuple[str, str], _Known]] = {}
+_KNOWN: dict[GraphRef, dict[tuple[str, str], _Known]] = {}
 _KNOWN_LOCK = threading.Lock()
 
 
 def _known(graph: Graph, options: BuildOptions, take: bool) -> _Known | None:
     """What is known of ``graph`` under ``options``; ``take`` hands its prepared graph over (kept once)."""
     with _KNOWN_LOCK:
-        known = _KNOWN.get(_GraphRef(graph), {}).get((str(options.target), options.variant))
+        known = _KNOWN.get(GraphRef(graph), {}).get((str(options.target), options.variant))
         if known is None or not take:
             return known
         handed, known.prepared = _Known(known.key, known.prepared), None
@@ -391,11 +353,11 @@ def _known(graph: Graph, options: BuildOptions, take: bool) -> _Known | None:
 
 def _remember(graph: Graph, options: BuildOptions, known: _Known) -> None:
     with _KNOWN_LOCK:
-        ref = _GraphRef(graph, _forget)
+        ref = GraphRef(graph, _forget)
         _KNOWN.setdefault(ref, {})[(str(options.target), options.variant)] = known
 
 
-def _forget(ref: _GraphRef) -> None:
+def _forget(ref: GraphRef) -> None:
     """The weak reference's callback: drop what is known of a graph that is gone (no lock: the
     collector may run it inside a locked section; one dict operation is atomic)."""
     _KNOWN.pop(ref, None)

@@ -32,7 +32,6 @@ import json
 import os
 import platform
 import threading
-import weakref
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +51,7 @@ from subgraph.properties.tvm.runtime.entries import (
     default_cache_dir,
 )
 from subgraph.properties.tvm.runtime.function import Signature, TVMFunction
+from subgraph.properties.tvm.runtime.graphs import GraphRef, weight_parts
 from subgraph.properties.tvm.runtime.library import cpu
 from subgraph.properties.tvm.runtime.threads import use_all_cpus
 
@@ -61,7 +61,6 @@ __all__ = ["WARM_SUFFIX", "cached_function", "has_record", "warm_key", "write_re
 WARM_SUFFIX = ".warm"
 
 _RECORD_FORMAT = "subgraph-tvm-warm-1"
-_DL_CPU = 1
 
 
 @functools.cache
@@ -111,21 +110,9 @@ def _tuning_bytes(tuning: Any, directory: Path) -> bytes:
         return b""
 
 
-def _graph_parts(graph: Graph) -> list[Any]:
-    """The graph's ONNX structure and each initializer's dtype and bytes."""
-    parts: list[Any] = [to_onnx(graph, weights=False).SerializeToString(deterministic=True)]
-    for value in graph.initializers.values():
-        array = np.asarray(value.data)
-        if array.dtype.hasobject:
-            parts += [b"O", repr(array.tolist()).encode()]
-        else:
-            parts += [array.dtype.str.encode(), np.ascontiguousarray(array).reshape(-1).view(np.uint8)]
-    return parts
-
-
-#: (graph id, options, folder, tuning digest) -> (weak reference to the graph, its warm key): a
-#: graph asked about by :func:`has_record` and then loaded is hashed once
-_KEYS: dict[tuple[int, str, str, str], tuple[Any, str | None]] = {}
+#: graph (weakly, by identity) -> {(options, folder, tuning digest): its warm key}: a graph
+#: asked about by :func:`has_record` and then loaded is hashed once; an entry goes with its graph
+_KEYS: dict[GraphRef, dict[tuple[str, str, str], str | None]] = {}
 _KEYS_LOCK = threading.Lock()
 
 
@@ -150,20 +137,26 @@ def warm_key(graph: Graph, target: Any, schedule: str, tuning: Any, directory: P
     if options is None or environment is None:
         return None
     tuned = _tuning_bytes(tuning, directory)
-    memo = (id(graph), options, str(directory), content_digest([tuned]))
+    memo = (options, str(directory), content_digest([tuned]))
     with _KEYS_LOCK:
-        ref, key = _KEYS.get(memo, (None, None))
-        if ref is not None and ref() is graph:
-            return key
+        known = _KEYS.get(GraphRef(graph), {})
+        if memo in known:
+            return known[memo]
     try:
-        parts = _graph_parts(graph)
+        structure = to_onnx(graph, weights=False).SerializeToString(deterministic=True)
     except SubgraphError:
         key = None
     else:
-        key = content_digest([environment, options.encode(), tuned, *parts])
+        key = content_digest([environment, options.encode(), tuned, structure, *weight_parts(graph)])
     with _KEYS_LOCK:
-        _KEYS[memo] = (weakref.ref(graph, lambda _: _KEYS.pop(memo, None)), key)
+        _KEYS.setdefault(GraphRef(graph, _forget), {})[memo] = key
     return key
+
+
+def _forget(ref: GraphRef) -> None:
+    """The weak reference's callback: drop the keys of a graph that is gone (no lock: the
+    collector may run it inside a locked section; one dict operation is atomic)."""
+    _KEYS.pop(ref, None)
 
 
 def write_record(directory: Path, warm: str, key: str, target: str, signature: Signature) -> None:

@@ -101,7 +101,7 @@ def _changed_weights():
 
 def test_a_new_graph_is_never_taken_for_a_dead_one_that_hashed_alike(cache_dir, monkeypatch):
     # every graph's reference hashes alike here, as a new graph made at a dead one's address would
-    monkeypatch.setattr(compiler._GraphRef, "__hash__", lambda self: 0)
+    monkeypatch.setattr(compiler.GraphRef, "__hash__", lambda self: 0)
     gc.collect()  # earlier tests' graphs gone
     first = conv_relu_graph()
     key = compiler.known_key(first, _options(cache_dir))
