@@ -26,7 +26,7 @@ import onnx
 
 from subgraph.errors import GraphError, ModelLoadError
 from subgraph.ir import Graph
-from subgraph.onnx.wire import MalformedWire, array_of_bytes, read_model
+from subgraph.onnx.wire import MalformedWire, array_of_bytes, is_plain, read_model
 
 __all__ = ["load_model", "unique_node_names", "ordered_nodes"]
 
@@ -174,7 +174,7 @@ def load_model(path_or_model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx
     external = [(i, t) for i, t in enumerate(tensors) if _is_external(t)]
     locations = [_check_location(t, folder) for _, t in external]  # all checked before any is read
     for (index, tensor), location in zip(external, locations):
-        if index < len(model.graph.initializer):
+        if index < len(model.graph.initializer) and is_plain(tensor.data_type):  # else onnx decodes it
             array = _external_array(tensor, folder, path, location)
             if array is not None:
                 arrays[index] = array

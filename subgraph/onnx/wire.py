@@ -46,7 +46,7 @@ from google.protobuf.message import DecodeError
 
 from subgraph.ir.aligned import aligned_empty, freeze
 
-__all__ = ["MalformedWire", "array_of_bytes", "read_model"]
+__all__ = ["MalformedWire", "array_of_bytes", "is_plain", "read_model"]
 
 _GRAPH = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
 _INITIALIZER = onnx.GraphProto.DESCRIPTOR.fields_by_name["initializer"].number
@@ -59,6 +59,17 @@ _PLAIN = {t: np.dtype(d) for t, d in [
     (onnx.TensorProto.INT8, "i1"), (onnx.TensorProto.INT16, "<i2"), (onnx.TensorProto.INT32, "<i4"),
     (onnx.TensorProto.INT64, "<i8"), (onnx.TensorProto.UINT8, "u1"), (onnx.TensorProto.UINT16, "<u2"),
     (onnx.TensorProto.UINT32, "<u4"), (onnx.TensorProto.UINT64, "<u8"), (onnx.TensorProto.BOOL, "?")]}
+
+
+def is_plain(data_type: int) -> bool:
+    """Whether ``data_type``'s ``raw_data`` is the array's bytes as numpy lays them out (:data:`_PLAIN`).
+
+    Examples
+    --------
+    >>> is_plain(onnx.TensorProto.FLOAT), is_plain(onnx.TensorProto.BFLOAT16)
+    (True, False)
+    """
+    return data_type in _PLAIN
 
 
 def array_of_bytes(data_type: int, dims: Sequence[int], raw: bytes | memoryview) -> np.ndarray | None:
