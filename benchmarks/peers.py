@@ -193,9 +193,11 @@ def stage_run(name: str, threads: int, runs: int, warmup: int, tuned: bool, budg
             times, call = timed[path], calls[path]
             untimed = warmup if round_ == 0 else 1  # later rounds: one call to wake the path up
             began = time.perf_counter()
-            i = 0
-            while i < untimed + per_round or time.perf_counter() - began < MIN_ROUND_SECONDS:
+            i, first_timed = 0, math.inf
+            while i < untimed + per_round or time.perf_counter() - first_timed < MIN_ROUND_SECONDS:
                 start = time.perf_counter()
+                if i == untimed:
+                    first_timed = start  # the warm-up calls do not count towards the round's seconds
                 call()
                 if i >= untimed:
                     times.append(time.perf_counter() - start)

@@ -152,13 +152,16 @@ class _Walk:
         while True:
             if self.f.tell() >= end or shift > 63:
                 raise MalformedWire(f"a varint at byte {self.f.tell()} runs past its message")
-            byte = self.f.read(1)[0]
+            read = self.f.read(1)
+            if not read:
+                raise MalformedWire(f"the file ends in a varint at byte {self.f.tell()}")
+            byte = read[0]
             value |= (byte & 0x7F) << shift
             shift += 7
             if byte < 0x80:
                 return value
 
-    def _fields(self, start: int, end: int) -> list[tuple[int, int, int, int, int]]:
+    def _fields(self, start: int, end: int) -> list[tuple[int, int, int, int, int, int]]:
         """``(number, wire type, tag start, tag end, value start, value end)`` of each field in ``[start, end)``."""
         f, fields = self.f, []
         f.seek(start)

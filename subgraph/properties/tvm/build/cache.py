@@ -35,7 +35,6 @@ from subgraph.properties.tvm.runtime.entries import (
     clear_memory_cache,
     content_digest,
     default_cache_dir,
-    load_entry,
     load_private,
     mapped,
     note_from_dict,
@@ -46,7 +45,7 @@ from subgraph.properties.tvm.runtime.messages import error_summary
 from subgraph.properties.tvm.runtime.weights import write_weights
 
 __all__ = ["BUILD_LOCK", "MEMORY", "FilePart", "cache_get", "cache_key", "cache_put", "check_private", "clear_memory_cache",
-           "content_digest", "default_cache_dir", "load_entry", "note_from_dict", "note_to_dict", "store_entry"]
+           "content_digest", "default_cache_dir", "note_from_dict", "note_to_dict", "store_entry"]
 
 
 #: The format of the disk entries and of the builds they hold: 25 keeps large weights beside the
@@ -57,9 +56,10 @@ __all__ = ["BUILD_LOCK", "MEMORY", "FilePart", "cache_get", "cache_key", "cache_
 #: to whole vectors, writes small Ifs as a Where, flushes subnormal weights, packs a weight that
 #: several products share once, gives a matrix-vector product four vectors of sums where they
 #: fit and picks contraction tiles anew (masked rows, 14 x 2 for products); 27 measures a
-#: batched product's operands per batch element and keeps short products (64 terms or fewer)
-#: off the 14 x 2 tile: a library of an older format would run the old code. It is part of every key, so bumping it (when the way a build is
-#: made or stored changes) leaves the old entries unused.
+#: batched product's operands per batch element, keeps short products (64 terms or fewer) off
+#: the 14 x 2 tile and gives products whose rows 8 divides and 14 does not 8 x 2: a library of
+#: an older format would run the old code. It is part of every key, so bumping it (when the
+#: way a build is made or stored changes) leaves the old entries unused.
 _FORMAT = "subgraph-tvm-27"
 
 

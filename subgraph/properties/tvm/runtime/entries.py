@@ -95,11 +95,9 @@ def content_digest(parts: Iterable[Any]) -> str:
             digest.update(view.size.to_bytes(8, "little"))
             for offset in range(0, view.size, FILE_PIECE):
                 piece = os.pread(view.fd, min(FILE_PIECE, view.size - offset), offset)
-                if not piece:
-                    raise ValueError(f"the file ends at byte {offset}, before its {view.size}")
-                digest.update(piece)  # pread returns less only at the end of the file: caught next turn
-                if len(piece) < min(FILE_PIECE, view.size - offset):
+                if len(piece) < min(FILE_PIECE, view.size - offset):  # pread returns less only at the end
                     raise ValueError(f"the file ends at byte {offset + len(piece)}, before its {view.size}")
+                digest.update(piece)
             continue
         digest.update(len(view).to_bytes(8, "little"))
         digest.update(view)

@@ -71,7 +71,7 @@ class TVMFunction(CompiledKernel):
     name : str
         The graph's name.
     key : str
-        The cache key (a BLAKE3 hex digest: :func:`~subgraph.properties.tvm.build.cache.content_digest`).
+        The cache key (a BLAKE3 hex digest: :func:`~subgraph.properties.tvm.runtime.entries.content_digest`).
     target : str
         The canonical TVM target (JSON).
     input_names, output_names : list[str]

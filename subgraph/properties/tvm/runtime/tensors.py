@@ -117,7 +117,7 @@ def as_tvm_tensor(array: Any, device: Any = None) -> Any:
 
 def to_numpy(tensor: Any, copy: bool) -> np.ndarray:
     """A TVM output as a numpy array: shared through DLPack on the CPU unless ``copy``
-    (then, or on another device, copied); a ``ShapeTuple`` becomes an int64 vector."""
+    (then, or on another device, copied); a shape (``tvm_ffi.Shape``) becomes an int64 vector."""
     if isinstance(tensor, tvm_ffi.Shape):
         return np.array(list(tensor), dtype=np.int64)
     if tensor.device.dlpack_device_type() == _DL_CPU:

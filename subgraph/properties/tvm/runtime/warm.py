@@ -92,8 +92,13 @@ def _cpu() -> str:
 
 
 def _options(target: Any, schedule: str, tuning: Any, lift_weights: bool) -> str | None:
-    """The options as the key holds them; None for a target given as a ``tvm`` object."""
+    """The options as the key holds them; None for a target given as a ``tvm`` object or
+    one that does not build for the host's CPU (``cuda``...): only host builds get records, so
+    nothing is hashed for the others."""
     if not isinstance(target, (str, dict)) or not isinstance(tuning, (bool, str, os.PathLike)):
+        return None
+    kind = target.get("kind") if isinstance(target, dict) else target.split()[0] if target.strip() else ""
+    if kind not in ("llvm", "c"):
         return None
     return json.dumps([target, schedule, tuning if isinstance(tuning, bool) else os.fspath(tuning),
                        lift_weights], sort_keys=True)

@@ -26,7 +26,7 @@ _L2_BYTES = 1 << 20  # a core's L2, at the small end of today's x86 server cores
 
 @dataclass(frozen=True)
 class Contraction:
-    """What :class:`ContractionRule` found in a function: the reduction block and its axes."""
+    """What :func:`analyse_contraction` found in a function: the reduction block and its axes."""
 
     main: Any  # the reduction block's info
     rest: list  # blocks left after inlining (one epilogue at most)
@@ -41,6 +41,9 @@ class Contraction:
 
 
 def analyse_contraction(sch: Any, lanes: int) -> Contraction | None:
+    """What the contraction schedule reads in the function ``sch`` schedules (``lanes``: the
+    register's vector lanes), inlining its injective producers; ``None`` unless it has one
+    reduction block (spatial axes first) and at most one epilogue."""
     infos = normalize_prim_func(sch)
     if infos is None:
         return None

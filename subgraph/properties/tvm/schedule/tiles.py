@@ -70,12 +70,14 @@ _WHOLE_PRODUCT_ROWS = {16: 8}
 _FLIPPED_CANDIDATES = 3  # tuning's best-ranked candidates also measured with the loops in the other order
 
 
-_MIN_PARALLEL_WORK = 1 << 18  # ...unless they take this many multiply-adds (weights read by both threads' caches)
+# a contraction of fewer output elements than MIN_PARALLEL still runs on every thread when it
+# takes this many multiply-adds (its weights then read by both threads' caches)
+_MIN_PARALLEL_WORK = 1 << 18
 
 
 @dataclass(frozen=True)
 class Tile:
-    """The register tile of a contraction (matmul, convolution) in :class:`ContractionRule`.
+    """The register tile of a contraction (matmul, convolution) in :func:`schedule_contraction`.
 
     ``rows`` accumulator rows (``None``: the first of 8, 7, 6, 4, 3, 2 that divides the rows
     axis) times ``vectors`` vector registers along the innermost output axis; ``rows_axis``
