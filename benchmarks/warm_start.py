@@ -16,7 +16,8 @@ new temporary one), then each round starts, in turns, new processes that load an
 - ``onnxruntime``: an ``InferenceSession`` on the CPU and one call.
 
 The medians of ``--rounds`` (default 3) are printed with the peak RSS and the ratios to
-OpenVINO's and onnxruntime's. ``tvm_ffi`` imports ``torch`` when it is installed: part of both subgraph columns.
+OpenVINO's and onnxruntime's. TVM imports ``torch`` when it is installed and loaded first
+(the ``with tvm`` column, as before this package refused it: :mod:`subgraph.properties.tvm.runtime.torchless`).
 """
 
 from __future__ import annotations

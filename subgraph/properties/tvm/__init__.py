@@ -31,7 +31,10 @@ from subgraph.properties.base import CompiledKernel, FusedKernel, SubgraphProper
 from subgraph.properties.events import emit
 from subgraph.properties.registry import register_property
 from subgraph.properties.tvm.intake.support import tvm_installed, unsupported_reason
+from subgraph.properties.tvm.runtime import torchless
 from subgraph.properties.tvm.runtime.messages import native_log_to_logging, not_installed_message
+
+torchless.install()  # before anything imports tvm: TVM's import of torch is most of its start
 
 __all__ = ["TVMProperty"]
 

@@ -11,8 +11,8 @@ does (same package, same search folders, ``RTLD_GLOBAL``), so a later ``import t
 loaded and shares it; where ``tvm`` is imported already, nothing is loaded again.
 
 ``tvm_ffi`` imports ``torch`` when it is installed, before anything else (a workaround for a
-symbol clash on Windows; no variable turns it off) and keeps its own torch support (dtypes,
-tensors, streams) only when that import succeeded: this module leaves it so.
+symbol clash on Windows; no variable turns it off): :mod:`.torchless` refuses that import
+unless the user loaded torch first, which makes this module's import 0.2 s instead of 1.5.
 """
 
 from __future__ import annotations
