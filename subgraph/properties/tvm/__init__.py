@@ -123,13 +123,17 @@ class TVMProperty(SubgraphProperty):
     def compile_in_worker(self, subgraph: Graph) -> bool:
         """``True`` when :meth:`compile` would build ``subgraph`` and store it in the disk
         cache (``use_cache``, no entry yet): a worker process then builds it, and the
-        compile here loads the entry (:func:`~subgraph.properties.tvm.build.compiler.needs_build`)."""
+        compile here loads the entry. A build that can have a warm record and has none goes
+        to a worker without asking the compiler (a worker that finds the entry after all
+        loads it and writes the record); for the others the compiler's cache decides
+        (:func:`~subgraph.properties.tvm.build.compiler.needs_build`)."""
         if not self.options.get("use_cache", True):
             return False
         from subgraph.properties.tvm.runtime.warm import has_record  # TVM's runtime only
 
-        if has_record(subgraph, **self._cache_options()):
-            return False
+        recorded = has_record(subgraph, **self._cache_options())
+        if recorded is not None:
+            return not recorded
         from subgraph.properties.tvm.build.compiler import needs_build  # the lazy seam: imports tvm
 
         return needs_build(subgraph, target=self.options.get("target", "llvm"),

@@ -220,10 +220,13 @@ def _arguments(graph: Graph, target: Any, cache_dir: Any, schedule: str, tuning:
 
 
 def has_record(graph: Graph, target: Any = "llvm", cache_dir: str | os.PathLike | None = None,
-               schedule: str = "cpu", tuning: Any = True, lift_weights: bool = True) -> bool:
+               schedule: str = "cpu", tuning: Any = True, lift_weights: bool = True) -> bool | None:
     """Whether ``graph`` has a warm record whose entry is on disk (:func:`cached_function`
-    would load it, unless the entry is damaged)."""
+    would load it, unless the entry is damaged): True or False; None when it can have none
+    (a target that does not build for this CPU, a graph :func:`warm_key` cannot key)."""
     directory, warm = _arguments(graph, target, cache_dir, schedule, tuning, lift_weights)
+    if warm is None:
+        return None
     return _read_record(directory, warm) is not None
 
 
