@@ -79,6 +79,12 @@ class RemoteProperty(TVMProperty):
                 self._session = session_for(self.endpoint())
             return self._session
 
+    def compile_in_worker(self, subgraph: Graph) -> bool:
+        """``False``: a remote build ends in an upload over this process's session, so it is
+        built here (a worker would connect and upload on its own, then this process again);
+        for the same reason a tiered start never runs it on NUMPY first."""
+        return False
+
     def compile(self, subgraph: Graph):
         from subgraph.properties.remote.function import compile_remote  # the lazy seam: imports tvm
 
