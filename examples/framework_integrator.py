@@ -9,8 +9,10 @@ This is OpenVINO HETERO's combined mode:
 2. edit the map (here: the stem's MaxPool and the classifier run on NUMPY, as if the
    framework wanted them on the host), write it into ``node.rt_info["affinity"]`` on
    every node (manual affinity: every node needs one);
-3. ``compile_model`` partitions by those affinities and compiles each subgraph on its
-   device; the compiled model runs like a function and profiles per subgraph and op;
+3. ``compile_model`` partitions by those affinities and returns at once: the TVM subgraphs
+   run on NUMPY while worker processes build them, and switch to TVM when their builds land
+   (``wait_compiled`` waits for that); the compiled model runs like a function and profiles
+   per subgraph and op;
 4. ``visualize.write_dot`` draws the graph coloured by device and by subgraph, and
    ``to_onnx`` writes the partitioned model, each subgraph a local function that
    onnxruntime runs and Netron shows with its device.
@@ -59,7 +61,10 @@ def main(folder: str) -> int:
     for node in manual.nodes:
         node.rt_info["affinity"] = affinity[node.name]
     compiled = subgraph.compile_model(manual, DEVICE, profile=True)
-    print(compiled.summary())
+    print(compiled.summary())  # the TVM subgraphs are still building: NUMPY runs them
+    compiled(feeds)  # the first result, now
+    compiled.wait_compiled()
+    print(compiled.summary())  # every subgraph on its device
 
     outputs = compiled(feeds)
     compiled(feeds)  # profile a warm run: the first one loads the compiled code

@@ -57,7 +57,11 @@ def test_framework_integrator(example_env, tmp_path):
     assert "query_model('HETERO:TVM,NUMPY'): 69 node(s) on TVM" in lines
     assert ("moved 4 node(s) to NUMPY by hand: ['/maxpool/MaxPool', '/GlobalAveragePool', '/Flatten', "
             "'/fc/Gemm']") in lines
-    assert [line.split()[:3] for line in lines if line[:4].strip().isdigit()] == [
+    rows = [line.split() for line in lines if line[:4].strip().isdigit()]
+    building = ["(building:", "NUMPY", "runs", "it)"]
+    assert [row[:6] if row[1] == "TVM" else row[:3] for row in rows[:4]] == [  # right after compile_model
+        ["0", "TVM", *building], ["1", "NUMPY", "1"], ["2", "TVM", *building], ["3", "NUMPY", "3"]]
+    assert [row[:3] for row in rows[4:]] == [  # after wait_compiled
         ["0", "TVM", "3"], ["1", "NUMPY", "1"], ["2", "TVM", "62"], ["3", "NUMPY", "3"]]
     assert any(line.startswith("subgraph2: TVM execute") for line in lines)  # the profile
     for name in ("resnet18_affinity.dot", "resnet18_subgraphs.dot", "resnet18_partitioned.onnx"):

@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from subgraph.errors import SubgraphError, warn_hook
-from subgraph.hetero.devices import FALLBACK_DEVICE
+from subgraph.hetero.devices import FALLBACK_DEVICE, takes
 from subgraph.hetero.measured import measure_node
 from subgraph.hetero.model import SubgraphInfo
+from subgraph.hetero.tiered import BackgroundBuild, TieredKernel
 from subgraph.hetero.workers import compile_in_workers, worth_workers
 from subgraph.ir import Graph, Node
-from subgraph.properties import FusedKernels, SubgraphProperty
+from subgraph.properties import FusedKernel, FusedKernels, SubgraphProperty
 from subgraph.properties.events import emit, listened
 from subgraph.properties.runtime import property_of
 from subgraph.selectors import ContainOpSelector, SubgraphSelector
@@ -59,6 +60,9 @@ class CompileSettings:
     partition_options: Mapping[str, Any] = field(default_factory=dict)
     #: streams the model's asynchronous requests run on (1: pipelined; :mod:`~subgraph.hetero.streams`)
     streams: int = 1
+    #: ``"tiered"``: subgraphs a device would build run on NUMPY until their build, in the
+    #: background, is ready (:mod:`~subgraph.hetero.tiered`); ``"blocking"``: built now
+    startup: str = "blocking"
 
 
 class Leftover(SubgraphProperty):
@@ -97,15 +101,23 @@ class ModelBuilder:
     def __init__(self, graph: Graph, props: dict[str, SubgraphProperty], settings: CompileSettings) -> None:
         self.graph, self.props, self.settings = graph, props, settings
         self.kernels = FusedKernels(profile=settings.profile)
+        #: the builds left to the background with ``startup="tiered"`` (not started), else None
+        self.background: BackgroundBuild | None = None
 
     def build(self) -> list[SubgraphInfo]:
         """Number the subgraphs in topological order, compile each one (when asked) and,
         with ``choose="measured"``, move it to NUMPY when that is faster; their infos."""
         settings = self.settings
         fused = self._number()
-        ahead = self._build_ahead(fused) if settings.compile_now and settings.workers > 1 else {}
+        tiered = [node for node in fused if self._tiers(node)]
+        later = {node.name for node in tiered}
+        ahead = self._build_ahead([n for n in fused if n.name not in later]) \
+            if settings.compile_now and settings.workers > 1 else {}
         infos = []
         for index, node in enumerate(fused):
+            if node.name in later:
+                infos.append(self._interim(index, node))
+                continue
             if settings.compile_now and listened():
                 count = len(node.subgraph.nodes)
                 emit("subgraph", index + 1, len(fused), f"{node.attrs['device']}, {count} node{'s' * (count != 1)}")
@@ -124,7 +136,30 @@ class ModelBuilder:
                                 tuple(n.op for n in node.subgraph.nodes), crossing, failed, costs, moved, notes)
             infos.append(info)
             self._report(index + 1, len(fused), info)
+        if tiered:
+            self.background = BackgroundBuild(tiered, self.kernels, infos, self.props[FALLBACK_DEVICE],
+                                              settings.workers)
         return infos
+
+    def _tiers(self, node: Node) -> bool:
+        """Whether ``node`` starts on NUMPY while its device builds it in the background: a
+        tiered start, a device that would build it in a worker, and NUMPY taking every node."""
+        if self.settings.startup != "tiered" or not self.settings.compile_now or os.name != "posix":
+            return False
+        numpy_prop = self.props[FALLBACK_DEVICE]
+        return node.attrs["device"] != FALLBACK_DEVICE and all(takes(numpy_prop, n) for n in node.subgraph.nodes) \
+            and _opts_in(node)
+
+    def _interim(self, index: int, node: Node) -> SubgraphInfo:
+        """Give ``node`` a :class:`~subgraph.hetero.tiered.TieredKernel` running NUMPY now; its info."""
+        final = self.kernels.fused(node)
+        interim = FusedKernel(self.props[FALLBACK_DEVICE], node.subgraph, node.attrs.get("output_map"),
+                              profile=self.settings.profile)
+        interim.compile()
+        self.kernels.kernels[node.name] = TieredKernel(interim, final)
+        crossing = sum(v.nbytes or 0 for v in (*node.inputs, *node.outputs) if v is not None)
+        return SubgraphInfo(index, node.attrs["device"], node.name, tuple(n.name for n in node.subgraph.nodes),
+                            tuple(n.op for n in node.subgraph.nodes), crossing, pending=True)
 
     def _number(self) -> list[Node]:
         """The fused nodes in topological order, renamed ``subgraph<i>`` with ``subgraph_id`` i."""

@@ -36,6 +36,7 @@ from subgraph.hetero.model import CompiledModel, SubgraphInfo
 from subgraph.hetero.pipeline import time_stages
 from subgraph.hetero.split import PipelinePlan, measure_node_costs, plan_pipeline, transfer_function
 from subgraph.hetero.streams import stream_count
+from subgraph.hetero.tiered import STARTUPS
 from subgraph.ir import Graph, is_static_shape
 from subgraph.partition import partition_graph
 from subgraph.properties import SubgraphProperty
@@ -46,7 +47,7 @@ from subgraph.transform.specialize import specialize
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["partition_model", "compile_model", "CHOICES", "SPLITS"]
+__all__ = ["CHOICES", "SPLITS", "compile_model", "partition_model"]
 
 #: how compile_model picks a subgraph's device: "priority" (OpenVINO's), "measured" (timed)
 CHOICES = ("priority", "measured")
@@ -94,9 +95,13 @@ def compile_model(graph: Graph | str | os.PathLike | onnx.ModelProto, device: st
                   choose: str = "priority", input_shapes: Mapping[str, Sequence[int]] | None = None,
                   max_specializations: int = MAX_SPECIALIZATIONS, split: str | None = None,
                   pipeline_costs: Mapping[str, float] | None = None, compile_workers: int | None = None,
-                  performance_hint: str = "LATENCY", num_streams: int | None = None,
+                  performance_hint: str = "LATENCY", num_streams: int | None = None, startup: str | None = None,
                   **partition_options: Any) -> CompiledModel | SpecializingModel:
     """Partition ``graph`` over the devices of ``device`` and compile every subgraph.
+
+    By default a subgraph its device has to build (TVM: no build in the cache) runs on
+    NUMPY until the build, done in the background, is ready (``startup``): the model
+    answers at once. :meth:`CompiledModel.wait_compiled` waits for every build.
 
     A graph whose inputs have symbolic dimensions (``batch``) gives a
     :class:`~subgraph.hetero.dynamic.SpecializingModel`: each call's input shapes pick
@@ -156,7 +161,8 @@ def compile_model(graph: Graph | str | os.PathLike | onnx.ModelProto, device: st
         may use; ``1``: every subgraph compiles here, one after another. Workers start only
         where they can pay for their start (:func:`~subgraph.hetero.workers.worth_workers`);
         partition, libraries and outputs are the same as with ``1``, and a worker that dies
-        is an error naming its subgraph (:mod:`~subgraph.hetero.workers`).
+        is an error naming its subgraph (:mod:`~subgraph.hetero.workers`). A tiered start's
+        background builds always run in workers (at least one).
     performance_hint : {"LATENCY", "THROUGHPUT"}
         OpenVINO's ``PERFORMANCE_HINT``. ``"LATENCY"`` (default): each call uses every CPU,
         and :meth:`CompiledModel.start_async` pipelines requests over the model's devices.
@@ -167,6 +173,17 @@ def compile_model(graph: Graph | str | os.PathLike | onnx.ModelProto, device: st
     num_streams : int | None
         OpenVINO's ``NUM_STREAMS``: how many streams (``None``: one per usable CPU under
         ``"THROUGHPUT"``, none under ``"LATENCY"``; a number given wins over the hint).
+    startup : {"tiered", "blocking"} | None
+        ``"tiered"``: ``compile_model`` returns at once; each subgraph whose device would
+        build it (and whose every node NUMPY runs) runs on NUMPY while worker processes build
+        it, and switches to its device when the build is loaded and verified, never on the
+        caller's thread (OpenVINO AUTO's startup fallback; :mod:`~subgraph.hetero.tiered`). A
+        build that fails leaves the subgraph on NUMPY with a warning. ``summary()``, the
+        profile and :attr:`SubgraphInfo.pending` say which tier runs each subgraph;
+        :meth:`CompiledModel.wait_compiled` waits for the builds. ``"blocking"``: every
+        build is done before this returns. ``None`` (default): tiered, but blocking with
+        ``fallback=False``, ``choose="measured"``, ``split="pipeline"`` or a ``progress``
+        callback, which need every build first.
     **partition_options
         Passed to :func:`~subgraph.partition_graph` (``min_subgraph_size`` ...).
 
@@ -174,7 +191,8 @@ def compile_model(graph: Graph | str | os.PathLike | onnx.ModelProto, device: st
     ------
     DeviceError
         A bad device string, ``choose``, ``split``, ``pipeline_costs``, ``compile_workers``,
-        ``performance_hint``, ``num_streams`` (or streams with ``split="pipeline"``), ``graph``,
+        ``performance_hint``, ``num_streams`` (or streams with ``split="pipeline"``), ``startup``
+        (or ``"tiered"`` with an option that needs every build first), ``graph``,
         ``progress`` or ``device_properties`` (not a dict of dicts, an unknown option of a
         built-in device, a value of the wrong type), or a pipeline stage whose device does
         not support one of its nodes; the message names the argument, option or node.
@@ -225,6 +243,7 @@ def compile_model(graph: Graph | str | os.PathLike | onnx.ModelProto, device: st
         raise DeviceError("compile_model: split='pipeline' runs each request over one stage per device, "
                           f"streams run requests whole: give performance_hint='THROUGHPUT' or num_streams="
                           f"{num_streams!r}, or split='pipeline', not both")
+    startup = _startup(startup, fallback=fallback, choose=choose, split=split, progress=progress)
     parse_devices(device)  # a bad device string fails now, not on the first call
     check_device_options(device_properties)  # bad options fail now, not on the first call
 
@@ -234,7 +253,7 @@ def compile_model(graph: Graph | str | os.PathLike | onnx.ModelProto, device: st
         settings = CompileSettings(profile=profile, progress=progress, fallback=fallback, compile_now=True,
                                    choose=choose, split=split, pipeline_costs=pipeline_costs,
                                    workers=int(compile_workers), partition_options=partition_options,
-                                   streams=streams)
+                                   streams=streams, startup=startup)
         return _partition_model(static, device, device_properties, settings)
 
     return _specialized(graph, build, input_shapes, max_specializations, streams)
@@ -262,12 +281,15 @@ def _partition_model(graph: Graph, device: str, device_properties: Mapping[str, 
     leftover = [n for n in work.nodes if n.subgraph is None]
     if leftover:  # e.g. dropped by min_subgraph_size: they still run, on the fallback device
         work = partition_graph(work, Leftover(props[FALLBACK_DEVICE], {n.name for n in leftover}))
+    _record_affinity(work, affinity)  # before any build: the nodes are part of the builds' cache keys
     builder = ModelBuilder(work, props, settings)
     subgraphs = builder.build()
-    _record_affinity(work, affinity)
     kernels, profile = builder.kernels, settings.profile
     if plan is None:
-        return CompiledModel(work, affinity, subgraphs, profile, kernels, streams=settings.streams)
+        model = CompiledModel(work, affinity, subgraphs, profile, kernels, streams=settings.streams)
+        if builder.background is not None:
+            model.build_in_background(builder.background)
+        return model
     stage_of = {name: j for j, names in enumerate(plan.stages) for name in names}
     stages: list[list[str]] = [[] for _ in plan.stages]
     for node in work.nodes:  # a fused node runs in its nodes' stage (one device, one stage)
@@ -284,11 +306,27 @@ def _partition_model(graph: Graph, device: str, device_properties: Mapping[str, 
     return model
 
 
+def _startup(startup: str | None, **options: Any) -> str:
+    """``compile_model``'s ``startup``, checked: the default is tiered unless an option needs
+    every build before ``compile_model`` returns."""
+    if startup is not None and startup not in STARTUPS:
+        raise DeviceError(f"compile_model: startup={startup!r} is not one of {', '.join(map(repr, STARTUPS))}")
+    needs = {"fallback": options["fallback"] is False, "choose": options["choose"] == "measured",
+             "split": options["split"] == "pipeline", "progress": options["progress"] is not None}
+    blocking = [f"{name}={options[name]!r}" if name != "progress" else "progress" for name, yes in needs.items() if yes]
+    if startup == "tiered" and blocking:
+        raise DeviceError(f"compile_model: startup='tiered' runs subgraphs on NUMPY while their builds run, but "
+                          f"{blocking[0]} needs every build before compile_model returns: give startup='blocking' "
+                          "or leave startup out")
+    return startup or ("blocking" if blocking else "tiered")
+
+
 def _record_affinity(model_graph: Graph, affinity: Mapping[str, str]) -> None:
     """Record on each node inside the model's fused subgraphs the device it was assigned
-    (``rt_info["affinity"]``, as OpenVINO's runtime model reports it), once the model is
-    built: an output of the compile, which the export writes beside each node; the
-    partition read the affinity as its support rules, never from the nodes."""
+    (``rt_info["affinity"]``, as OpenVINO's runtime model reports it), once the graph is
+    partitioned and before anything is built (a build's cache key reads the nodes whole):
+    an output of the compile, which the export writes beside each node; the partition read
+    the affinity as its support rules, never from the nodes."""
     for fused in model_graph.nodes:
         for node in fused.subgraph.nodes if fused.subgraph is not None else ():
             if node.name in affinity:

@@ -12,6 +12,7 @@ engine profiles and torch.compile's recompiles, bounded the way torch bounds its
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 
@@ -24,7 +25,7 @@ from subgraph.hetero.model import CompiledModel, ProfileRecord, SubgraphInfo
 from subgraph.ir import Graph
 from subgraph.transform.specialize import Signature, specialize
 
-__all__ = ["SpecializingModel", "MAX_SPECIALIZATIONS"]
+__all__ = ["MAX_SPECIALIZATIONS", "SpecializingModel"]
 
 #: how many specializations a :class:`SpecializingModel` keeps by default
 MAX_SPECIALIZATIONS = 8
@@ -100,6 +101,18 @@ class SpecializingModel:
         """The signatures compiled and kept, least recently used first."""
         with self._lock:
             return list(self._models)
+
+    def wait_compiled(self, timeout: float | None = None) -> bool:
+        """Wait until every kept specialization runs on its final devices (a tiered start's
+        background builds: :meth:`CompiledModel.wait_compiled`); False when ``timeout``
+        seconds passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            models = list(self._models.values())
+        for model in models:
+            if not model.wait_compiled(None if deadline is None else max(0.0, deadline - time.monotonic())):
+                return False
+        return True
 
     def specialization(self, feeds: Mapping[str, np.ndarray]) -> CompiledModel:
         """The compiled model for the signature of ``feeds``, compiled now if it is new.

@@ -23,7 +23,7 @@ from subgraph.hetero.streams import Streams
 from subgraph.ir import Graph
 from subgraph.properties import FusedKernels, KernelNote
 
-__all__ = ["CompiledModel", "SubgraphInfo", "ProfileRecord", "format_bytes"]
+__all__ = ["CompiledModel", "ProfileRecord", "SubgraphInfo", "format_bytes"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,9 @@ class SubgraphInfo:
     #: the parts its device compiled off its fast path, and why (TVM: functions whose
     #: schedule failed); empty when all got it, or before the subgraph is compiled
     notes: tuple[KernelNote, ...] = ()
+    #: True while NUMPY runs it and its device builds it in the background (tiered start,
+    #: :mod:`~subgraph.hetero.tiered`); the entry is replaced when the build lands
+    pending: bool = False
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,27 @@ class CompiledModel:
         self.streams = streams
         self._requests = 0
         self._direct: Any = None  # :meth:`_whole_subgraph`, found on the first run
+        self._background: Any = None  # a tiered start's BackgroundBuild (:mod:`~subgraph.hetero.tiered`)
+
+    def build_in_background(self, build: Any) -> None:
+        """Start ``build``, a :class:`~subgraph.hetero.tiered.BackgroundBuild` of this model's
+        subgraphs (tiered start): each subgraph it switches is run by its new kernel from the
+        next call on."""
+        self._background = build
+        model = weakref.ref(self)  # the build must not keep the model alive: dropping it stops the build
+
+        def forget() -> None:
+            live = model()
+            if live is not None:
+                live._direct = None  # found again, on the new kernel
+        build.on_switch = forget
+        build.start(self)
+
+    def wait_compiled(self, timeout: float | None = None) -> bool:
+        """Wait until every subgraph runs on its final device (tiered start: the background
+        builds have landed, or fell back to NUMPY); True then, False when ``timeout`` seconds
+        passed first. A model compiled with ``startup="blocking"`` is always ready."""
+        return self._background is None or self._background.wait(timeout)
 
     @property
     def optimal_number_of_infer_requests(self) -> int:
@@ -190,7 +214,8 @@ class CompiledModel:
             return Pipeline(self.graph, self.kernels, self.stages)
         if self._direct is None:
             self._direct = self._whole_subgraph()
-        run = self._direct or Executor(self.graph, kernel_for=self.kernels).run
+        changing = self._background is not None and not self._background.done.is_set()
+        run = (not changing and self._direct) or Executor(self.graph, kernel_for=self.kernels).run
         fused = [self.kernels.fused(n) for n in self.graph.nodes if n.subgraph is not None]
         properties = {id(k.prop): k.prop for k in fused}
         return Streams(run, properties.values(), self.streams, self.graph.name)
@@ -204,14 +229,15 @@ class CompiledModel:
             if info is None:
                 records.append(ProfileRecord(-1, "?", node.name, node.op, seconds))
                 continue
-            fn = self.kernels.fused(node).compile()
+            kernel = self.kernels.fused(node)
+            fn, device = kernel.compile(), kernel.prop.device  # the tier that ran it (tiered start)
             inner, transfer = fn.op_times(), fn.transfer_times()
-            moves = [ProfileRecord(info.index, info.device, name, "Transfer", t) for name, t in transfer.items()]
+            moves = [ProfileRecord(info.index, device, name, "Transfer", t) for name, t in transfer.items()]
             records.extend(moves[:1])  # handing the inputs over
             if inner:
-                records.extend(ProfileRecord(info.index, info.device, n, op, t) for n, op, t in inner)
+                records.extend(ProfileRecord(info.index, device, n, op, t) for n, op, t in inner)
             else:
-                records.append(ProfileRecord(info.index, info.device, f"{info.device} execute",
+                records.append(ProfileRecord(info.index, device, f"{device} execute",
                                              "Subgraph", seconds - sum(transfer.values())))
             records.extend(moves[1:])  # and the outputs back
         return records
@@ -278,7 +304,8 @@ class CompiledModel:
         op types; with ``choose="measured"`` also the measured costs (``?``: not measured, said
         in a note under the table). A device marked
         ``(moved)`` took the subgraph by measurement, ``(fallback)`` failed to compile it, so
-        it runs on NUMPY. Under the table, every part a device compiled off its fast path
+        it runs on NUMPY, ``(building: NUMPY runs it)`` builds it in the background (tiered
+        start). Under the table, every part a device compiled off its fast path
         (:attr:`SubgraphInfo.notes`: TVM functions whose schedule failed) and why. With
         ``split="pipeline"``, the pipeline plan follows
         (:meth:`~subgraph.hetero.split.PipelinePlan.format`): the cut points and, per stage,
@@ -294,8 +321,8 @@ class CompiledModel:
         """
         costs = [", ".join(f"{d} {'?' if t is None else f'{t * 1e3:.3g} ms'}" for d, t in s.costs)
                  for s in self.subgraphs]
-        devices = [s.device + (" (fallback)" if s.fallback else " (moved)" if s.moved else "")
-                   for s in self.subgraphs]
+        devices = [s.device + (" (fallback)" if s.fallback else " (moved)" if s.moved else
+                               " (building: NUMPY runs it)" if s.pending else "") for s in self.subgraphs]
         wide, width = max([7, *map(len, devices)]), max(map(len, costs), default=0)
         head = f"{'costs':<{width}}  " if width else ""
         rows = [f"{'id':>3}  {'device':<{wide}} {'nodes':>5}  {'boundary':>10}  {head}op types"]

@@ -69,7 +69,7 @@ def worth_workers(sizes: Sequence[int], workers: int) -> bool:
 
 
 def compile_in_workers(tasks: Sequence[tuple[str, SubgraphProperty, Graph]],
-                       workers: int) -> dict[str, BaseException | None]:
+                       workers: int, stop: Connection | None = None) -> dict[str, BaseException | None]:
     """Run ``prop.compile(subgraph)`` for every ``(name, prop, subgraph)`` in worker processes.
 
     Parameters
@@ -79,6 +79,9 @@ def compile_in_workers(tasks: Sequence[tuple[str, SubgraphProperty, Graph]],
         subgraph sent as :func:`~subgraph.serialize.graph_to_dict` (exact both ways).
     workers : int
         At most this many processes (never more than there are tasks).
+    stop : Connection | None
+        A connection that becomes readable to stop early (a background build dropped):
+        the workers still building are stopped as on Ctrl-C, their subgraphs answer ``None``.
 
     Returns
     -------
@@ -101,7 +104,10 @@ def compile_in_workers(tasks: Sequence[tuple[str, SubgraphProperty, Graph]],
             procs[receive] = [proc, send, None]
             _hand_out(receive, procs, order, tasks)
         while any(entry[2] is not None for entry in procs.values()):
-            for conn in wait([c for c, entry in procs.items() if entry[2] is not None]):
+            ready = wait([c for c, entry in procs.items() if entry[2] is not None] + ([stop] if stop else []))
+            if stop is not None and stop in ready:
+                break  # the workers still building are stopped below
+            for conn in ready:
                 proc, _, index = procs[conn]
                 name, _, subgraph = tasks[index]
                 try:

@@ -340,7 +340,9 @@ class SubgraphProperty:
         subgraph of a model in parallel worker processes (``compile_workers``,
         :mod:`~subgraph.hetero.workers`) before calling :meth:`compile` of each one here, in
         order. ``compile`` stays one subgraph at a time; the parallelism is the framework's.
-        The default, ``False``, keeps every compile in this process, one after another.
+        Under a tiered start (``compile_model``'s default, :mod:`~subgraph.hetero.tiered`), such
+        a subgraph runs on NUMPY until its build in a worker is ready. The default, ``False``,
+        keeps every compile in this process, one after another, before ``compile_model`` returns.
         """
         return False
 

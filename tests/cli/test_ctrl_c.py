@@ -153,7 +153,7 @@ compiler.build = build
 threading.Thread(target=lambda: (started.wait(), time.sleep(0.5), os.kill(os.getpid(), signal.SIGINT)),
                  daemon=True).start()
 try:
-    subgraph.compile_model(graph, "HETERO:TVM,NUMPY", options)
+    subgraph.compile_model(graph, "HETERO:TVM,NUMPY", options, startup="blocking")
 except KeyboardInterrupt:
     print("KeyboardInterrupt")
 print(sorted(os.listdir({str(tmp_path / "cache")!r})))
@@ -163,7 +163,7 @@ while interrupt.abandoned_work() and time.monotonic() < deadline:
 print("abandoned", interrupt.abandoned_work())
 x = np.random.default_rng(0).standard_normal((1, 3, 224, 224), dtype=np.float32)
 feeds = {{graph.inputs[0].name: x}}
-got = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", options)(feeds)
+got = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", options, startup="blocking")(feeds)
 want = subgraph.run(graph, feeds)
 print(all(np.allclose(got[k], want[k], rtol=1e-4, atol=1e-4) for k in want), len(os.listdir({str(tmp_path / "cache")!r})))
 """

@@ -78,7 +78,7 @@ def test_two_workers_build_what_one_process_builds(tmp_path, always_workers):
     for n in (1, 2):
         clear_memory_cache()  # each compile starts from its own empty cache
         options = {"TVM": {"exclude_ops": ["Sigmoid"], "cache_dir": str(tmp_path / f"cache{n}")}}
-        models[n] = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", options, compile_workers=n)
+        models[n] = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", options, compile_workers=n, startup="blocking")
         outputs[n] = models[n]({"x": x})["y"]
     assert str(graph) == before  # the caller's graph is untouched
     layout = [[(s.index, s.device, s.nodes) for s in models[n].subgraphs] for n in (1, 2)]
@@ -137,7 +137,7 @@ def _seed(fallback: bool = True, **options):
     with registered(worker_test=WorkerNumpy):
         return subgraph.compile_model(seed_example(), "HETERO:WORKER,NUMPY",
                                       {"WORKER": {"parent": os.getpid(), "ops": ["Relu", "Add"], **options}},
-                                      fallback=fallback, compile_workers=2)
+                                      fallback=fallback, compile_workers=2, startup="blocking")
 
 
 def test_workers_split_the_seed_example(always_workers):

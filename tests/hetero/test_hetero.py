@@ -165,7 +165,7 @@ def test_compiled_model_is_safe_from_several_threads():
 
 
 def test_profile_lists_subgraphs_and_ops():
-    model = compile_model(seed_example(), "HETERO:TVM,NUMPY", TVM_RELU_ADD, profile=True)
+    model = compile_model(seed_example(), "HETERO:TVM,NUMPY", TVM_RELU_ADD, profile=True, startup="blocking")
     model({"x": X})
     records = model.profiling_info()
     assert [(r.subgraph, r.device, r.op) for r in records if r.op != "Transfer"] == [

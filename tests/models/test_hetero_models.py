@@ -87,7 +87,8 @@ def test_all_tvm_all_numpy_and_mixed_agree(name, tvm_cache):
 CACHE_SCRIPT = textwrap.dedent("""
     import subgraph
     graph = subgraph.from_onnx(subgraph.example_model())  # three TVM subgraphs around two MaxPools
-    compiled = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", {"TVM": {"exclude_ops": ["MaxPool"]}})
+    compiled = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", {"TVM": {"exclude_ops": ["MaxPool"]}},
+                                      startup="blocking")  # built here, in order: the first process compiles
     for node in compiled.graph.nodes:
         if node.attrs["device"] == "TVM":
             print(node.name, compiled.kernels.fused(node).compile().source)

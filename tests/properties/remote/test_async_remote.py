@@ -29,7 +29,7 @@ def test_one_hundred_requests_pipelined_over_two_remote_devices(rpc_servers):
     assert [r.userdata for r in requests] == list(range(100))
     for request, x in zip(requests, xs):
         assert request.results["relu3"].tobytes() == model.run({"x": x})["relu3"].tobytes()
-    local = compile_model(graph, "TVM")
+    local = compile_model(graph, "TVM", startup="blocking")
     np.testing.assert_allclose(requests[0].results["relu3"], local.run({"x": xs[0]})["relu3"], rtol=1e-5, atol=1e-6)
     feeds = random_inputs(graph)
     assert model.start_async(feeds).wait(60)["relu3"].tobytes() == model.run(feeds)["relu3"].tobytes()

@@ -20,7 +20,7 @@ def example():
 
 
 def local_run(graph, feeds):
-    return compile_model(graph, "HETERO:TVM,NUMPY", {"TVM": {"exclude_ops": EXCLUDE}})(feeds)
+    return compile_model(graph, "HETERO:TVM,NUMPY", {"TVM": {"exclude_ops": EXCLUDE}}, startup="blocking")(feeds)
 
 
 def remote_options(address, **more):

@@ -153,9 +153,9 @@ def test_index_checks_option_turns_the_checks_off_for_measuring():
 
     graph = _graph("Gather", (2, 3), (2,), axis=1)
     feeds = _feeds(graph, [2, -3])
-    checked = compile_model(graph, "TVM", {"TVM": {"index_checks": True}})
-    unchecked = compile_model(graph, "TVM", {"TVM": {"index_checks": False}})
-    default = compile_model(graph, "TVM")
+    checked = compile_model(graph, "TVM", {"TVM": {"index_checks": True}}, startup="blocking")
+    unchecked = compile_model(graph, "TVM", {"TVM": {"index_checks": False}}, startup="blocking")
+    default = compile_model(graph, "TVM", startup="blocking")
     np.testing.assert_array_equal(unchecked(feeds)["idx"], checked(feeds)["idx"])
     np.testing.assert_array_equal(checked(feeds)["idx"], subgraph.run(graph, feeds)["idx"])
     (fn,) = [k.compile() for k in unchecked.kernels.kernels.values()]

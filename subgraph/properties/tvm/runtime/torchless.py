@@ -56,7 +56,6 @@ class TorchForTVM:
         if (fullname == "torch" or fullname.startswith("torch.")) and _from_tvm():
             raise ModuleNotFoundError(f"No module named {fullname!r} (not loaded for TVM by subgraph: "
                                       "import torch before TVM loads to use TVM's torch support)", name=fullname)
-        return None
 
     def __repr__(self) -> str:
         return "<subgraph: torch not loaded for TVM>"

@@ -32,7 +32,8 @@ SCRIPT = textwrap.dedent("""
     import numpy as np
     import subgraph
     feeds = {"image": np.load(sys.argv[1])}
-    model = subgraph.compile_model(subgraph.example_model(), "HETERO:TVM,NUMPY", {"TVM": {"exclude_ops": ["MaxPool"]}})
+    model = subgraph.compile_model(subgraph.example_model(), "HETERO:TVM,NUMPY", {"TVM": {"exclude_ops": ["MaxPool"]}},
+                                   startup="blocking")
     outputs = model.run(feeds)
     if len(sys.argv) > 3:  # then a graph the cache does not hold: the compiler, in the same process
         from subgraph.properties.tvm.runtime.tensors import aligned_empty

@@ -111,7 +111,8 @@ def test_a_rule_that_raises_costs_only_its_function(raising_transpose):
 
 def test_summary_explain_and_profile_name_the_function(unbuildable_transpose, tmp_path):
     graph = conv_transpose_graph()
-    model = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", {"TVM": {"cache_dir": str(tmp_path)}}, profile=True)
+    model = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", {"TVM": {"cache_dir": str(tmp_path)}}, profile=True,
+                                    startup="blocking")
     (info,) = model.subgraphs
     (note,) = info.notes
     assert isinstance(note, KernelNote) and note.nodes == ("up",)
