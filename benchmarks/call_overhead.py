@@ -50,7 +50,7 @@ def _calls(name: str) -> tuple[dict, str]:
     exporter = "legacy" if "legacy" in zoo.corpus.entry(name).exporters else "dynamo"
     sample = zoo.corpus.load(name, exporter)
     graph = subgraph.from_onnx(sample.model, sample.input_shapes)
-    model = subgraph.compile_model(graph, "HETERO:TVM,NUMPY")
+    model = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking")
     counts: dict[str, int] = {}
     for s in model.subgraphs:
         counts[s.device] = counts.get(s.device, 0) + 1

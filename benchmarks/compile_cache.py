@@ -55,7 +55,7 @@ SCRIPT = textwrap.dedent("""
         graph = subgraph.from_onnx(sample.model, sample.input_shapes)
     start = time.perf_counter()
     model = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", {"TVM": {"exclude_ops": exclude}},
-                                   compile_workers=workers)
+                                   compile_workers=workers, startup="blocking")
     seconds = time.perf_counter() - start
     print(imported, seconds, sum(s.device == "TVM" for s in model.subgraphs))
 """)

@@ -101,7 +101,8 @@ def child(name: str, exporter: str) -> dict:
             if path == "run":
                 outputs = subgraph.run(graph, sample.feeds)
             else:
-                compiled = subgraph.compile_model(graph, "HETERO:TVM,NUMPY" if path == "tvm" else "HETERO:NUMPY")
+                compiled = subgraph.compile_model(graph, "HETERO:TVM,NUMPY" if path == "tvm" else "HETERO:NUMPY",
+                                                  startup="blocking")
                 if path == "tvm":
                     counts: dict[str, int] = {}
                     for s in compiled.subgraphs:

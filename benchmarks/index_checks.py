@@ -67,7 +67,8 @@ def measure(name: str, runs: int, cache_dir: str) -> dict[str, Any]:
 
     graph, feeds, source = _load(name)
     models = {checks: subgraph.compile_model(graph, "HETERO:TVM,NUMPY",
-                                             {"TVM": {"cache_dir": cache_dir, "index_checks": checks}})
+                                             {"TVM": {"cache_dir": cache_dir, "index_checks": checks}},
+                                             startup="blocking")
               for checks in (True, False)}
     kernels = [k.compile() for k in models[True].kernels.kernels.values()]
     checked = sum(len(getattr(fn, "index_checks", ())) for fn in kernels)

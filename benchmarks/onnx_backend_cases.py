@@ -120,7 +120,7 @@ def attempt(fn):
 def run_path(path: str, graph, feeds: dict[str, np.ndarray]):
     if path == "run":
         return attempt(lambda: subgraph.run(graph, feeds))
-    model, failure = attempt(lambda: subgraph.compile_model(graph, path))
+    model, failure = attempt(lambda: subgraph.compile_model(graph, path, startup="blocking"))
     if failure:
         return None, (failure[0], "compile: " + failure[1])
     return attempt(lambda: model(feeds))

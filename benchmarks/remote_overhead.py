@@ -87,13 +87,13 @@ def main() -> None:
     remote = {"address": f"127.0.0.1:{port}"}
     try:
         tiny, x = tiny_graph(), {"x": np.linspace(-1, 1, 16, dtype=np.float32)}
-        local_tiny = median_seconds(compile_model(tiny, "TVM"), x, args.runs)
+        local_tiny = median_seconds(compile_model(tiny, "TVM", startup="blocking"), x, args.runs)
         remote_tiny = median_seconds(compile_model(tiny, "REMOTE.0", {"REMOTE.0": remote}, fallback=False),
                                      x, args.runs)
         cnn = subgraph.from_onnx(subgraph.example_model())
         image = {"image": np.random.default_rng(0).standard_normal((1, 3, 32, 32), dtype=np.float32)}
         exclude = ["MaxPool", "Softmax"]
-        local_model = compile_model(cnn, "HETERO:TVM,NUMPY", {"TVM": {"exclude_ops": exclude}})
+        local_model = compile_model(cnn, "HETERO:TVM,NUMPY", {"TVM": {"exclude_ops": exclude}}, startup="blocking")
         remote_model = compile_model(cnn, "HETERO:REMOTE.0,NUMPY", {"REMOTE.0": {**remote, "exclude_ops": exclude}},
                                      fallback=False)
         count = sum(s.device == "REMOTE.0" for s in remote_model.subgraphs)

@@ -205,7 +205,7 @@ def main() -> None:
             proc, address = start_server(0)  # a server of its own: a server serves one session at a time
             servers.append(proc)
             small = compile_model(tiny, "REMOTE.0", {"REMOTE.0": {"address": address, "timeout": 60}})
-            local = compile_model(tiny, "TVM")
+            local = compile_model(tiny, "TVM", startup="blocking")
             one = {"x": np.ones(4, np.float32)}
             for m in (small, local):
                 for _ in range(20):

@@ -33,7 +33,8 @@ def _turns(name: str, threads: int, rounds: int) -> dict[str, float]:
 
     sample, _ = load_sample(name)
     feeds = sample.feeds
-    model = subgraph.compile_model(subgraph.from_onnx(sample.model, sample.input_shapes), "HETERO:TVM,NUMPY")
+    model = subgraph.compile_model(subgraph.from_onnx(sample.model, sample.input_shapes), "HETERO:TVM,NUMPY",
+                                   startup="blocking")
     session = ort_session(sample.model, threads)
     with tempfile.TemporaryDirectory() as tmp:
         compiled, _ = ov_compiled(sample.model, threads, tmp)
