@@ -4,7 +4,8 @@ A property opts in per subgraph (:meth:`~subgraph.properties.SubgraphProperty.co
 its ``compile`` in another process leaves what makes the compile here cheap (TVM: an
 entry in the disk cache, written atomically). :func:`compile_in_workers` starts up to
 ``workers`` processes (new interpreters, as multiprocessing's ``spawn`` but never re-running
-the caller's ``__main__``; each imports the backend once; POSIX only), hands them the subgraphs largest first, and returns, per subgraph, the
+the caller's ``__main__``; each imports the backend once; POSIX only), hands them the subgraphs
+largest first (the graph as a document, its weights after it as raw bytes), and returns, per subgraph, the
 error its compile raised or ``None``. The caller then compiles every subgraph here, in
 order, as without workers: the results are the same, only the build happened elsewhere.
 
@@ -157,13 +158,17 @@ def _hand_out(conn: Connection, procs: dict, order: deque, tasks: Sequence) -> N
         return
     index = order.popleft()
     _, prop, subgraph = tasks[index]
-    _send(entry[1], (prop, graph_to_dict(subgraph)))  # pickling the linked IR itself recurses per node
+    buffers: list[Any] = []
+    document = graph_to_dict(subgraph, buffers)  # pickling the linked IR itself recurses per node
+    _send(entry[1], (prop, document, len(buffers)))
+    for buffer in buffers:  # the weights as they are: no base64, no pickled copy of them here
+        _send(entry[1], buffer, raw=True)
     entry[2] = index
 
 
-def _send(conn: Connection, message: Any) -> None:
+def _send(conn: Connection, message: Any, raw: bool = False) -> None:
     try:
-        conn.send(message)
+        conn.send_bytes(message) if raw else conn.send(message)
     except OSError:  # the worker died: its answer's end-of-file says so
         pass
 
@@ -217,9 +222,10 @@ def _serve(task_fd: int, answer_fd: int) -> None:
             task = tasks.recv()
             if task is None:
                 return
-            prop, document = task
+            prop, document, count = task
+            buffers = [tasks.recv_bytes() for _ in range(count)]
             try:
-                prop.compile(graph_from_dict(document))
+                prop.compile(graph_from_dict(document, buffers))
             except Exception as exc:  # noqa: BLE001 - sent to the caller, who raises it in order
                 try:
                     payload: Any = pickle.dumps(exc)
