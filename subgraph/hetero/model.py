@@ -97,6 +97,7 @@ class CompiledModel:
         self._requests = 0
         self._direct: Any = None  # :meth:`_whole_subgraph`, found on the first run
         self._background: Any = None  # a tiered start's BackgroundBuild (:mod:`~subgraph.hetero.tiered`)
+        self._tiers = 0  # how many times a subgraph changed tier (tiered start)
 
     def build_in_background(self, build: Any) -> None:
         """Start ``build``, a :class:`~subgraph.hetero.tiered.BackgroundBuild` of this model's
@@ -108,6 +109,7 @@ class CompiledModel:
         def forget() -> None:
             live = model()
             if live is not None:
+                live._tiers += 1
                 live._direct = None  # found again, on the new kernel
         build.on_switch = forget
         build.start(self)
@@ -133,7 +135,10 @@ class CompiledModel:
         """Execute on ``feeds``; returns the outputs in the graph's output order."""
         direct = self._direct
         if direct is None:
-            direct = self._direct = self._whole_subgraph()
+            tiers = self._tiers
+            direct = self._whole_subgraph()
+            if tiers == self._tiers:  # no subgraph changed tier meanwhile (else: found again next call)
+                self._direct = direct
         if direct is not False:
             try:
                 return direct(feeds)
@@ -217,7 +222,7 @@ class CompiledModel:
         changing = self._background is not None and not self._background.done.is_set()
         run = (not changing and self._direct) or Executor(self.graph, kernel_for=self.kernels).run
         fused = [self.kernels.fused(n) for n in self.graph.nodes if n.subgraph is not None]
-        properties = {id(k.prop): k.prop for k in fused}
+        properties = {id(p): p for k in fused for p in k.properties}
         return Streams(run, properties.values(), self.streams, self.graph.name)
 
     def _collect(self, executor: Executor) -> list[ProfileRecord]:

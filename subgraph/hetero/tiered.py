@@ -67,6 +67,11 @@ class TieredKernel:
         return self.current.prop
 
     @property
+    def properties(self) -> tuple[SubgraphProperty, ...]:
+        """Both tiers' properties (a stream configures its thread for each)."""
+        return (self.current.prop, self.final.prop) if self.pending else (self.final.prop,)
+
+    @property
     def pending(self) -> bool:
         """Whether the interim tier still runs the subgraph."""
         return self.current is not self.final

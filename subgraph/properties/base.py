@@ -199,6 +199,11 @@ class FusedKernel:
         self._fn: CompiledKernel | None = None
         self._lock = threading.Lock()
 
+    @property
+    def properties(self) -> tuple[SubgraphProperty, ...]:
+        """The properties whose kernels this one may run: its own."""
+        return (self.prop,)
+
     def compile(self) -> CompiledKernel:
         """Compile now (idempotent) and return the backend function as a
         :class:`CompiledKernel`; a property whose ``compile`` returns no callable raises

@@ -46,8 +46,13 @@ class GatedNumpy(NumpyProperty):
     device = "GATED"
     known_options = None
 
+    configured: list[list[int]] = []  # noqa: RUF012 - what configure_thread was told, in this process
+
     def compile_in_worker(self, subgraph: Graph) -> bool:
         return True
+
+    def configure_thread(self, cpus) -> None:
+        GatedNumpy.configured.append(list(cpus))
 
     def compile(self, subgraph: Graph):
         names = {n.name for n in subgraph.nodes}
@@ -221,6 +226,21 @@ def test_the_profile_names_the_tier_that_ran(tmp_path):
     assert model.wait_compiled(120)
     model(_feeds())
     assert {r.subgraph: r.device for r in model.profiling_info()} == {0: "GATED", 1: "NUMPY", 2: "GATED"}
+
+
+def test_streams_of_a_tiered_model_configure_the_device_that_takes_over(tmp_path):
+    GatedNumpy.configured.clear()
+    with registered(gated_test=GatedNumpy):
+        model = compile_model(seed_example(), "HETERO:GATED,NUMPY", {"GATED": {
+            "parent": os.getpid(), "gate": str(tmp_path), "ops": ["Relu", "Add"]}}, num_streams=2)
+    expected = [compile_model(seed_example(), "HETERO:NUMPY")(_feeds(k))["7"] for k in (1, 2, 3)]
+    np.testing.assert_array_equal(model.start_async(_feeds(1)).wait(60)["7"], expected[0])  # on NUMPY
+    (tmp_path / "open").touch()
+    assert model.wait_compiled(120) and _tiers(model) == ["GATED", "NUMPY", "GATED"]
+    for k, want in zip((2, 3), expected[1:]):
+        np.testing.assert_array_equal(model.start_async(_feeds(k)).wait(60)["7"], want)
+    share = max(1, usable_cpus() // 2)  # each stream's thread told its CPUs for GATED too, though NUMPY ran first
+    assert len(GatedNumpy.configured) == 2 and all(len(cpus) == share for cpus in GatedNumpy.configured)
 
 
 def test_options_that_need_every_build_first_compile_blocking(tmp_path):
