@@ -19,8 +19,10 @@ on NUMPY (``fallback`` in its :class:`~subgraph.hetero.model.SubgraphInfo`), wit
 as when a blocking compile fails. Results of the two tiers are each tier's own (they agree
 to float rounding, as ``subgraph.run`` and TVM do).
 
-Dropping the model, or the process ending, stops the builds (their workers get SIGINT:
-nothing half-written is left in the cache).
+Dropping the model stops its builds (their workers get SIGINT: nothing half-written is left
+in the cache). The process ending waits for the builds in flight, so that they land in the
+disk cache and the next start loads them (OpenVINO's AUTO waits for a device still compiling
+as well); Ctrl-C, then or before, stops them at once.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -118,11 +121,12 @@ class BackgroundBuild:
         self.done = threading.Event()
         self._stop_read, self._stop_write = _pipe()
         self._stopped = False
+        self._finishing = False  # the process is ending: build, but load nothing more
         self._thread = threading.Thread(target=self._run, name="subgraph background build", daemon=True)
 
     def start(self, owner: Any) -> None:
         """Start building; stop when ``owner`` (the model) is garbage collected or the process ends."""
-        weakref.finalize(owner, self.stop)
+        weakref.finalize(owner, self.stop).atexit = False  # at exit, _at_exit decides
         _LIVE.add(self)
         self._thread.start()
 
@@ -144,7 +148,7 @@ class BackgroundBuild:
             tasks = [(node.name, property_of(node), node.subgraph) for node in self.nodes]
             errors = compile_in_workers(tasks, self.workers, stop=self._stop_read) if os.name == "posix" else {}
             for node in self.nodes:
-                if self._stopped:
+                if self._stopped or self._finishing:
                     return
                 self._land(node, errors.get(node.name))
         except BaseException:  # noqa: BLE001 - nothing may escape a daemon thread: NUMPY keeps running
@@ -218,8 +222,20 @@ _LIVE: weakref.WeakSet[BackgroundBuild] = weakref.WeakSet()
 
 
 @atexit.register
-def _stop_all() -> None:
-    for build in list(_LIVE):
+def _at_exit() -> None:
+    """The process ends: wait for the builds in flight to reach the disk cache, unless it ends
+    on Ctrl-C (or Ctrl-C comes while it waits); then stop them."""
+    builds = list(_LIVE)
+    last = getattr(sys, "last_type", None)  # the exception ending the process, if one does
+    try:
+        if not (isinstance(last, type) and issubclass(last, KeyboardInterrupt)):
+            for build in builds:
+                build._finishing = True
+            for build in builds:
+                build._thread.join()
+    except KeyboardInterrupt:
+        pass
+    for build in builds:
         build.stop()
-    for build in list(_LIVE):
+    for build in builds:
         build._thread.join(5.0)
