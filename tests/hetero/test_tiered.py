@@ -73,6 +73,14 @@ class GatedNumpy(NumpyProperty):
         return kernel
 
 
+@pytest.fixture(autouse=True)
+def _open_the_gate_at_the_end(tmp_path):
+    """Whatever a test asserts, its gate opens when it ends: a build left waiting there would
+    keep the test process from ending (it waits for the builds in flight)."""
+    yield
+    (tmp_path / "open").touch()
+
+
 def _model(gate: Path, **options):
     with registered(gated_test=GatedNumpy):
         return compile_model(seed_example(), "HETERO:GATED,NUMPY",
