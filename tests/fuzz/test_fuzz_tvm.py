@@ -35,7 +35,7 @@ CHILD = textwrap.dedent("""
             if result["outcome"] != "ok" or result["ort"] != "accepted":
                 continue
             graph = subgraph.from_onnx(onnx.ModelProto.FromString(mutant.data))
-            model = subgraph.compile_model(graph, "HETERO:TVM,NUMPY")
+            model = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking")
             feeds = random_feeds(graph, index)
             outputs = model(feeds)
             devices = sorted({info.device for info in getattr(model, "subgraphs", [])})

@@ -101,7 +101,8 @@ def test_no_workers_without_the_disk_cache(tmp_path, always_workers, monkeypatch
 
     monkeypatch.setattr("subgraph.hetero.build.compile_in_workers", refuse)
     model = subgraph.compile_model(two_convs(), "HETERO:TVM,NUMPY",
-                                   {"TVM": {"exclude_ops": ["Sigmoid"], "use_cache": False}}, compile_workers=2)
+                                   {"TVM": {"exclude_ops": ["Sigmoid"], "use_cache": False}}, compile_workers=2,
+                                   startup="blocking")
     assert [s.device for s in model.subgraphs] == ["TVM", "NUMPY", "TVM"]
 
 

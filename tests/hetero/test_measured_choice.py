@@ -231,7 +231,7 @@ def test_squeezenet_measured_matches_onnxruntime():
     feeds = zoo.example_inputs(model)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     expected = dict(zip([o.name for o in model.graph.output], session.run(None, feeds)))
-    compiled = compile_model(subgraph.from_onnx(model), "HETERO:TVM,NUMPY", choose="measured")
+    compiled = compile_model(subgraph.from_onnx(model), "HETERO:TVM,NUMPY", choose="measured", startup="blocking")
     got = compiled(feeds)
     assert list(got) == list(expected)
     for key, want in expected.items():

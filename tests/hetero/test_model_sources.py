@@ -32,8 +32,8 @@ def test_compile_model_reads_a_file_or_proto_like_a_graph(source):
     model_arg = {"path": path, "str": str(path), "proto": proto}[source]
     graph = read_onnx(path)
 
-    expected = subgraph.compile_model(graph, DEVICE, PROPERTIES)
-    model = subgraph.compile_model(model_arg, DEVICE, PROPERTIES)
+    expected = subgraph.compile_model(graph, DEVICE, PROPERTIES, startup="blocking")
+    model = subgraph.compile_model(model_arg, DEVICE, PROPERTIES, startup="blocking")
     assert [(s.device, s.nodes) for s in model.subgraphs] == [(s.device, s.nodes) for s in expected.subgraphs]
     assert len(model.subgraphs) > 1
     feeds = _feeds(graph)
@@ -64,7 +64,7 @@ def test_a_proto_without_intermediate_types_compiles_on_tvm_as_from_onnx_reads_i
         nodes, "bare", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [weights]),
         opset_imports=[helper.make_opsetid("", 17)])
-    model = subgraph.compile_model(proto, "TVM")
+    model = subgraph.compile_model(proto, "TVM", startup="blocking")
     assert [(s.device, s.nodes) for s in model.subgraphs] == [("TVM", ("Conv_0", "Relu_1"))]
     x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
     want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]

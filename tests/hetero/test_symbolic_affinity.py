@@ -88,7 +88,7 @@ def test_query_with_feeds_takes_their_shapes(graph):
 def test_query_map_goes_to_set_affinity_and_compile_model(graph):
     affinity = query_model(graph, DEVICE, input_shapes=SHAPES)
     manual = subgraph.set_affinity(graph, affinity, DEVICE)
-    model = subgraph.compile_model(manual, DEVICE, input_shapes=SHAPES, compile_workers=1)
+    model = subgraph.compile_model(manual, DEVICE, input_shapes=SHAPES, compile_workers=1, startup="blocking")
     assert [(s.device, len(s.nodes)) for s in model.subgraphs] == [("TVM", 19)]
     outputs = model(feeds())
     expected = subgraph.run(graph, feeds())
@@ -96,7 +96,8 @@ def test_query_map_goes_to_set_affinity_and_compile_model(graph):
     ort = pytest.importorskip("onnxruntime")
     session = ort.InferenceSession(subgraph.example_model(symbolic=True), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(outputs["probs"], session.run(None, feeds())[0], rtol=1e-5, atol=1e-6)
-    per_call = subgraph.compile_model(manual, DEVICE, compile_workers=1)  # without input_shapes: specialized per call, same map
+    # without input_shapes: specialized per call, same map
+    per_call = subgraph.compile_model(manual, DEVICE, compile_workers=1, startup="blocking")
     assert isinstance(per_call, SpecializingModel)
     np.testing.assert_allclose(per_call(feeds())["probs"], outputs["probs"], rtol=1e-6, atol=1e-7)
     assert [(s.device, len(s.nodes)) for s in per_call.subgraphs] == [("TVM", 19)]

@@ -57,7 +57,7 @@ def test_hetero_runs_what_only_onnx_reference_runs(device):
     affinity = subgraph.query_model(graph, device)
     assert affinity["celu"] == "NUMPY"
     assert affinity["lstm"] == device.split(":")[1].split(",")[0]
-    compiled = subgraph.compile_model(graph, device)
+    compiled = subgraph.compile_model(graph, device, startup="blocking")
     got = compiled(feeds)
     for (name, value), reference in zip(got.items(), want):
         np.testing.assert_allclose(value, reference, rtol=1e-4, atol=1e-5, err_msg=f"{device}: {name}")

@@ -55,7 +55,7 @@ def test_model_split_over_tvm_and_numpy_matches_onnxruntime(name, tvm_cache):
     feeds = zoo.example_inputs(model)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     expected = dict(zip([o.name for o in model.graph.output], session.run(None, feeds)))
-    compiled = subgraph.compile_model(subgraph.from_onnx(model), "HETERO:TVM,NUMPY", LACKING)
+    compiled = subgraph.compile_model(subgraph.from_onnx(model), "HETERO:TVM,NUMPY", LACKING, startup="blocking")
     devices = {s.device for s in compiled.subgraphs}
     assert devices == {"TVM", "NUMPY"}, compiled.summary()
     ops_on_tvm = {op for s in compiled.subgraphs if s.device == "TVM" for op in s.ops}
@@ -72,9 +72,9 @@ def test_all_tvm_all_numpy_and_mixed_agree(name, tvm_cache):
     feeds = zoo.example_inputs(model)
     graph = subgraph.from_onnx(model)
     runs = {
-        "all-tvm": subgraph.compile_model(graph, "HETERO:TVM,NUMPY"),
+        "all-tvm": subgraph.compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking"),
         "all-numpy": subgraph.compile_model(graph, "NUMPY"),
-        "mixed": subgraph.compile_model(graph, "HETERO:TVM,NUMPY", LACKING),
+        "mixed": subgraph.compile_model(graph, "HETERO:TVM,NUMPY", LACKING, startup="blocking"),
     }
     assert {s.device for s in runs["all-numpy"].subgraphs} == {"NUMPY"}
     assert len(runs["all-numpy"].subgraphs) == 1

@@ -130,7 +130,7 @@ def test_end_to_end_within_int8_rounding(case: Case, how: str) -> None:
     if how == "run":
         outputs = subgraph.run(subgraph.from_onnx(case.model), case.feeds)
     else:
-        outputs = subgraph.compile_model(case.model, how).run(case.feeds)
+        outputs = subgraph.compile_model(case.model, how, startup="blocking").run(case.feeds)
     for name, actual in outputs.items():
         reference = case.values[name]
         assert actual.dtype == reference.dtype and actual.shape == reference.shape

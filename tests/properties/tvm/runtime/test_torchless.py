@@ -25,7 +25,8 @@ SCRIPT = textwrap.dedent("""
         import torch
     import subgraph
     from subgraph.hetero import compile_model
-    model = compile_model(subgraph.example_model(), "HETERO:TVM,NUMPY", {"TVM": {"cache_dir": sys.argv[2]}})
+    model = compile_model(subgraph.example_model(), "HETERO:TVM,NUMPY", {"TVM": {"cache_dir": sys.argv[2]}},
+                          startup="blocking")
     out = model({"image": np.ones((1, 3, 32, 32), np.float32)})
     import tvm_ffi._convert as convert
     tvm_saw_torch = convert.torch is not None

@@ -128,14 +128,16 @@ def test_summary_explain_and_profile_name_the_function(unbuildable_transpose, tm
     from subgraph.properties.tvm.build.cache import clear_memory_cache
 
     clear_memory_cache()
-    again = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", {"TVM": {"cache_dir": str(tmp_path)}})
+    again = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", {"TVM": {"cache_dir": str(tmp_path)}},
+                                   startup="blocking")
     assert model.kernels.fused(model.graph.nodes[0]).compile().source == "compiled"
     assert again.kernels.fused(again.graph.nodes[0]).compile().source == "disk"
     assert again.subgraphs[0].notes == (note,)
 
 
 def test_a_clean_build_has_no_notes(tmp_path):
-    model = subgraph.compile_model(conv_transpose_graph(), "HETERO:TVM,NUMPY", {"TVM": {"cache_dir": str(tmp_path)}})
+    model = subgraph.compile_model(conv_transpose_graph(), "HETERO:TVM,NUMPY", {"TVM": {"cache_dir": str(tmp_path)}},
+                                   startup="blocking")
     assert model.subgraphs[0].notes == () and "off the fast path" not in model.summary()
 
 
