@@ -162,7 +162,12 @@ def _ours(engine: str, path: str, shapes: dict | None, cache: str, feeds: dict) 
     model = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", {"TVM": {"cache_dir": cache}}, **options)
     built = None if engine == "tiered" else time.perf_counter() - START
     names = [v.name for v in graph.outputs]
-    return model, lambda: [model.run(feeds)[n] for n in names], built
+
+    def call() -> list:
+        outputs = model.run(feeds)
+        return [outputs[n] for n in names]
+
+    return model, call, built
 
 
 def _openvino(path: str, shapes: dict | None, cache: str | None, threads: int, feeds: dict) -> tuple:
