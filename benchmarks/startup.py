@@ -13,7 +13,7 @@ same arrays. ``--set`` names a list: ``deploy`` (the deployment-size corpus,
 one model a family) or ``real`` (:func:`real_models`: PaddleOCR's detector, recognizer and
 text-direction classifier at the shapes rapidocr feeds them, and magika).
 
-Every measurement is a new process (a child of this script, started with ``--threads``
+Every measurement is a new process (``startup_child.py``, started with ``--threads``
 threads everywhere: TVM's pool, OpenBLAS, onnxruntime's intra-op threads, OpenVINO's
 ``INFERENCE_NUM_THREADS``); each round starts one of every configuration, in turns, so a
 machine whose speed drifts slows all alike, and the table gives the medians of ``--rounds``:
@@ -36,14 +36,14 @@ Columns: ``first s``, the seconds from the child's first line (before any import
 seconds until every subgraph runs on its final device (``tiered``: when ``wait_compiled()``
 returns; the others: when their compile returns); ``MB first`` and ``MB end``, the child's
 peak RSS after the first result and at the end (after ``wait_compiled`` and three more
-calls), read as ``VmHWM`` (:func:`peak_mb`: ``ru_maxrss`` would count this script's own
-memory); ``MB workers``, the peak RSS of the largest process the child started (our compile
-workers; sampled: :class:`Descendants`); then the ratios of ``first s`` and ``MB end`` to
-OpenVINO's of the same start and to onnxruntime's. A ``!`` marks a configuration whose
-first or last result differs from onnxruntime's (at the corpus tolerance; listed below the
-table). The geomean rows hold each configuration's ratios over the models it ran, beside
-issue #41's targets: a cold first result at most 3x OpenVINO's, a warm one at most 1.5x,
-peak memory at most 1.3x.
+calls), read as ``VmHWM`` (``startup_child.peak_mb``: ``ru_maxrss`` would count this
+script's own memory); ``MB workers``, the peak RSS of the largest process the child started
+(our compile workers; sampled: ``startup_child.Descendants``); then the ratios of ``first s``
+and ``MB end`` to OpenVINO's of the same start and to onnxruntime's. A ``!`` marks a
+configuration whose first or last result differs from onnxruntime's (at the corpus
+tolerance; listed below the table). The geomean rows hold each configuration's ratios over
+the models it ran, beside issue #41's targets: a cold first result at most 3x OpenVINO's, a
+warm one at most 1.5x, peak memory at most 1.3x.
 
 A checkout from before the tiered start has no ``startup=``: ``blocking`` then calls
 ``compile_model`` without it (what it did then) and ``tiered`` fails with a row saying so.
@@ -51,21 +51,17 @@ A checkout from before the tiered start has no ``startup=``: ``blocking`` then c
 
 from __future__ import annotations
 
-import time
-
-START = time.perf_counter()  # a child's clock: its first line, before any other import
-
 import argparse
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,169 +78,9 @@ SMALL = ("tv_resnet18", "tv_mobilenet_v2", "tv_squeezenet1_1", "hf_bert", "lstm_
 REAL_SHAPES = {"det": ("x", (1, 3, 640, 640)), "rec": ("x", (1, 3, 48, 320)), "cls": ("x", (1, 3, 48, 192))}
 #: issue #41's targets: (ratio column, start) -> the most a configuration's geomean may be
 TARGETS = {("first/ov", "cold"): 3.0, ("first/ov", "warm"): 1.5, ("MB/ov", "cold"): 1.3, ("MB/ov", "warm"): 1.3}
-#: seconds between two samples of the child processes' memory (:class:`Descendants`)
-PERIOD = 0.05
-#: calls after the first (and after ``wait_compiled``), before the end's peak RSS
-MORE_CALLS = 3
+#: the script each measured process runs
+CHILD = Path(__file__).resolve().with_name("startup_child.py")
 
-
-# -- a child: one configuration, one model, one process --------------------------------------------
-
-class Descendants(threading.Thread):
-    """The largest peak RSS (``VmHWM``; Linux) of any process under this one, sampled every
-    :data:`PERIOD` seconds and once more at :meth:`stop`.
-
-    Not ``RUSAGE_CHILDREN``: a child started by ``vfork`` or ``fork`` and ``exec`` carries its
-    parent's peak at the start into its own (a 500 MB process that runs ``true`` gets 527 MB
-    from ``RUSAGE_CHILDREN``; ``VmHWM`` too, until its ``exec``). So a process counts from the
-    second sample that finds it on, and one that lives less than a period is missed (a
-    linker, not a compile worker).
-    """
-
-    def __init__(self) -> None:
-        super().__init__(daemon=True)
-        self.peak_mb = 0.0
-        self._seen: set[int] = set()
-        self._done = threading.Event()
-
-    def run(self) -> None:
-        while not self._done.wait(PERIOD):
-            self.sample()
-
-    def sample(self) -> None:
-        todo, found = [os.getpid()], []
-        while todo:
-            for listing in Path(f"/proc/{todo.pop()}/task").glob("*/children"):
-                try:
-                    new = [pid for pid in map(int, listing.read_text().split()) if pid not in found]
-                except OSError:  # ended meanwhile
-                    continue
-                found += new
-                todo += new
-        for pid in found:
-            if pid in self._seen:  # read from its second sample on: by then past its exec
-                self.peak_mb = max(self.peak_mb, peak_mb(pid))
-        self._seen = set(found)
-
-    def stop(self) -> float:
-        """Stop sampling; the peak in MB."""
-        self._done.set()
-        self.join()
-        self.sample()
-        return self.peak_mb
-
-
-def peak_mb(pid: int | str = "self") -> float:
-    """A process's peak RSS in MB since its ``exec`` (``VmHWM``; 0 when it has ended).
-
-    Not ``ru_maxrss``: it starts at the parent's peak at the ``exec`` (onnxruntime's CRNN
-    child of a parent that had imported torch: 422 MB, against its own 88).
-    """
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return 0.0
-    return next((int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmHWM:")), 0.0)
-
-
-def _ours(engine: str, path: str, shapes: dict | None, cache: str, feeds: dict) -> tuple:
-    """``(model, call, seconds when every subgraph runs on its final device or None)``."""
-    import inspect
-
-    import subgraph
-
-    graph = subgraph.from_onnx(path, shapes)
-    options: dict = {}
-    if "startup" in inspect.signature(subgraph.compile_model).parameters:
-        options["startup"] = engine
-    elif engine != "blocking":
-        raise SystemExit(f"{engine}: this checkout's compile_model has no startup= (before the tiered start)")
-    model = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", {"TVM": {"cache_dir": cache}}, **options)
-    built = None if engine == "tiered" else time.perf_counter() - START
-    names = [v.name for v in graph.outputs]
-
-    def call() -> list:
-        outputs = model.run(feeds)
-        return [outputs[n] for n in names]
-
-    return model, call, built
-
-
-def _openvino(path: str, shapes: dict | None, cache: str | None, threads: int, feeds: dict) -> tuple:
-    import numpy as np
-    import openvino
-
-    core = openvino.Core()
-    config = {"INFERENCE_NUM_THREADS": threads, "ENABLE_CPU_PINNING": False, "INFERENCE_PRECISION_HINT": "f32"}
-    if cache:
-        config["CACHE_DIR"] = cache
-    model: object = path
-    if shapes:
-        model = core.read_model(path)
-        model.reshape({name: openvino.PartialShape(list(dims)) for name, dims in shapes.items()})
-    compiled = core.compile_model(model, "CPU", config)
-    built = time.perf_counter() - START
-    request, ports = compiled.create_infer_request(), list(compiled.outputs)
-    return compiled, lambda: [np.array(request.infer(feeds)[p]) for p in ports], built
-
-
-def _onnxruntime(path: str, threads: int, feeds: dict) -> tuple:
-    import onnxruntime
-
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    built = time.perf_counter() - START
-    return session, lambda: session.run(None, feeds), built
-
-
-def child(engine: str, start: str, model: dict, cache: str | None, threads: int) -> dict:
-    """Load, compile and call one model in this (new) process; the seconds count from :data:`START`."""
-    import numpy as np
-
-    descendants = Descendants()
-    descendants.start()
-
-    with np.load(model["feeds"]) as stored:
-        feeds = {name: stored[name] for name in stored.files}
-    path, shapes = model["path"], model["shapes"]
-    if engine in OURS:
-        compiled, call, built = _ours(engine, path, shapes, cache, feeds)
-    elif engine == "openvino":
-        compiled, call, built = _openvino(path, shapes, cache if start == "warm" else None, threads, feeds)
-    else:
-        compiled, call, built = _onnxruntime(path, threads, feeds)
-    first = call()
-    result = {"first_s": time.perf_counter() - START, "mb_first": peak_mb()}
-    if built is None:  # tiered: until the last TVM build is in
-        compiled.wait_compiled()
-        built = time.perf_counter() - START
-    result["built_s"] = built
-    for _ in range(MORE_CALLS):
-        last = call()
-    result.update(mb_end=peak_mb(), mb_workers=descendants.stop(), tvm="tvm" in sys.modules)
-    if engine in OURS:
-        devices = [s.device for s in compiled.subgraphs]
-        result["subgraphs"] = " ".join(f"{d}:{devices.count(d)}" for d in sorted(set(devices)))
-        result["fallbacks"] = sum(s.fallback for s in compiled.subgraphs)
-    result["outputs"] = {"first": [np.asarray(a) for a in first], "last": [np.asarray(a) for a in last]}
-    return result
-
-
-def _child_main(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    engine, start, model_json, out = args.child
-    cache = args.cache_dir
-    result = child(engine, start, json.loads(model_json), cache, args.threads)
-    outputs = result.pop("outputs")
-    arrays = {f"{kind}_{i}": a for kind, values in outputs.items() for i, a in enumerate(values)}
-    np.savez(Path(out).with_suffix(".npz"), **arrays)
-    Path(out).write_text(json.dumps(result))
-    return 0
-
-
-# -- the parent: models, rounds, the table ----------------------------------------------------------
 
 def parse_spec(spec: str) -> tuple[str, dict[str, list[int]] | None]:
     """``(path, shapes)`` of ``file.onnx[:name=d,d;name2=d]`` (or ``@name=dxd+name2=d``).
@@ -279,8 +115,13 @@ def real_models(folder: str) -> list[str]:
 
 
 def model_list(args: argparse.Namespace) -> list[str]:
+    """``--models`` split at the commas that do not continue a shape (``x=1,3,48,320``), else ``--set``'s.
+
+    >>> model_list(build_parser().parse_args(["--models", "tv_resnet18,rec.onnx:x=1,3,48,320,m.onnx"]))
+    ['tv_resnet18', 'rec.onnx:x=1,3,48,320', 'm.onnx']
+    """
     if args.models:
-        return args.models.split(",")
+        return re.split(r",(?!\d)", args.models)
     if args.set == "deploy":
         import zoo.corpus
 
@@ -329,8 +170,8 @@ def run_child(engine: str, start: str, model: dict, cache: str | None, args: arg
         env["SUBGRAPH_CACHE_DIR"] = cache
     with tempfile.TemporaryDirectory(prefix="subgraph-startup-run-") as tmp:
         out = Path(tmp) / "result.json"
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", engine, start, json.dumps(model), str(out),
-               "--threads", str(args.threads)] + (["--cache-dir", cache] if cache else [])
+        cmd = [sys.executable, str(CHILD), engine, start, json.dumps(model), str(out), str(args.threads),
+               *([cache] if cache else [])]
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True)
         try:
@@ -488,7 +329,7 @@ def geomeans(results: list[dict]) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line (``--child`` runs one configuration: for the script's own use)."""
+    """The command line."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--set", choices=("deploy", "small", "real"), default="deploy",
                         help="the models when --models is not given (default deploy)")
@@ -500,15 +341,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--real-dir", default="/tmp/realmodels", help="the folder of --set real's models")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per process (default 1800)")
     parser.add_argument("--json", help="also write the results to this file")
-    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
-    parser.add_argument("--cache-dir", help=argparse.SUPPRESS)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.child:
-        return _child_main(args)
     configurations(args)  # bad names fail before any model loads
     print(f"{args.threads} thread(s) for every engine; medians of {args.rounds} new process(es) per "
           f"configuration; seconds from a process's first line; peak RSS in MB; ratios to OpenVINO's same "
