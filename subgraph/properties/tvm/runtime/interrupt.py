@@ -20,6 +20,11 @@ after an interrupt waits for an abandoned one to stop. A process that exits whil
 is still inside TVM's native code must not run the interpreter's shutdown under it:
 :func:`abandoned_work` tells whether such a worker is still running.
 
+Threads the work starts itself (the code generation of
+:mod:`~subgraph.properties.tvm.build.parallel`) run what :func:`carried` makes: under the
+worker's settings, its cancelling instrument included; the work waits for them, so an
+abandoned worker counts as running until they have ended too.
+
 Examples
 --------
 >>> interruptible(sum, [1, 2, 3])
@@ -34,7 +39,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["abandoned_work", "interruptible"]
+__all__ = ["abandoned_work", "carried", "interruptible"]
 
 T = TypeVar("T")
 
@@ -113,17 +118,45 @@ def interruptible(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return outcome["value"]
 
 
+def carried(fn: Callable[..., T]) -> Callable[..., T]:
+    """``fn``, to be called in another thread as if here: under a copy of this thread's TVM
+    ``PassContext`` (its settings and its instruments, so the cancelling one of
+    :func:`interruptible` too: Ctrl-C stops it before its next pass) and in a copy of this
+    thread's :mod:`contextvars` context (a copy per call: several threads may run it at once).
+
+    Examples
+    --------
+    >>> import contextvars
+    >>> seen = contextvars.ContextVar("seen", default="unset")
+    >>> _ = seen.set("the caller's")
+    >>> run = carried(seen.get)
+    >>> found = []
+    >>> worker = threading.Thread(target=lambda: found.append(run()))
+    >>> worker.start(); worker.join()
+    >>> found
+    ["the caller's"]
+    """
+    context = _current_pass_context()
+    variables = contextvars.copy_context()
+
+    def run(*args: Any, **kwargs: Any) -> T:
+        with _entered_copy(context):
+            return variables.copy().run(fn, *args, **kwargs)
+
+    return run
+
+
 def _current_pass_context() -> Any:
     tvm = sys.modules.get("tvm")
     return None if tvm is None else tvm.transform.PassContext.current()
 
 
-class _cancellable:
-    """The caller's ``PassContext`` settings entered in this thread, plus an instrument that
-    raises :class:`Cancelled` before a pass once ``cancel`` is set."""
+class _entered_copy:
+    """A copy of the ``PassContext`` ``current`` (its settings and instruments, plus
+    ``extra`` instruments) entered in this thread; nothing when TVM is not loaded."""
 
-    def __init__(self, current: Any, cancel: threading.Event) -> None:
-        self.current, self.cancel = current, cancel
+    def __init__(self, current: Any, extra: Callable[[Any], list[Any]] = lambda tvm: []) -> None:
+        self.current, self.extra = current, extra
         self.context: Any = None
 
     def __enter__(self) -> None:
@@ -131,8 +164,22 @@ class _cancellable:
         current = self.current
         if tvm is None or current is None:  # TVM not imported by the caller: fn imports it itself
             return
-        cancel = self.cancel
+        self.context = tvm.transform.PassContext(
+            opt_level=current.opt_level, required_pass=list(current.required_pass),
+            disabled_pass=list(current.disabled_pass), config=dict(current.config),
+            instruments=[*current.instruments, *self.extra(tvm)])
+        self.context.__enter__()
 
+    def __exit__(self, *exc: object) -> None:
+        if self.context is not None:
+            self.context.__exit__(*exc)
+
+
+def _cancellable(current: Any, cancel: threading.Event) -> _entered_copy:
+    """The caller's ``PassContext`` settings entered in this thread, plus an instrument that
+    raises :class:`Cancelled` before a pass once ``cancel`` is set."""
+
+    def instrument(tvm: Any) -> list[Any]:
         @tvm.instrument.pass_instrument
         class _Cancel:
             def should_run(self, mod: Any, info: Any) -> bool:
@@ -140,12 +187,6 @@ class _cancellable:
                     raise Cancelled("interrupted")
                 return True
 
-        self.context = tvm.transform.PassContext(
-            opt_level=current.opt_level, required_pass=list(current.required_pass),
-            disabled_pass=list(current.disabled_pass), config=dict(current.config),
-            instruments=[*current.instruments, _Cancel()])
-        self.context.__enter__()
+        return [_Cancel()]
 
-    def __exit__(self, *exc: object) -> None:
-        if self.context is not None:
-            self.context.__exit__(*exc)
+    return _entered_copy(current, instrument)
