@@ -2,7 +2,8 @@
 
 Entries are keyed by a digest (:func:`content_digest`) over the ONNX model's structure,
 the bytes of its weights, the target, the schedule, the tuning records and
-``tvm.__version__``: ``<key>.so`` (``export_library``), ``<key>.weights`` when the build
+``tvm.__version__``: ``<key>.so`` (``export_library``; with the object files of a parallel build
+generated on every CPU, :func:`~subgraph.properties.tvm.build.parallel.export_library`), ``<key>.weights`` when the build
 lifted weights out of the library (:mod:`~subgraph.properties.tvm.runtime.weights`; packed, as
 the kernels read them) and ``<key>.json`` (metadata with the size and digest of both,
 and the weights' layout), each written to a temporary file and renamed, the metadata
@@ -26,6 +27,7 @@ import tvm
 
 from subgraph.fileio import atomic_path, write_atomic
 from subgraph.properties.base import KernelNote
+from subgraph.properties.tvm.build.parallel import export_library
 from subgraph.properties.tvm.runtime.entries import (
     BUILD_LOCK,
     MEMORY,
@@ -43,6 +45,7 @@ from subgraph.properties.tvm.runtime.entries import (
 from subgraph.properties.tvm.runtime.function import CompiledLibrary
 from subgraph.properties.tvm.runtime.messages import error_summary
 from subgraph.properties.tvm.runtime.weights import write_weights
+from subgraph.system import usable_cpus
 
 __all__ = ["BUILD_LOCK", "MEMORY", "FilePart", "cache_get", "cache_key", "cache_put", "check_private", "clear_memory_cache",
            "content_digest", "default_cache_dir", "note_from_dict", "note_to_dict", "store_entry"]
@@ -97,7 +100,7 @@ def store_entry(directory: Path, key: str, executable: Any, meta: dict, weights:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         try:
             with atomic_path(lib) as tmp:
-                executable.export_library(tmp)
+                export_library(executable, tmp, usable_cpus())  # machine code on every CPU
                 with mapped(tmp) as data:
                     digest, size = content_digest([data]), len(data)
             os.chmod(lib, 0o600)

@@ -155,3 +155,16 @@ def test_each_group_is_built_under_the_caller_s_pass_context(monkeypatch):
         parallel._build_groups([tvm.IRModule({}) for _ in range(8)], "llvm", 2)
     assert seen == [True] * 8
 
+
+def test_the_threaded_export_writes_the_library_export_library_writes(monkeypatch, tmp_path):
+    fn = _compiled(monkeypatch, 2, conv_graph(), use_cache=False)
+    converted = []
+    object_file = parallel._object_file
+    monkeypatch.setattr(parallel, "_object_file", lambda path: converted.append(path) or object_file(path))
+    fn._module.export_library(str(tmp_path / "serial.so"))
+    parallel.export_library(fn._module, tmp_path / "threaded.so", 2)
+    assert len([p for p in converted if p.endswith(".ll")]) == 6  # five groups and the packed imports
+    assert (tmp_path / "threaded.so").read_bytes() == (tmp_path / "serial.so").read_bytes()
+    converted.clear()
+    parallel.export_library(fn._module, tmp_path / "one.so", 1)  # one CPU: export_library itself
+    assert converted == [] and (tmp_path / "one.so").read_bytes() == (tmp_path / "serial.so").read_bytes()
