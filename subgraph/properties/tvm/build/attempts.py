@@ -25,11 +25,12 @@ from subgraph.errors import PropertyError
 from subgraph.ir import Graph
 from subgraph.properties.base import KernelNote
 from subgraph.properties.events import emit, listened
-from subgraph.properties.tvm.build.parallel import build_threads, compile_module
+from subgraph.properties.tvm.build.parallel import compile_module
 from subgraph.properties.tvm.intake.importer import check_outputs, relax_module
 from subgraph.properties.tvm.lowering.passes import relax_pipeline
 from subgraph.properties.tvm.runtime.messages import error_summary
 from subgraph.properties.tvm.schedule.isolation import FunctionStatus, status_notes
+from subgraph.system import usable_cpus
 
 __all__ = ["build"]
 
@@ -89,7 +90,7 @@ def build(graph: Graph, model: Any, target: Any, schedule: str, tiles: dict | No
                 warnings.simplefilter("ignore")
                 pipeline = relax_pipeline(target, attempt, tiles, applied=tuned, status=status,
                                           verify=verify, rewrite=rewrite, lifted=lifted)
-                executable = compile_module(mod, target, pipeline, build_threads())
+                executable = compile_module(mod, target, pipeline, usable_cpus())
         except Exception as exc:
             failures.append(error_summary(exc))
             continue

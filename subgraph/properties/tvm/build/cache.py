@@ -27,7 +27,7 @@ import tvm
 
 from subgraph.fileio import atomic_path, write_atomic
 from subgraph.properties.base import KernelNote
-from subgraph.properties.tvm.build.parallel import build_threads, export_library
+from subgraph.properties.tvm.build.parallel import export_library
 from subgraph.properties.tvm.runtime.entries import (
     BUILD_LOCK,
     MEMORY,
@@ -45,6 +45,7 @@ from subgraph.properties.tvm.runtime.entries import (
 from subgraph.properties.tvm.runtime.function import CompiledLibrary
 from subgraph.properties.tvm.runtime.messages import error_summary
 from subgraph.properties.tvm.runtime.weights import write_weights
+from subgraph.system import usable_cpus
 
 __all__ = ["BUILD_LOCK", "MEMORY", "FilePart", "cache_get", "cache_key", "cache_put", "check_private", "clear_memory_cache",
            "content_digest", "default_cache_dir", "note_from_dict", "note_to_dict", "store_entry"]
@@ -99,7 +100,7 @@ def store_entry(directory: Path, key: str, executable: Any, meta: dict, weights:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         try:
             with atomic_path(lib) as tmp:
-                export_library(executable, tmp, build_threads())  # machine code on the idle CPUs
+                export_library(executable, tmp, usable_cpus())  # machine code on every CPU
                 with mapped(tmp) as data:
                     digest, size = content_digest([data]), len(data)
             os.chmod(lib, 0o600)

@@ -16,10 +16,6 @@ stands in for a serial one: the cache key does not say how it was built. With fe
 :data:`MIN_FUNCTIONS` functions the TIR is generated whole, as ``tvm.compile`` does; with one
 usable CPU the build is ``tvm.compile`` itself.
 
-The threads are the usable CPUs that no other thread keeps busy when the phase starts
-(:func:`build_threads`): on a machine whose CPUs are all taken, a thread more only adds the
-groups' own cost (about 10% of the CPU time of the phases) to a build that gains nothing.
-
 The threads run under the caller's ``PassContext`` (:func:`~subgraph.properties.tvm.runtime.interrupt.carried`):
 its settings hold for every group, and Ctrl-C stops each before its next pass. A group that
 fails stops the groups not yet started; the error raised is that of the first group that
@@ -40,10 +36,8 @@ from tvm.relax import vm_build
 from tvm.support import cc
 
 from subgraph.properties.tvm.runtime.interrupt import carried
-from subgraph.system import runnable_threads, usable_cpus
 
-__all__ = ["GROUPS_PER_WORKER", "MIN_FUNCTIONS", "build_threads", "compile_module", "export_library",
-           "function_groups"]
+__all__ = ["GROUPS_PER_WORKER", "MIN_FUNCTIONS", "compile_module", "export_library", "function_groups"]
 
 T = TypeVar("T")
 
@@ -53,21 +47,6 @@ MIN_FUNCTIONS = 4
 #: groups per thread: small groups even out the threads' loads (a convolution's function
 #: takes many times an addition's), each costs an LLVM module (about 15 ms of CPU)
 GROUPS_PER_WORKER = 4
-
-
-def build_threads() -> int:
-    """The threads a build's code generation takes now: the usable CPUs
-    (:func:`~subgraph.system.usable_cpus`) less those other threads keep busy
-    (:func:`~subgraph.system.runnable_threads`, this one counted out), at least one.
-
-    Examples
-    --------
-    >>> 1 <= build_threads() <= usable_cpus()
-    True
-    """
-    cpus, runnable = usable_cpus(), runnable_threads()
-    busy = 0 if runnable is None else max(0, runnable - 1)
-    return max(1, cpus - busy)
 
 
 def function_groups(names: list[str], workers: int) -> list[list[str]]:

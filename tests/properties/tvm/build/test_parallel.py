@@ -14,7 +14,7 @@ pytest.importorskip("tvm", reason="needs apache-tvm")  # the backend's modules i
 import tvm
 
 from subgraph.properties.events import listening
-from subgraph.properties.tvm.build import attempts, cache, parallel
+from subgraph.properties.tvm.build import attempts, parallel
 from subgraph.properties.tvm.build.cache import clear_memory_cache
 from subgraph.properties.tvm.build.compiler import compile_graph
 from subgraph.properties.tvm.build.parallel import GROUPS_PER_WORKER, MIN_FUNCTIONS, function_groups
@@ -29,9 +29,8 @@ def _llvm_modules(fn) -> int:
 
 
 def _compiled(monkeypatch, cpus: int, graph, **options):
-    """``compile_graph(graph)`` as on a machine with ``cpus`` idle CPUs."""
-    monkeypatch.setattr(attempts, "build_threads", lambda: cpus)
-    monkeypatch.setattr(cache, "build_threads", lambda: cpus)
+    """``compile_graph(graph)`` as on a machine with ``cpus`` usable CPUs."""
+    monkeypatch.setattr(attempts, "usable_cpus", lambda: cpus)
     clear_memory_cache()
     return compile_graph(graph, tuning=False, **options)
 
@@ -78,13 +77,6 @@ def test_a_corpus_model_built_in_parallel_gives_the_serial_outputs_bit_for_bit(m
     split = _compiled(monkeypatch, 2, graph, cache_dir=cache_dir / "split")
     (want,), (got,) = serial(x), split(x)
     assert got.shape == (1, 100) and got.tobytes() == want.tobytes()
-
-
-@pytest.mark.parametrize(("cpus", "runnable", "threads"), [(8, 1, 8), (8, 3, 6), (2, 2, 1), (2, 9, 1), (4, None, 4)])
-def test_a_build_takes_the_cpus_no_other_thread_keeps_busy(monkeypatch, cpus, runnable, threads):
-    monkeypatch.setattr(parallel, "usable_cpus", lambda: cpus)
-    monkeypatch.setattr(parallel, "runnable_threads", lambda: runnable)  # this thread among them
-    assert parallel.build_threads() == threads
 
 
 def test_one_cpu_takes_the_serial_build(monkeypatch):
