@@ -12,9 +12,9 @@ on threads too), they link into one shared library.
 
 Each function is lowered and optimised by itself either way, and the outputs are the serial
 build's bit for bit; only the functions' places in the library differ. A library built so
-stands in for a serial one: the cache key does not say how it was built. With fewer than
-:data:`MIN_FUNCTIONS` functions the TIR is generated whole, as ``tvm.compile`` does; with one
-usable CPU the build is ``tvm.compile`` itself.
+stands in for a serial one: the cache key does not say how it was built. A build of fewer
+than twice :data:`FUNCTIONS_PER_GROUP` functions is generated whole, as ``tvm.compile`` does;
+with one usable CPU the build is ``tvm.compile`` itself.
 
 The threads run under the caller's ``PassContext`` (:func:`~subgraph.properties.tvm.runtime.interrupt.carried`):
 its settings hold for every group, and Ctrl-C stops each before its next pass. A group that
@@ -37,36 +37,39 @@ from tvm.support import cc
 
 from subgraph.properties.tvm.runtime.interrupt import carried
 
-__all__ = ["GROUPS_PER_WORKER", "MIN_FUNCTIONS", "compile_module", "export_library", "function_groups"]
+__all__ = ["FUNCTIONS_PER_GROUP", "GROUPS_PER_WORKER", "compile_module", "export_library", "function_groups"]
 
 T = TypeVar("T")
 
 
-#: a build with fewer TIR functions than this is generated whole, on one CPU
-MIN_FUNCTIONS = 4
-#: groups per thread: small groups even out the threads' loads (a convolution's function
-#: takes many times an addition's), each costs an LLVM module (about 15 ms of CPU)
+#: the fewest functions a group holds: a group costs an LLVM module more (about 15 ms of CPU
+#: to generate, 10 ms to write), which a group of one small function does not win back
+#: (a graph of five functions, a convolution among them: 22% more CPU time)
+FUNCTIONS_PER_GROUP = 4
+#: groups per thread, as far as there are functions: small groups even out the threads'
+#: loads (a convolution's function takes many times an addition's)
 GROUPS_PER_WORKER = 4
 
 
 def function_groups(names: list[str], workers: int) -> list[list[str]]:
     """``names`` (TIR function names) dealt into the groups a build on ``workers`` threads
-    makes: in order of name, round robin, ``GROUPS_PER_WORKER`` a thread, never an empty one;
-    one group on one thread or with fewer than :data:`MIN_FUNCTIONS` names.
+    makes: in order of name, round robin, :data:`GROUPS_PER_WORKER` a thread as far as each
+    holds :data:`FUNCTIONS_PER_GROUP`; one group on one thread or when there would be fewer
+    than two.
 
     Examples
     --------
-    >>> function_groups(["c", "a", "b", "e", "d"], 2)
-    [['a'], ['b'], ['c'], ['d'], ['e']]
-    >>> function_groups([f"f{i}" for i in range(10)], 1) == [sorted(f"f{i}" for i in range(10))]
-    True
-    >>> function_groups(["b", "a", "c"], 8)
-    [['a', 'b', 'c']]
+    >>> function_groups(["f7", "f3", "f1", "f6", "f0", "f5", "f2", "f4", "f8"], 2)
+    [['f0', 'f2', 'f4', 'f6', 'f8'], ['f1', 'f3', 'f5', 'f7']]
+    >>> function_groups([f"f{i}" for i in range(9)], 1)
+    [['f0', 'f1', 'f2', 'f3', 'f4', 'f5', 'f6', 'f7', 'f8']]
+    >>> function_groups(["e", "b", "a", "d", "c"], 8)
+    [['a', 'b', 'c', 'd', 'e']]
     """
     names = sorted(names)
-    if workers < 2 or len(names) < MIN_FUNCTIONS:
+    count = min(GROUPS_PER_WORKER * workers, len(names) // FUNCTIONS_PER_GROUP)
+    if workers < 2 or count < 2:
         return [names]
-    count = min(len(names), GROUPS_PER_WORKER * workers)
     return [names[i::count] for i in range(count)]
 
 

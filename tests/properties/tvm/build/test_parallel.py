@@ -14,11 +14,11 @@ pytest.importorskip("tvm", reason="needs apache-tvm")  # the backend's modules i
 import tvm
 
 from subgraph.properties.events import listening
-from subgraph.properties.tvm.build import attempts, parallel
+from subgraph.properties.tvm.build import attempts, cache, parallel
 from subgraph.properties.tvm.build.cache import clear_memory_cache
 from subgraph.properties.tvm.build.compiler import compile_graph
-from subgraph.properties.tvm.build.parallel import GROUPS_PER_WORKER, MIN_FUNCTIONS, function_groups
-from tests.properties.tvm.tvm_graphs import conv_graph, multi_output_graph, sample
+from subgraph.properties.tvm.build.parallel import FUNCTIONS_PER_GROUP, GROUPS_PER_WORKER, function_groups
+from tests.properties.tvm.tvm_graphs import conv_graph, sample
 
 pytestmark = pytest.mark.tvm
 
@@ -28,27 +28,38 @@ def _llvm_modules(fn) -> int:
     return sum(m.kind == "llvm" for m in fn._module.mod._collect_dso_modules())
 
 
+@pytest.fixture
+def one_function_groups(monkeypatch):
+    """Groups of one function: the five of :func:`conv_graph` built as five groups."""
+    monkeypatch.setattr(parallel, "FUNCTIONS_PER_GROUP", 1)
+
+
 def _compiled(monkeypatch, cpus: int, graph, **options):
     """``compile_graph(graph)`` as on a machine with ``cpus`` usable CPUs."""
     monkeypatch.setattr(attempts, "usable_cpus", lambda: cpus)
+    monkeypatch.setattr(cache, "usable_cpus", lambda: cpus)
     clear_memory_cache()
     return compile_graph(graph, tuning=False, **options)
 
 
 def test_groups_hold_every_function_once_in_order_of_name():
-    names = [f"fused_conv2d{i}_add" for i in range(11)] + ["relu", "max_pool2d", "layout_transform"]
+    names = [f"fused_conv2d{i}_add" for i in range(33)] + ["relu", "max_pool2d", "layout_transform"]
     groups = function_groups(list(reversed(names)), 2)
     assert len(groups) == 2 * GROUPS_PER_WORKER
     assert sorted(n for g in groups for n in g) == sorted(names)
-    assert groups[0] == ["fused_conv2d0_add", "fused_conv2d7_add"]  # dealt round robin by name
+    assert groups[0] == ["fused_conv2d0_add", "fused_conv2d17_add", "fused_conv2d24_add", "fused_conv2d31_add",
+                         "fused_conv2d9_add"]  # dealt round robin in order of name
     assert groups == function_groups(names, 2)  # whatever order they come in
-    assert function_groups(names, 100) == [[n] for n in sorted(names)]  # never an empty group
+    assert len(function_groups(names, 100)) == len(names) // FUNCTIONS_PER_GROUP == 9  # as far as they fill
     assert function_groups(names, 1) == [sorted(names)]
-    assert function_groups(names[:MIN_FUNCTIONS - 1], 8) == [sorted(names[:MIN_FUNCTIONS - 1])]
+    few = names[:2 * FUNCTIONS_PER_GROUP - 1]
+    assert function_groups(few, 8) == [sorted(few)]
+    assert len(function_groups(names[:2 * FUNCTIONS_PER_GROUP], 8)) == 2
 
 
 @pytest.mark.parametrize("use_cache", [False, True], ids=["in memory", "stored and loaded"])
-def test_a_parallel_build_gives_the_serial_build_s_outputs_bit_for_bit(monkeypatch, cache_dir, use_cache):
+def test_a_parallel_build_gives_the_serial_build_s_outputs_bit_for_bit(monkeypatch, cache_dir, use_cache,
+                                                                      one_function_groups):
     x = sample((1, 8, 14, 14))
     serial = _compiled(monkeypatch, 1, conv_graph(), use_cache=use_cache, cache_dir=cache_dir / "serial")
     split = _compiled(monkeypatch, 2, conv_graph(), use_cache=use_cache, cache_dir=cache_dir / "split")
@@ -73,13 +84,17 @@ def test_a_corpus_model_built_in_parallel_gives_the_serial_outputs_bit_for_bit(m
         pytest.skip(f"tv_squeezenet1_1 cannot be exported here: {exc}")
     graph = subgraph.from_onnx(model.model)
     x = model.feeds["x"]
+    groups, build_groups = [], parallel._build_groups
+    monkeypatch.setattr(parallel, "_build_groups", lambda parts, *args: groups.append(len(parts))
+                        or build_groups(parts, *args))
     serial = _compiled(monkeypatch, 1, graph, cache_dir=cache_dir / "serial")
     split = _compiled(monkeypatch, 2, graph, cache_dir=cache_dir / "split")
+    assert groups == [2 * GROUPS_PER_WORKER]  # its 32 functions in 8 groups of 4
     (want,), (got,) = serial(x), split(x)
     assert got.shape == (1, 100) and got.tobytes() == want.tobytes()
 
 
-def test_one_cpu_takes_the_serial_build(monkeypatch):
+def test_one_cpu_takes_the_serial_build(monkeypatch, one_function_groups):
     monkeypatch.setattr(parallel, "_build_groups", lambda *args: pytest.fail("built in groups on one CPU"))
     fn = _compiled(monkeypatch, 1, conv_graph(), use_cache=False)
     assert _llvm_modules(fn) == 1
@@ -87,9 +102,10 @@ def test_one_cpu_takes_the_serial_build(monkeypatch):
 
 
 def test_a_small_build_is_generated_whole(monkeypatch):
-    monkeypatch.setattr(parallel, "_build_groups", lambda *args: pytest.fail("a 3-function build split"))
-    fn = _compiled(monkeypatch, 8, multi_output_graph(), use_cache=False)
+    monkeypatch.setattr(parallel, "_build_groups", lambda *args: pytest.fail("a 5-function build split"))
+    fn = _compiled(monkeypatch, 8, conv_graph(), use_cache=False)
     assert _llvm_modules(fn) == 1
+    assert fn(sample((1, 8, 14, 14)))[0].shape == (1, 32, 7, 7)
 
 
 def _first_build_of(function: str, monkeypatch) -> list[int]:
@@ -110,7 +126,7 @@ def _first_build_of(function: str, monkeypatch) -> list[int]:
 
 
 @pytest.mark.parametrize("cpus", [1, 2])
-def test_a_failed_code_generation_is_retried_as_before(monkeypatch, cpus):
+def test_a_failed_code_generation_is_retried_as_before(monkeypatch, cpus, one_function_groups):
     """A group's failure fails the attempt as the whole module's did: the build retries with
     every function built alone, whatever the CPUs."""
     sizes = _first_build_of("fused_conv2d_add_relu", monkeypatch)
@@ -156,7 +172,7 @@ def test_each_group_is_built_under_the_caller_s_pass_context(monkeypatch):
     assert seen == [True] * 8
 
 
-def test_the_threaded_export_writes_the_library_export_library_writes(monkeypatch, tmp_path):
+def test_the_threaded_export_writes_the_library_export_library_writes(monkeypatch, tmp_path, one_function_groups):
     fn = _compiled(monkeypatch, 2, conv_graph(), use_cache=False)
     converted = []
     object_file = parallel._object_file
