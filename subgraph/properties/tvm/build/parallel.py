@@ -146,32 +146,35 @@ def _in_threads(tasks: list[Callable[[], T]], workers: int) -> list[T]:
 
     A task that raises stops the tasks not yet taken; once every thread has ended, the
     exception of the first task in order that raised is raised (the same whichever thread
-    was faster: every task before it had been taken and has ended).
+    was faster: every task before it had been taken and has ended). What interrupts this
+    thread (Ctrl-C in the main thread) is raised once the tasks in progress have ended.
     """
     done: list[Any] = [None] * len(tasks)
     failed: dict[int, BaseException] = {}
     taken = iter(range(len(tasks)))
     lock = threading.Lock()
+    stop = threading.Event()
 
-    def work() -> None:
-        while True:
+    def work(caught: type[BaseException]) -> None:
+        while not stop.is_set():
             with lock:
                 index = None if failed else next(taken, None)
             if index is None:
                 return
             try:
                 done[index] = tasks[index]()
-            except BaseException as exc:  # noqa: BLE001 - raised by the caller, once every thread has ended
+            except caught as exc:  # raised by the caller, once every thread has ended
                 with lock:
                     failed[index] = exc
 
-    helpers = [threading.Thread(target=carried(work), name=f"subgraph-tvm-codegen-{n}", daemon=True)
-               for n in range(1, min(workers, len(tasks)))]
+    helpers = [threading.Thread(target=carried(work), args=(BaseException,), name=f"subgraph-tvm-codegen-{n}",
+                                daemon=True) for n in range(1, min(workers, len(tasks)))]
     for helper in helpers:
         helper.start()
     try:
-        work()
+        work(Exception)
     finally:
+        stop.set()  # after an interrupt here, the helpers take no other task
         for helper in helpers:
             helper.join()
     if failed:

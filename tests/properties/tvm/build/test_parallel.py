@@ -5,6 +5,7 @@ serial build on one CPU."""
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -184,3 +185,16 @@ def test_the_threaded_export_writes_the_library_export_library_writes(monkeypatc
     converted.clear()
     parallel.export_library(fn._module, tmp_path / "one.so", 1)  # one CPU: export_library itself
     assert converted == [] and (tmp_path / "one.so").read_bytes() == (tmp_path / "serial.so").read_bytes()
+
+
+def test_an_interrupt_in_the_calling_thread_stops_the_tasks_at_once():
+    ran = []
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        parallel._in_threads([interrupted, lambda: ran.append(1), lambda: ran.append(2)], 1)
+    assert ran == []
+    with pytest.raises(SystemExit):  # whichever thread takes it
+        parallel._in_threads([lambda: ran.append(0), lambda: sys.exit(3), lambda: ran.append(2)], 2)
