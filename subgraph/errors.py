@@ -12,6 +12,7 @@ import warnings
 from collections.abc import Callable
 
 __all__ = [
+    "first_line",
     "SubgraphError",
     "GraphError",
     "ModelLoadError",
@@ -119,6 +120,17 @@ def call_hook(error: type[SubgraphError], owner: object, hook: str, *args: objec
         raise
     except Exception as exc:
         raise hook_error(error, owner, hook, exc, where) from exc
+
+
+def first_line(exc: BaseException) -> str:
+    r"""The first line of ``exc``'s message, or its type's name when it has none: what a
+    one-line warning says of an error.
+
+    >>> first_line(ValueError("no kernel\nfor node 'a'")), first_line(KeyError())
+    ('no kernel', 'KeyError')
+    """
+    text = str(exc)
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def hook_error(error: type[SubgraphError], owner: object, hook: str, exc: Exception,

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from subgraph.errors import SubgraphError, warn_hook
+from subgraph.errors import SubgraphError, first_line, warn_hook
 from subgraph.hetero.devices import FALLBACK_DEVICE, takes
 from subgraph.hetero.measured import measure_node
 from subgraph.hetero.model import SubgraphInfo
@@ -129,11 +129,9 @@ class ModelBuilder:
                 moved = numpy_kernel is not None
                 if moved:
                     self.kernels.move(node, self.props[FALLBACK_DEVICE], numpy_kernel)
-            crossing = sum(v.nbytes or 0 for v in (*node.inputs, *node.outputs) if v is not None)
             notes = () if not settings.compile_now or failed or moved else \
                 tuple(self.kernels.fused(node).compile().notes)
-            info = SubgraphInfo(index, node.attrs["device"], node.name, tuple(n.name for n in node.subgraph.nodes),
-                                tuple(n.op for n in node.subgraph.nodes), crossing, failed, costs, moved, notes)
+            info = _info(index, node, fallback=failed, costs=costs, moved=moved, notes=notes)
             infos.append(info)
             self._report(index + 1, len(fused), info)
         if tiered:
@@ -157,9 +155,7 @@ class ModelBuilder:
                               profile=self.settings.profile)
         interim.compile()
         self.kernels.kernels[node.name] = TieredKernel(interim, final)
-        crossing = sum(v.nbytes or 0 for v in (*node.inputs, *node.outputs) if v is not None)
-        return SubgraphInfo(index, node.attrs["device"], node.name, tuple(n.name for n in node.subgraph.nodes),
-                            tuple(n.op for n in node.subgraph.nodes), crossing, pending=True)
+        return _info(index, node, pending=True)
 
     def _number(self) -> list[Node]:
         """The fused nodes in topological order, renamed ``subgraph<i>`` with ``subgraph_id`` i."""
@@ -210,10 +206,18 @@ class ModelBuilder:
             hooks = ("compile_profiled", "compile") if self.settings.profile else ("compile",)
             warn_hook(f"{device} could not compile {node.name} ({len(node.subgraph.nodes)} nodes, first "
                       f"{node.subgraph.nodes[0].name!r}); it runs on {FALLBACK_DEVICE} instead: "
-                      f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", property_of(node), *hooks,
+                      f"{first_line(exc)}", property_of(node), *hooks,
                       category=UserWarning)
             self.kernels.move(node, self.props[FALLBACK_DEVICE]).compile()
             return True
+
+
+def _info(index: int, node: Node, **fields: Any) -> SubgraphInfo:
+    """The :class:`SubgraphInfo` of fused ``node``, numbered ``index``: its device, nodes, ops
+    and the bytes crossing its boundary, with ``fields`` (fallback, costs...) as given."""
+    crossing = sum(v.nbytes or 0 for v in (*node.inputs, *node.outputs) if v is not None)
+    return SubgraphInfo(index, node.attrs["device"], node.name, tuple(n.name for n in node.subgraph.nodes),
+                        tuple(n.op for n in node.subgraph.nodes), crossing, **fields)
 
 
 def _callable_name(function: Callable[..., Any]) -> str:

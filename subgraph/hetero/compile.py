@@ -306,19 +306,19 @@ def _partition_model(graph: Graph, device: str, device_properties: Mapping[str, 
     return model
 
 
-def _startup(startup: str | None, **options: Any) -> str:
+def _startup(startup: str | None, *, fallback: bool, choose: str, split: str | None, progress: Any) -> str:
     """``compile_model``'s ``startup``, checked: the default is tiered unless an option needs
     every build before ``compile_model`` returns."""
     if startup is not None and startup not in STARTUPS:
         raise DeviceError(f"compile_model: startup={startup!r} is not one of {', '.join(map(repr, STARTUPS))}")
-    needs = {"fallback": options["fallback"] is False, "choose": options["choose"] == "measured",
-             "split": options["split"] == "pipeline", "progress": options["progress"] is not None}
-    blocking = [f"{name}={options[name]!r}" if name != "progress" else "progress" for name, yes in needs.items() if yes]
-    if startup == "tiered" and blocking:
+    needs = [text for text, yes in (("fallback=False", fallback is False), ("choose='measured'", choose == "measured"),
+                                    ("split='pipeline'", split == "pipeline"), ("progress", progress is not None))
+             if yes]
+    if startup == "tiered" and needs:
         raise DeviceError(f"compile_model: startup='tiered' runs subgraphs on NUMPY while their builds run, but "
-                          f"{blocking[0]} needs every build before compile_model returns: give startup='blocking' "
+                          f"{needs[0]} needs every build before compile_model returns: give startup='blocking' "
                           "or leave startup out")
-    return startup or ("blocking" if blocking else "tiered")
+    return startup or ("blocking" if needs else "tiered")
 
 
 def _record_affinity(model_graph: Graph, affinity: Mapping[str, str]) -> None:

@@ -40,10 +40,10 @@ from typing import Any
 import numpy as np
 
 from subgraph.analysis.inputs import random_inputs
-from subgraph.errors import SubgraphError, warn_hook
+from subgraph.errors import SubgraphError, first_line, warn_hook
 from subgraph.hetero.model import SubgraphInfo
 from subgraph.hetero.workers import compile_in_workers
-from subgraph.ir import Node
+from subgraph.ir import Node, is_static_shape
 from subgraph.properties import FusedKernel, FusedKernels, SubgraphProperty
 from subgraph.properties.base import CompiledKernel
 from subgraph.properties.runtime import property_of
@@ -174,7 +174,7 @@ class BackgroundBuild:
             device = node.attrs["device"]
             warn_hook(f"{device} could not build {node.name} ({len(node.subgraph.nodes)} nodes, first "
                       f"{node.subgraph.nodes[0].name!r}) in the background; it keeps running on "
-                      f"{self.fallback.device}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+                      f"{self.fallback.device}: {first_line(exc)}",
                       tiered.final.prop, "compile", category=UserWarning)
             self.kernels.move(node, self.fallback, tiered.current)
             self.infos[index] = dataclasses.replace(info, device=self.fallback.device, fallback=True, pending=False)
@@ -204,9 +204,9 @@ def _verify(tiered: TieredKernel) -> None:
     mapped = tiered.output_map or range(len(tiered.subgraph.outputs))
     for j, array in zip(mapped, outputs):
         value = tiered.subgraph.outputs[j]
-        shape = tuple(value.shape) if value.shape is not None else None
-        if shape is not None and all(isinstance(d, int) for d in shape) and np.shape(array) != shape:
-            raise SubgraphError(f"its output %{value.name} has shape {np.shape(array)}, the graph says {shape}")
+        if is_static_shape(value.shape) and np.shape(array) != tuple(value.shape):
+            raise SubgraphError(f"its output %{value.name} has shape {np.shape(array)}, the graph says "
+                                f"{tuple(value.shape)}")
         if value.dtype is not None and np.asarray(array).dtype != np.dtype(value.dtype):
             raise SubgraphError(f"its output %{value.name} is {np.asarray(array).dtype}, the graph says "
                                 f"{np.dtype(value.dtype)}")

@@ -122,11 +122,10 @@ def compile_module(mod: Any, target: Any, pipeline: Any, workers: int) -> Any:
     mod = vm_build._vmcodegen(builder, mod, "bytecode")
     functions = {gvar.name_hint: (gvar, func) for gvar, func in mod.functions_items()
                  if isinstance(func, tirx.PrimFunc)}
+    tir = tvm.IRModule({gvar: func for gvar, func in functions.values()}, attrs=mod.attrs) if functions else None
     groups = function_groups(list(functions), workers)
     if len(groups) < 2:
-        tir = tvm.IRModule({gvar: func for gvar, func in functions.values()}, attrs=mod.attrs) if functions else None
         return vm_build._vmlink(builder, target, tir, ext_libs=ext_libs, params=params)
-    tir = tvm.IRModule({gvar: func for gvar, func in functions.values()}, attrs=mod.attrs)
     tir = vm_build._auto_attach_system_lib_prefix(tir, target, None)
     parts = [tvm.IRModule({functions[n][0]: tir[functions[n][0]] for n in group}, attrs=tir.attrs)
              for group in groups]
