@@ -32,6 +32,7 @@ import dataclasses
 import os
 import sys
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
@@ -151,7 +152,11 @@ class BackgroundBuild:
                 if self._stopped or self._finishing:
                     return
                 self._land(node, errors.get(node.name))
-        except BaseException:  # noqa: BLE001 - nothing may escape a daemon thread: NUMPY keeps running
+        except Exception as exc:  # noqa: BLE001 - nothing may escape a daemon thread: NUMPY keeps running
+            if not self._stopped:
+                warnings.warn(f"the background build of {len(self.nodes)} subgraph(s) stopped: {first_line(exc)}; "
+                              f"they keep running on {self.fallback.device}", RuntimeWarning, stacklevel=1)
+        except BaseException:  # noqa: BLE001 - the interpreter is ending: nothing to report to
             return
         finally:
             self.done.set()
