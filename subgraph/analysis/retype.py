@@ -142,7 +142,8 @@ def _node_types(node: Node, types: Mapping[str, _Type], known: Mapping[str, np.n
 
 def retype(graph: Graph, types: Mapping[str, _Type], known: Mapping[str, np.ndarray], changed: set[str],
            hints: Mapping[str, _Type] | None = None, *, symbols: frozenset[str] = frozenset(),
-           opaque: Callable[[Node], bool] = lambda node: node.subgraph is not None) -> dict[str, _Type] | None:
+           opaque: Callable[[Node], bool] = lambda node: node.subgraph is not None,
+           fold: Callable[[Node, dict[str, _Type]], bool] | None = None) -> dict[str, _Type] | None:
     """``types`` (value name -> (shape, dtype), as the whole-graph pass gave them) updated
     for a folding round: ``known`` (folded arrays) typed by their arrays, ``hints`` stated,
     and every node reading a ``changed`` value typed again by its ONNX rule, then the
@@ -150,6 +151,12 @@ def retype(graph: Graph, types: Mapping[str, _Type], known: Mapping[str, np.ndar
     whole-graph pass (see the module notes). ``types`` is not modified. Constants are
     handed to the rules as data where :func:`~subgraph.onnx.writer.inference_model`
     writes them as initializers, and ``opaque`` nodes need the whole-graph pass.
+
+    ``fold(node, types)``, when given, is offered each such node first: it returns True when it
+    evaluated the node's outputs into ``known`` (which it may extend), and they are then typed by
+    their arrays and followed like any changed value. So shape arithmetic that a typed value
+    decides (``Shape``, ``Gather``, ``Concat``, then a ``Reshape`` that types the next ``Shape``)
+    folds and types in one sweep, however long the chain.
     """
     new = dict(types)
     for name, array in known.items():
@@ -166,6 +173,11 @@ def retype(graph: Graph, types: Mapping[str, _Type], known: Mapping[str, np.ndar
             continue
         if all(out.name in known for out in node.outputs):
             continue  # left out of the whole-graph pass too: its arrays type it
+        if fold is not None and fold(node, new):
+            for out in node.outputs:
+                new[out.name] = (tuple(known[out.name].shape), known[out.name].dtype)
+                dirty.add(out.name)
+            continue
         if opaque(node):
             return None
         outputs = _node_types(node, new, known, symbols)

@@ -243,33 +243,39 @@ def _ancestors(missing: list[Value]) -> list[Node]:
     return [node for node in graph.nodes if id(node) in wanted]
 
 
+def _fold_node(node: Node, types: dict[str, _Type], known: dict[str, np.ndarray], notes: dict[str, str]) -> bool:
+    """Evaluate ``node`` into ``known`` if its inputs are known (a ``Shape`` or ``Size``: if its
+    input's shape is static); True if it was."""
+    if node.subgraph is not None or all(o.name in known for o in node.outputs):
+        return False
+    if node.op in ("Shape", "Size") and node.domain in ("", "ai.onnx") and node.inputs:
+        source = node.inputs[0]
+        shape = source.shape if source.producer is None else types.get(source.name, (None, None))[0]
+        if not is_static_shape(shape):
+            return False
+        known[node.outputs[0].name] = shape_value(node, shape)
+        return True
+    args = [None if v is None else (v.data if v.is_constant else known.get(v.name)) for v in node.inputs]
+    if any(a is None and v is not None for a, v in zip(args, node.inputs)):
+        return False
+    try:
+        result = evaluate_node(node, args, [types.get(o.name, (None, None))[0] for o in node.outputs])
+    except Exception as exc:  # a kernel that cannot fold this node: reported if nothing else works
+        notes[node.name] = f"folding node {node.name!r} ({node.op}) failed: {type(exc).__name__}: {exc}"
+        return False
+    if result is None:
+        return False
+    for out, array in zip(node.outputs, result):
+        known[out.name] = array
+    return True
+
+
 def _fold(nodes: list[Node], types: dict[str, _Type], known: dict[str, np.ndarray],
           notes: dict[str, str]) -> bool:
-    """Evaluate the ``nodes`` whose inputs are now known; True if anything new was found."""
+    """Evaluate the ``nodes`` whose inputs are now known, in order; True if anything new was found."""
     progress = False
     for node in nodes:
-        if node.subgraph is not None or all(o.name in known for o in node.outputs):
-            continue
-        if node.op in ("Shape", "Size") and node.domain in ("", "ai.onnx") and node.inputs:
-            source = node.inputs[0]
-            shape = source.shape if source.producer is None else types.get(source.name, (None, None))[0]
-            if is_static_shape(shape):
-                known[node.outputs[0].name] = shape_value(node, shape)
-                progress = True
-            continue
-        args = [None if v is None else (v.data if v.is_constant else known.get(v.name)) for v in node.inputs]
-        if any(a is None and v is not None for a, v in zip(args, node.inputs)):
-            continue
-        try:
-            result = evaluate_node(node, args, [types.get(o.name, (None, None))[0] for o in node.outputs])
-        except Exception as exc:  # a kernel that cannot fold this node: reported if nothing else works
-            notes[node.name] = f"folding node {node.name!r} ({node.op}) failed: {type(exc).__name__}: {exc}"
-            continue
-        if result is None:
-            continue
-        for out, array in zip(node.outputs, result):
-            known[out.name] = array
-        progress = True
+        progress = _fold_node(node, types, known, notes) or progress
     return progress
 
 
@@ -374,7 +380,8 @@ def infer_shapes(graph: Graph, *, dynamic: bool = True) -> None:
             break
         notes: dict[str, str] = {}
         before_known, before_hints = set(known), dict(hints)
-        if not _output_rules(graph, types, hints) and not _fold(_ancestors(missing), types, known, notes):
+        wanted = _ancestors(missing)
+        if not _output_rules(graph, types, hints) and not _fold(wanted, types, known, notes):
             if not whole:  # node rules may know less than the whole graph: ask it before giving up
                 types, whole = _onnx_types(graph, known, hints), True
                 continue
@@ -384,7 +391,14 @@ def infer_shapes(graph: Graph, *, dynamic: bool = True) -> None:
             break
         changed = {name for name in known if name not in before_known}
         changed |= {name for name, value_type in hints.items() if before_hints.get(name) is not value_type}
-        retyped = retype(graph, types, known, changed, hints, symbols=_symbols(graph), opaque=_is_opaque)
+        foldable = {id(node) for node in wanted}
+
+        def fold(node: Node, now: dict[str, _Type], foldable: set[int] = foldable,
+                 notes: dict[str, str] = notes) -> bool:
+            return id(node) in foldable and _fold_node(node, now, known, notes)
+
+        retyped = retype(graph, types, known, changed, hints, symbols=_symbols(graph), opaque=_is_opaque,
+                         fold=fold)
         types, whole = (_onnx_types(graph, known, hints), True) if retyped is None else (retyped, False)
     check_attributes(graph, {name: value_type[0] for name, value_type in types.items()})
     for value in _node_outputs(graph):
