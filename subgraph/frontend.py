@@ -82,10 +82,11 @@ def from_onnx(path_or_model: str | os.PathLike | onnx.ModelProto,
     graph = read_onnx(path_or_model, input_shapes)
     check_ops(graph)
     declared = {v.name: v.dtype for v in graph.outputs if v.producer is not None and v.dtype is not None}
-    infer_shapes(graph)
+    computed: dict[str, Any] = {}
+    infer_shapes(graph, folded=computed)
     _check_declared_dtypes(graph, declared)
     if fold_constants:
-        graph = fold(graph)
+        graph = fold(graph, computed)
     type_subgraphs(graph)
     return graph
 

@@ -336,7 +336,7 @@ def _unknown_error(graph: Graph, missing: list[Value], notes: dict[str, str], dt
     return ShapeError(f"{text}\n  first such node: {missing[0].producer.format()}")
 
 
-def infer_shapes(graph: Graph, *, dynamic: bool = True) -> None:
+def infer_shapes(graph: Graph, *, dynamic: bool = True, folded: dict[str, np.ndarray] | None = None) -> None:
     """Store a shape and dtype on every value of ``graph``.
 
     Shapes are static wherever constants and the input shapes decide them; shape
@@ -352,6 +352,9 @@ def infer_shapes(graph: Graph, *, dynamic: bool = True) -> None:
         stored on their outputs.
     dynamic : bool
         ``False`` makes any value without a static shape an error.
+    folded : dict | None
+        Receives the arrays computed on the way (value name -> array), for constant folding
+        to take instead of computing them again; only once inference succeeded.
 
     Raises
     ------
@@ -403,3 +406,5 @@ def infer_shapes(graph: Graph, *, dynamic: bool = True) -> None:
     check_attributes(graph, {name: value_type[0] for name, value_type in types.items()})
     for value in _node_outputs(graph):
         value.shape, value.dtype = types[value.name]
+    if folded is not None:
+        folded.update(known)

@@ -38,9 +38,11 @@ graph g(%x: float32[2,3,4]) {
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
-from subgraph.analysis.shape_inference import evaluate_node, shape_value
+from subgraph.analysis.shape_inference import MAX_FOLD_ELEMENTS, evaluate_node, shape_value
 from subgraph.ir import Graph, Node, OnnxGraphAttr, is_static_shape
 
 __all__ = ["fold_constants"]
@@ -50,8 +52,9 @@ NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike
                               "Bernoulli", "Multinomial"})
 
 
-def _folded(node: Node, outputs: set[int]) -> list[np.ndarray] | None:
-    """The arrays ``node`` always computes, or ``None`` when it must stay a node."""
+def _folded(node: Node, outputs: set[int], computed: Mapping[str, np.ndarray]) -> list[np.ndarray] | None:
+    """The arrays ``node`` always computes (taken from ``computed`` where it has them all),
+    or ``None`` when it must stay a node."""
     if (node.subgraph is not None or node.domain not in ("", "ai.onnx") or node.op in NONDETERMINISTIC
             or node.implicit or node.bodies  # control flow: its bodies may loop long or read much
             or any(isinstance(a, OnnxGraphAttr) for a in node.attrs.values())
@@ -71,10 +74,21 @@ def _folded(node: Node, outputs: set[int]) -> list[np.ndarray] | None:
         shapes = [None] * len(node.outputs)
     else:
         shapes = [o.shape for o in node.outputs]
+    if node.op != "Constant" and all(o.name in computed for o in node.outputs):
+        # inference computes some of them before their shapes are known: the size limit again
+        if any(int(np.prod(o.shape, dtype=np.int64)) > MAX_FOLD_ELEMENTS for o in node.outputs
+               if is_static_shape(o.shape)):
+            return None
+        return _checked(node, [computed[o.name] for o in node.outputs])
     try:
         result = evaluate_node(node, [None if v is None else v.data for v in node.inputs], shapes)
     except Exception:  # noqa: BLE001 - it stays a node; running it reports the error with its name
         return None
+    return _checked(node, result)
+
+
+def _checked(node: Node, result: list[np.ndarray] | None) -> list[np.ndarray] | None:
+    """``result``, or None where it disagrees with ``node``'s inferred outputs."""
     if result is None or len(result) != len(node.outputs):
         return None
     for out, array in zip(node.outputs, result):
@@ -94,13 +108,20 @@ def remove_dead_nodes(graph: Graph) -> None:
     graph.remove_unused_constants()
 
 
-def fold_constants(graph: Graph) -> Graph:
+def fold_constants(graph: Graph, computed: Mapping[str, np.ndarray] | None = None) -> Graph:
     """A copy of ``graph`` (static shapes inferred) with every foldable node replaced by
-    constants and the nodes that only fed them removed; ``graph`` is not modified."""
+    constants and the nodes that only fed them removed; ``graph`` is not modified.
+
+    ``computed`` (value name -> array) holds values already computed by the same kernels
+    from the same constants, as :func:`~subgraph.analysis.shape_inference.infer_shapes`
+    hands them over (``folded=``): a foldable node whose outputs are all there takes them
+    instead of running again.
+    """
     work = graph.copy()
     outputs = {id(v) for v in work.outputs}
+    computed = computed or {}
     for node in list(work.nodes):
-        arrays = _folded(node, outputs)
+        arrays = _folded(node, outputs, computed)
         if arrays is not None:
             work.replace_with_constants(node, arrays)
     remove_dead_nodes(work)

@@ -111,3 +111,29 @@ def test_large_results_stay_computed_but_large_constants_fold():
     assert [n.name for n in folded.nodes] == ["fill", "plus", "times"]  # fill would grow the model
     assert folded.value("weight").is_constant
     assert len(g.nodes) == 4  # the input graph is untouched
+
+
+def test_values_inference_computed_are_taken_and_still_size_limited():
+    """``from_onnx`` hands the arrays shape inference folded to ``fold_constants``: the graph
+    is the same as folding from scratch, a handed array is what the constant holds, and one
+    past the size limit (inference computes a Gather over a small table before its output's
+    shape is known) still stays a node."""
+    side = int(np.sqrt(MAX_FOLD_ELEMENTS)) + 1
+    g = Graph("handed")
+    x = g.add_input("x", (side, side), "float32")
+    rows = g.add_node("Shape", [x], name="shape", attrs={"end": 1}).outputs[0]
+    count = g.add_node("Abs", [rows], name="abs").outputs[0]  # ONNX's data propagation stops here
+    index = g.add_node("ConstantOfShape", [count], name="index",
+                       attrs={"value": np.array([0], np.int64)}).outputs[0]
+    table = g.add_constant("table", np.ones((1, side), np.float32))
+    spread = g.add_node("Gather", [table, index], name="spread").outputs[0]
+    g.set_outputs([g.add_node("Add", [x, spread], name="plus").outputs[0]])
+    computed: dict = {}
+    infer_shapes(g, folded=computed)
+    assert sorted(computed) == ["abs", "index", "shape", "spread"]
+    assert computed["spread"].shape == (side, side)  # past the limit
+    plain, handed = fold_constants(g), fold_constants(g, computed)
+    assert str(handed) == str(plain)
+    assert [n.name for n in handed.nodes] == ["spread", "plus"]
+    marked = dict(computed, index=np.ones(side, np.int64))  # taken as handed, not computed again
+    assert fold_constants(g, marked).value("index").data.tolist() == [1] * side
