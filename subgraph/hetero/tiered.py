@@ -145,6 +145,7 @@ class BackgroundBuild:
                 pass
 
     def _run(self) -> None:
+        landed: set[str] = set()
         try:
             tasks = [(node.name, property_of(node), node.subgraph) for node in self.nodes]
             errors = compile_in_workers(tasks, self.workers, stop=self._stop_read) if os.name == "posix" else {}
@@ -152,10 +153,14 @@ class BackgroundBuild:
                 if self._stopped or self._finishing:
                     return
                 self._land(node, errors.get(node.name))
+                landed.add(node.name)
         except Exception as exc:  # noqa: BLE001 - nothing may escape a daemon thread: NUMPY keeps running
             if not self._stopped:
                 warnings.warn(f"the background build of {len(self.nodes)} subgraph(s) stopped: {first_line(exc)}; "
                               f"they keep running on {self.fallback.device}", RuntimeWarning, stacklevel=1)
+                for node in self.nodes:
+                    if node.name not in landed:
+                        self._fall_back(node)
         except BaseException:  # noqa: BLE001 - the interpreter is ending: nothing to report to
             return
         finally:
@@ -168,8 +173,6 @@ class BackgroundBuild:
         """Load ``node``'s build (the worker's, or its error), verify it, switch to it."""
         tiered = self.kernels.kernels[node.name]
         assert isinstance(tiered, TieredKernel)
-        index = next(i for i, info in enumerate(self.infos) if info.fused_node == node.name)
-        info = self.infos[index]
         try:
             if built is not None:
                 raise built
@@ -181,11 +184,25 @@ class BackgroundBuild:
                       f"{node.subgraph.nodes[0].name!r}) in the background; it keeps running on "
                       f"{self.fallback.device}: {first_line(exc)}",
                       tiered.final.prop, "compile", category=UserWarning)
-            self.kernels.move(node, self.fallback, tiered.current)
-            self.infos[index] = dataclasses.replace(info, device=self.fallback.device, fallback=True, pending=False)
-        else:
-            tiered.switch()
-            self.infos[index] = dataclasses.replace(info, notes=notes, pending=False)
+            self._fall_back(node)
+            return
+        tiered.switch()
+        index = self._index(node)
+        self.infos[index] = dataclasses.replace(self.infos[index], notes=notes, pending=False)
+        if self.on_switch is not None:
+            self.on_switch()
+
+    def _index(self, node: Node) -> int:
+        return next(i for i, info in enumerate(self.infos) if info.fused_node == node.name)
+
+    def _fall_back(self, node: Node) -> None:
+        """``node``'s subgraph runs on NUMPY for good, and its info says so."""
+        tiered = self.kernels.kernels[node.name]
+        assert isinstance(tiered, TieredKernel)
+        self.kernels.move(node, self.fallback, tiered.current)
+        index = self._index(node)
+        self.infos[index] = dataclasses.replace(self.infos[index], device=self.fallback.device, fallback=True,
+                                                pending=False)
         if self.on_switch is not None:
             self.on_switch()
 

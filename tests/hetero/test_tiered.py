@@ -132,6 +132,25 @@ def test_a_build_that_fails_leaves_numpy_running_with_a_warning(tmp_path):
     np.testing.assert_array_equal(model(_feeds(3))["7"], compile_model(seed_example(), "HETERO:NUMPY")(_feeds(3))["7"])
 
 
+def test_builds_that_cannot_start_leave_every_subgraph_on_numpy_and_say_so(tmp_path, monkeypatch):
+    def no_workers(*args, **kwargs):
+        raise OSError("no process could be started")
+
+    monkeypatch.setattr("subgraph.hetero.tiered.compile_in_workers", no_workers)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = _model(tmp_path)
+        assert model.wait_compiled(120)
+    assert [str(w.message) for w in caught if "background" in str(w.message)] == [
+        ("the background build of 2 subgraph(s) stopped: no process could be started; "
+         "they keep running on NUMPY")]
+    assert [(s.device, s.fallback, s.pending) for s in model.subgraphs] == [
+        ("NUMPY", True, False), ("NUMPY", False, False), ("NUMPY", True, False)]
+    assert _tiers(model) == ["NUMPY", "NUMPY", "NUMPY"]
+    assert "building" not in model.summary()
+    np.testing.assert_array_equal(model(_feeds(3))["7"], compile_model(seed_example(), "HETERO:NUMPY")(_feeds(3))["7"])
+
+
 def test_a_worker_that_dies_and_a_build_with_wrong_outputs_are_not_used(tmp_path):
     (tmp_path / "open").touch()
     with warnings.catch_warnings(record=True) as caught:
