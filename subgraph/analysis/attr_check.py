@@ -154,9 +154,10 @@ def _check_node(node: Node, shapes: Mapping[str, tuple | None]) -> None:
     if node.subgraph is not None or node.domain not in ("", "ai.onnx"):
         return
     _check_per_dimension_inputs(node, shapes)
-    for name in ("scan_input_directions", "scan_output_directions", "directions"):
+    for name in ("scan_input_directions", "scan_output_directions", "directions") if node.op in ("Scan", "Loop") \
+            else ():
         entries = _entries(node.attrs.get(name))
-        if node.op in ("Scan", "Loop") and entries is not None and any(e not in (0, 1) for e in entries):
+        if entries is not None and any(e not in (0, 1) for e in entries):
             raise _refuse(node, name, node.attrs[name], "has an entry other than 0 (forward) or 1 (reverse)")
     for name in sorted(_FLAG_ATTRS.intersection(node.attrs)):
         value = node.attrs[name]
@@ -171,8 +172,8 @@ def _check_node(node: Node, shapes: Mapping[str, tuple | None]) -> None:
     rank = _rank(node, shapes)
     if _per_tensor_quantization(node, shapes):
         rank = None  # ONNX ignores the axis of a per-tensor scale: any value stands
-    for name in (*_AXIS_ATTRS, "perm"):
-        entries = _entries(node.attrs.get(name))
+    for name in [name for name in (*_AXIS_ATTRS, "perm") if name in node.attrs]:
+        entries = _entries(node.attrs[name])
         if entries is None:
             continue
         if any(not -MAX_RANK <= e <= MAX_RANK for e in entries):

@@ -105,15 +105,15 @@ def _node_types(node: Node, types: Mapping[str, _Type], known: Mapping[str, np.n
     import onnx
     from onnx import helper, numpy_helper
 
+    from subgraph.onnx.attrs import op_schema
     from subgraph.onnx.writer import node_to_onnx
 
     graph = node.graph
     if (node.subgraph is not None or node.bodies or node.implicit or graph is None or node.domain not in graph.opset
             or any(isinstance(a, OnnxGraphAttr) for a in node.attrs.values())):
         return None
-    try:
-        schema = onnx.defs.get_schema(node.op, graph.opset[node.domain], node.domain)
-    except Exception:  # no schema: an opaque node
+    schema = op_schema(node.op, graph.opset[node.domain], node.domain)
+    if schema is None:  # no schema: an opaque node
         return None
     input_types, input_data = {}, {}
     for value in node.inputs:

@@ -10,6 +10,7 @@ op's schema decides the attribute type where Python's type is ambiguous (an empt
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -20,7 +21,7 @@ from onnx import AttributeProto, numpy_helper
 from subgraph.errors import ModelLoadError, SubgraphError
 from subgraph.ir import FUSED_DOMAIN, Graph, OnnxGraphAttr
 
-__all__ = ["attrs_from_onnx", "check_attribute_names", "attrs_to_onnx", "RT_INFO_PREFIX", "FUNCTION_DOMAIN",
+__all__ = ["attrs_from_onnx", "check_attribute_names", "attrs_to_onnx", "op_schema", "RT_INFO_PREFIX", "FUNCTION_DOMAIN",
            "FUNCTION_OPSET", "CONSTANT_KEY", "COPY_KEY", "GRAPH_NAME_KEY"]
 
 # Conventions the reader and the writer share (see subgraph.onnx.writer for the format).
@@ -79,11 +80,21 @@ def attrs_from_onnx(node: onnx.NodeProto) -> dict[str, Any]:
     return attrs
 
 
-def _schema_types(op: str, domain: str, opset: int | None) -> dict[str, int]:
+@functools.lru_cache(maxsize=4096)
+def op_schema(op: str, opset: int | None, domain: str) -> onnx.defs.OpSchema | None:
+    """ONNX's schema of ``op`` in ``domain`` at ``opset`` (the latest when None), or None
+    for an op or domain it does not know. Remembered: a lookup costs 4 us, and reading or
+    writing a model asks once per node."""
     try:
-        schema = (onnx.defs.get_schema(op, opset, domain) if opset is not None
-                  else onnx.defs.get_schema(op, domain=domain))
-    except Exception:  # unknown op or domain: fall back to Python types
+        return (onnx.defs.get_schema(op, opset, domain) if opset is not None
+                else onnx.defs.get_schema(op, domain=domain))
+    except Exception:  # noqa: BLE001 - unknown op or domain (SchemaError)
+        return None
+
+
+def _schema_types(op: str, domain: str, opset: int | None) -> dict[str, int]:
+    schema = op_schema(op, opset, domain)
+    if schema is None:  # unknown op or domain: fall back to Python types
         return {}
     return {name: int(attr.type) for name, attr in schema.attributes.items()}
 
@@ -141,9 +152,8 @@ def check_attribute_names(node: onnx.NodeProto, name: str, opset: Mapping[str, i
     if twice:
         raise ModelLoadError(f"{where} has attribute(s) {twice} more than once")
     domain = "" if node.domain in ("", "ai.onnx") else node.domain
-    try:
-        schema = onnx.defs.get_schema(node.op_type, opset.get(domain, opset.get("ai.onnx", 1)), domain)
-    except Exception:  # no schema (a custom or unknown op): check_ops decides about it
+    schema = op_schema(node.op_type, opset.get(domain, opset.get("ai.onnx", 1)), domain)
+    if schema is None:  # no schema (a custom or unknown op): check_ops decides about it
         return
     for attr in node.attribute:
         texts = [attr.s] if attr.type == AttributeProto.STRING else list(attr.strings)
