@@ -175,7 +175,8 @@ def retype(graph: Graph, types: Mapping[str, _Type], known: Mapping[str, np.ndar
             continue  # left out of the whole-graph pass too: its arrays type it
         if fold is not None and fold(node, new):
             for out in node.outputs:
-                new[out.name] = (tuple(known[out.name].shape), known[out.name].dtype)
+                if out.name not in hints:  # as for the values known before: a stated type stands
+                    new[out.name] = (tuple(known[out.name].shape), known[out.name].dtype)
                 dirty.add(out.name)
             continue
         if opaque(node):

@@ -80,3 +80,31 @@ def test_nothing_changed_keeps_the_types():
     g.set_outputs([g.add_node("Relu", [x], name="relu").outputs[0]])
     types = {"relu": ((2, 3), np.dtype("float32"))}
     assert retype(g, types, {}, set()) == types
+
+
+def test_a_chain_of_blocks_each_shaped_by_the_last_folds_in_one_sweep(monkeypatch):
+    """Each block reshapes by the shape of the block before (through ``Abs``, where ONNX's data
+    propagation stops), as Swin's export does once a block: the folds ride along the re-typing,
+    so the blocks need one round, not one round each, and end as the whole-graph passes say."""
+    def chain(blocks: int) -> Graph:
+        g = Graph("chain")
+        y = g.add_input("x", (2, 3, 4), "float32")
+        for i in range(blocks):
+            target = g.add_node("Abs", [g.add_node("Shape", [y], name=f"shape{i}").outputs[0]],
+                                name=f"abs{i}").outputs[0]
+            y = g.add_node("Reshape", [g.add_node("Relu", [y], name=f"relu{i}").outputs[0], target],
+                           name=f"reshape{i}").outputs[0]
+        g.set_outputs([y])
+        return g
+
+    rounds = []
+    counted = shape_inference.retype
+    monkeypatch.setattr(shape_inference, "retype", lambda *a, **k: rounds.append(1) or counted(*a, **k))
+    swept = chain(30)
+    infer_shapes(swept)
+    assert len(rounds) == 1
+    monkeypatch.setattr(shape_inference, "retype", lambda *args, **kwargs: None)  # every round: the whole graph
+    whole = chain(30)
+    infer_shapes(whole)
+    assert all_types(swept) == all_types(whole)
+    assert swept.value("reshape29").type_str() == "float32[2,3,4]"
