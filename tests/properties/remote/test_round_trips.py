@@ -7,6 +7,7 @@ from rpc_processes import Process, RoundTrips, free_port, needs_rpc
 
 import subgraph
 from subgraph.analysis.shape_inference import infer_shapes
+from subgraph.errors import ExecutionError
 from subgraph.hetero import compile_model
 from subgraph.ir import Graph
 
@@ -61,6 +62,39 @@ def test_a_remote_subgraph_call_is_one_round_trip(counted):
     expected = compile_model(graph, "HETERO:TVM,NUMPY", {"TVM": {"exclude_ops": EXCLUDE}},
                              startup="blocking")({"image": X})
     np.testing.assert_array_equal(got["probs"], expected["probs"])
+    np.testing.assert_allclose(got["probs"], subgraph.run(graph, {"image": X})["probs"], rtol=1e-5, atol=1e-7)
+
+
+def gather_graph():
+    """data (4x3 float32) -> relu -> pick = Gather(relu, idx) on axis 0: one subgraph of two inputs."""
+    graph = Graph("pick")
+    data, idx = graph.add_input("data", (4, 3), "float32"), graph.add_input("idx", (2,), "int64")
+    relu = graph.add_node("Relu", [data], outputs=["relu"]).outputs[0]
+    graph.set_outputs([graph.add_node("Gather", [relu, idx], name="pick", outputs=["pick"],
+                                      attrs={"axis": 0}).outputs[0]])
+    infer_shapes(graph)
+    return graph
+
+
+def test_two_inputs_cross_in_one_round_trip_and_a_bad_index_is_refused_before_any(counted):
+    graph = gather_graph()
+    model = compile_model(graph, "REMOTE.0", {"REMOTE.0": {"address": counted.address}}, fallback=False)
+    data = np.arange(12, dtype=np.float32).reshape(4, 3) - 5  # relu: rows 0 0 0 / 0 0 0 / 1 2 3 / 4 5 6
+    feeds = {"data": data, "idx": np.array([3, -4])}
+    per_call, got = trips(counted, lambda: model(feeds), 3)
+    assert per_call == 1
+    assert got["pick"].tolist() == [[4.0, 5.0, 6.0], [0.0, 0.0, 0.0]]
+    np.testing.assert_array_equal(got["pick"], subgraph.run(graph, feeds)["pick"])
+    session = model.kernels.fused(model.graph.node(model.subgraphs[0].fused_node)).compile().session
+    connections, before = session.connections, counted.count
+    with pytest.raises(ExecutionError, match=r"^node 'pick' \(Gather\): index 7 is out of range for axis 0 of "
+                                             r"size 4 \(indices must lie in \[-4, 3\]\)"):
+        model({"data": data, "idx": np.array([1, 7])})
+    # checked here before anything is sent: no trip, and the session stays up
+    assert counted.count == before
+    per_call, got = trips(counted, lambda: model(feeds), 1)
+    assert per_call == 1 and session.connections == connections
+    assert got["pick"].tolist() == [[4.0, 5.0, 6.0], [0.0, 0.0, 0.0]]
 
 
 @pytest.mark.parametrize("names", [["relu", "shape", "isnan"], ["shape"], ["isnan"]])
