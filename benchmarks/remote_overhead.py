@@ -11,7 +11,11 @@ this one run, medians of:
   the hand-over to the device's worker thread);
 - the built-in example CNN split ``HETERO:REMOTE.0,NUMPY`` (MaxPool and Softmax on NUMPY,
   three REMOTE subgraphs) against ``HETERO:TVM,NUMPY``: the extra time per remote subgraph,
-  the tensors' trips (44, 24 and 4 KiB) included.
+  the tensors' trips (44, 24 and 4 KiB) included;
+- the link as the device prices it (:meth:`RemoteSession.link`: latency and bytes per
+  second), and what the CNN's bytes cost at that rate. A call is one round trip, so what a
+  subgraph adds beyond the tiny call's cost is its bytes: TVM 0.27's RPC reads and writes a
+  payload one byte at a time (``support::Stream::WriteArray``): tens of MB/s, even on loopback.
 """
 
 from __future__ import annotations
@@ -96,9 +100,12 @@ def main() -> None:
         local_model = compile_model(cnn, "HETERO:TVM,NUMPY", {"TVM": {"exclude_ops": exclude}}, startup="blocking")
         remote_model = compile_model(cnn, "HETERO:REMOTE.0,NUMPY", {"REMOTE.0": {**remote, "exclude_ops": exclude}},
                                      fallback=False)
-        count = sum(s.device == "REMOTE.0" for s in remote_model.subgraphs)
+        remote_subgraphs = [s for s in remote_model.subgraphs if s.device == "REMOTE.0"]
+        count, moved = len(remote_subgraphs), sum(s.boundary_bytes for s in remote_subgraphs)
         local_cnn = median_seconds(local_model, image, args.runs)
         remote_cnn = median_seconds(remote_model, image, args.runs)
+        session = remote_model.kernels.fused(remote_model.graph.node(remote_subgraphs[0].fused_node)).compile().session
+        latency, bandwidth = session.link()
     finally:
         os.killpg(server.pid, signal.SIGKILL)
         server.wait()
@@ -108,6 +115,8 @@ def main() -> None:
     print(f"example CNN, {count} REMOTE subgraphs: HETERO:TVM,NUMPY {local_cnn * 1e3:.3f} ms, "
           f"HETERO:REMOTE.0,NUMPY {remote_cnn * 1e3:.3f} ms: {(remote_cnn - local_cnn) / count * 1e3:.3f} ms "
           "more per remote subgraph")
+    print(f"link: {latency * 1e3:.3f} ms one way, {bandwidth / 1e6:.0f} MB/s: the CNN's {moved / 1024:.0f} KiB "
+          f"there and back take {moved / bandwidth / count * 1e3:.3f} ms per remote subgraph at that rate")
 
 
 if __name__ == "__main__":
