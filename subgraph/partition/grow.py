@@ -19,6 +19,7 @@ import numpy as np
 
 from subgraph.errors import PartitionError, PropertyError, SelectorError, SubgraphError, call_hook, hook_error
 from subgraph.ir import Node
+from subgraph.partition.closure import BitReach, Closure, closure_fits
 from subgraph.partition.views import PartitionIndex, Reach
 from subgraph.properties.base import SubgraphProperty
 from subgraph.selectors import SubgraphSelector
@@ -45,6 +46,15 @@ class GrowContext:
     explainer: SubgraphProperty | None = None
     #: the caller's rule, asked before the selector: a node it declines never joins
     support: OperatorSupport | None = None
+    #: the contracted graph's closure, shared by the growths of a round (nothing is
+    #: committed during one); ``None``: growths walk (:class:`~subgraph.partition.views.Reach`)
+    closure: Closure | None = None
+
+    def closure_wanted(self) -> bool:
+        """Whether growths may check cycles on a :class:`Closure`: when the graph is small
+        enough for one and not explaining (a rollback's reason names the cycle unit the
+        walks meet first; a closure knows no such order, the partition is the same)."""
+        return self.explainer is None and closure_fits(self.index)
 
     def declined(self, node: Node) -> str | None:
         """Why ``node`` may not join any subgraph before its selector is asked (its op is
@@ -116,13 +126,21 @@ class _Growth:
         self.rejected: dict[int, None] = {}
         self.members: list[int] = []
         self.member_set: set[int] = set()
+        self.reach: Reach | BitReach | None = None
 
-    def _new_reach(self) -> Reach:
-        return Reach(self.index, self.member_set.__contains__, self.rejected)  # blocks block too
+    def _new_reach(self) -> Reach | BitReach:
+        closure = self.ctx.closure
+        if closure is None or closure.version != self.index.version:
+            self.reach = Reach(self.index, self.member_set.__contains__, self.rejected)  # blocks block too
+        else:
+            self.reach = BitReach(closure, self.rejected)
+        return self.reach
 
     def _reject(self, j: int, reason: str) -> None:
         self.rejected[j] = None
         self.ctx.reasons[j] = reason
+        if self.reach is not None:
+            self.reach.reject(j)
 
     def run(self) -> list[int]:
         while True:
@@ -188,20 +206,14 @@ class _Growth:
                     return True
         return False
 
-    def _rollback(self, reach: Reach, cycle_through: int, stack: list[list[int]]) -> Reach:
+    def _rollback(self, reach: Reach | BitReach, cycle_through: int, stack: list[list[int]]) -> Reach | BitReach:
         """Move the latest members to the rejected list until no cycle is left.
 
-        Equivalent to rolling back one node at a time and checking again (seed 000),
-        but the stopping point comes from the reach labels: prefix ``k`` is free of
-        cycles when every blocking unit and every rolled-back member has rank above ``k``.
+        Equivalent to rolling back one node at a time and checking again (seed 000);
+        the reach finds the stopping point at once (:meth:`Reach.rollback_point`).
         """
         members = self.members
-        worst = reach.cycle_rank()
-        k = len(members) - 1
-        removed_rank = reach.rank(members[k])
-        while k > 1 and (k >= worst or k >= removed_rank):
-            k -= 1
-            removed_rank = min(removed_rank, reach.rank(members[k]))
+        k = reach.rollback_point()
         removed = members[k:]
         del members[k:]
         reason = f"rolled back to avoid a cycle through {self._unit_name(cycle_through)}"

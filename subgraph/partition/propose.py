@@ -11,9 +11,10 @@ from each start node in topological order and commit at once.
 from __future__ import annotations
 
 from subgraph.errors import PartitionError
+from subgraph.partition.closure import Closure
 from subgraph.partition.grow import GrowContext, grow, is_convex
 
-__all__ = ["propose", "STRATEGIES"]
+__all__ = ["STRATEGIES", "propose"]
 
 STRATEGIES = ("largest", "topological")
 
@@ -44,6 +45,9 @@ def _largest_first(ctx: GrowContext) -> None:
     while True:
         candidates: list[list[int]] = []
         covered: set[int] = set()
+        # the round's growths share one closure (a commit ends the round); topological
+        # commits after every growth, where updating one would cost a test a unit
+        ctx.closure = Closure(index) if ctx.closure_wanted() else None
         for i in range(index.n):
             if index.block[i] >= 0 or i in covered or i in cannot_start:
                 continue
@@ -63,6 +67,7 @@ def _largest_first(ctx: GrowContext) -> None:
             if _may_close_cycle(index, members, committed) and is_convex(index, members) is not None:
                 continue
             committed.add(_commit(ctx, members))
+        ctx.closure = None
         if not committed:  # the largest candidate is always valid; guard against a bug looping
             raise PartitionError("internal error: a partition round committed no subgraph")
 

@@ -36,6 +36,8 @@ class PartitionIndex:
         self.block_lo: list[int] = []
         self.block_hi: list[int] = []
         self.block_live: list[bool] = []
+        #: bumped by every commit and uncommit: what was derived from the units is stale
+        self.version = 0
 
     # -------------------------------------------------------------- units
     def unit(self, i: int) -> int:
@@ -69,6 +71,7 @@ class PartitionIndex:
         the block first, then the block, then the rest, each in their previous order.
         """
         b = len(self.members)
+        self.version += 1
         self.members.append(list(members))
         for m in members:
             self.block[m] = b
@@ -110,6 +113,7 @@ class PartitionIndex:
 
     def uncommit(self, b: int) -> None:
         """Expand block ``b`` back into its nodes (the order stays topological)."""
+        self.version += 1
         for m in self.members[b]:
             self.block[m] = -1
         self.block_live[b] = False
@@ -175,6 +179,9 @@ class Reach:
             return self.blocking(u)
         return u >= self.index.n or u in self.rejected  # type: ignore[operator]
 
+    def reject(self, j: int) -> None:
+        """Node ``j`` joined the rejected list: read from the container given, nothing to do."""
+
     def both(self, u: int) -> bool:
         return u in self.down and u in self.up
 
@@ -202,6 +209,21 @@ class Reach:
             if (u >= n or not member(u)) and blocking(u):
                 worst = min(worst, max(down[u], up[u]))
         return worst
+
+    def rollback_point(self) -> int:
+        """How many members to keep (at least one) so that no blocking unit nor removed
+        member lies on a cycle: equivalent to removing the newest member one at a time
+        until the check holds (seed 000), found from the labels. Prefix ``k`` is free of
+        cycles when every blocking unit and every removed member has rank above ``k``.
+        """
+        members = self.members
+        worst = self.cycle_rank()
+        k = len(members) - 1
+        removed_rank = self.rank(members[k])
+        while k > 1 and (k >= worst or k >= removed_rank):
+            k -= 1
+            removed_rank = min(removed_rank, self.rank(members[k]))
+        return k
 
     def add(self, i: int) -> int | None:
         """Add member node ``i``; return a blocking unit now on a cycle, or ``None``."""
