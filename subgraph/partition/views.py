@@ -149,6 +149,13 @@ class Reach:
 
     A unit beyond the span (``pos >= hi`` going down, ``pos <= lo`` going up) cannot
     lie on such a path yet; it waits in a bucket until the span grows past it.
+
+    A growth's reach (``blocking`` the container of rejected nodes, each one announced
+    through :meth:`reject`) starts *dormant*: while no blocking unit lies inside the
+    span, none can be on a cycle, so it only keeps the span and the members. The first
+    time one does, it wakes up and adds the members again, in order, each seeing the
+    members before it (the marks depend on nothing else), so every answer is the one
+    it would have given awake. A chain's growths never wake up.
     """
 
     def __init__(self, index: PartitionIndex, is_member: Callable[[int], bool],
@@ -173,6 +180,8 @@ class Reach:
         #: (None, bucket, None) takes the last unit out of a bucket
         self._log: list[tuple] = []
         self._checkpoints: list[tuple[int, int, int]] = []
+        #: dormant: the members' span (lo, hi), else ``None``
+        self._dormant: list[int] | None = None if self.rejected is None else [index.n, -1]
 
     def _blocks(self, u: int) -> bool:
         if self.blocking is not None:
@@ -180,22 +189,72 @@ class Reach:
         return u >= self.index.n or u in self.rejected  # type: ignore[operator]
 
     def reject(self, j: int) -> None:
-        """Node ``j`` joined the rejected list: read from the container given, nothing to do."""
+        """Node ``j`` joined the rejected list (a growth's reach reads the container; a
+        dormant one wakes up when ``j`` is inside the span)."""
+        if self._dormant is not None and self._inside(j):
+            self._wake()
+
+    def _inside(self, u: int) -> bool:
+        """Whether unit ``u`` lies strictly inside the dormant span (where a unit reached
+        both ways must lie)."""
+        lo, hi = self._dormant  # type: ignore[misc]
+        first, last = self.index.span(u)
+        return lo < first and last < hi
+
+    def _wake(self) -> None:
+        """Add the members again, awake, each seeing only the members before it."""
+        members, self.members, self._dormant = self.members, [], None
+        is_member = self.is_member
+        prefix: set[int] = set()
+        self.is_member = prefix.__contains__  # a set's method: no reference cycle
+        try:
+            for i in members:  # what they find is stale: a node rejected since then
+                prefix.add(i)
+                self.add(i)
+        finally:
+            self.is_member = is_member
+
+    def _still_quiet(self, p: int) -> bool:
+        """Widen the dormant span to position ``p``; whether no blocking unit is in it."""
+        span = self._dormant
+        lo, hi = span  # type: ignore[misc]
+        if lo > hi:
+            span[0] = span[1] = p  # type: ignore[index]
+            return True
+        if lo <= p <= hi:
+            return True
+        order, block, rejected = self.index.order, self.index.block, self.rejected
+        for q in (range(p + 1, lo) if p < lo else range(hi + 1, p)):
+            i = order[q]
+            if block[i] >= 0 or i in rejected:  # type: ignore[operator]
+                return False
+        span[0 if p < lo else 1] = p  # type: ignore[index]
+        return True
 
     def both(self, u: int) -> bool:
+        if self._dormant is not None:
+            if not self._inside(u):
+                return False
+            self._wake()
         return u in self.down and u in self.up
 
     def rank(self, u: int) -> int:
         """Smallest member count at which ``u`` is reached both ways (huge when never)."""
+        if self._dormant is not None:
+            self._wake()
         return max(self.down.get(u, _NEVER), self.up.get(u, _NEVER))
 
     def on_cycle(self) -> list[int]:
         """Blocking units reached both ways (outside the members)."""
+        if self._dormant is not None:
+            self._wake()
         n, member = self.index.n, self.is_member
         return [u for u in self.both_marked if not (u < n and member(u)) and self._blocks(u)]
 
     def cycle_rank(self) -> int:
         """The smallest :meth:`rank` of :meth:`on_cycle`'s units (huge when there is none)."""
+        if self._dormant is not None:
+            self._wake()
         n, member, blocking, down, up = self.index.n, self.is_member, self._blocks, self.down, self.up
         worst = _NEVER
         rejected = self.rejected
@@ -227,6 +286,11 @@ class Reach:
 
     def add(self, i: int) -> int | None:
         """Add member node ``i``; return a blocking unit now on a cycle, or ``None``."""
+        if self._dormant is not None:
+            if self._still_quiet(self.index.pos[i]):
+                self.members.append(i)
+                return None
+            self._wake()
         self.members.append(i)
         t = len(self.members)
         found = self._widen(self.index.pos[i])
@@ -321,6 +385,8 @@ class Reach:
 
         Returns the removed members, which are outside units from now on.
         """
+        if self._dormant is not None:
+            self._wake()
         length, self.lo, self.hi = self._checkpoints[k - 1]
         log = self._log
         undo = log[length:]

@@ -1,5 +1,5 @@
-"""Cycle checks of a growing member set: the closure's bitsets and the walks against
-brute-force reachability on random DAGs with fused blocks."""
+"""Cycle checks of a growing member set: the closure's bitsets, the dormant walks and the
+eager walks against brute-force reachability on random DAGs with fused blocks."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from subgraph.partition.grow import GrowContext
 from subgraph.partition.propose import propose
 from subgraph.partition.views import PartitionIndex, Reach
 from subgraph.properties.numpy import NumpyProperty
-from subgraph.testing import SUPPORTED_OPS, layered_dag, random_dag
+from subgraph.testing import SUPPORTED_OPS, chain, layered_dag, random_dag
 
 
 def blocked_index(seed: int) -> PartitionIndex:
@@ -50,8 +50,9 @@ def test_closure_is_the_contracted_graphs_reachability(seed):
 
 
 class CheckedReach:
-    """A growth's cycle check that asks the bitsets and the walks (of a growth, and with a
-    predicate) every question and compares their answers with networkx's reachability."""
+    """A growth's cycle check that asks the bitsets, the dormant walks (a growth's) and the
+    eager walks (given a predicate) every question and compares their answers with
+    networkx's reachability."""
 
     def __init__(self, growth) -> None:
         index, rejected, n = growth.index, growth.rejected, growth.index.n
@@ -121,6 +122,32 @@ def test_three_checks_agree_with_brute_force_through_real_growths(monkeypatch, s
     graph = layered_dag(150, width=4 + seed, unsupported=0.3, seed=seed)
     partition_graph(graph, NumpyProperty(ops=SUPPORTED_OPS), strategy=strategy)
     assert any(k < size - 1 for size, k in rollbacks)  # some rolled back more than one member
+
+
+def test_a_dormant_reach_wakes_when_a_blocking_unit_comes_inside_its_span():
+    # a chain 0 -> 1 -> ... -> 7: whatever lies between two members is on a path between them
+    index = PartitionIndex(chain(8, unsupported_every=0))
+
+    def reach_over(*members: int, rejected: tuple[int, ...] = ()) -> tuple[Reach, list[int | None]]:
+        member_set, rejects = set(), dict.fromkeys(rejected)
+        reach = Reach(index, member_set.__contains__, rejects)
+        found = []
+        for m in members:
+            member_set.add(m)
+            found.append(reach.add(m))
+        return reach, found
+
+    reach, found = reach_over(0, 4, rejected=(6,))
+    assert found == [None, None] and reach._dormant is not None  # rejected 6 lies beyond the span
+    assert not reach.both(6) and reach._dormant is not None
+    reach.rejected[2] = None  # a node between the members is refused
+    reach.reject(2)
+    assert reach._dormant is None and reach.both(2) and reach.rollback_point() == 1
+    # a member past a rejected node, later or earlier in the order: found as when awake
+    assert reach_over(3, 5, 7, rejected=(6,))[1] == [None, None, 6]
+    assert reach_over(5, 3, 1, rejected=(2,))[1] == [None, None, 2]
+    reach, found = reach_over(5, 3, 1, rejected=(6,))
+    assert found == [None, None, None] and reach._dormant is not None
 
 
 def test_partitions_are_the_same_with_and_without_the_closure(monkeypatch):
