@@ -22,7 +22,13 @@ from subgraph.ir import Graph
 from subgraph.onnx.writer import to_onnx
 from subgraph.properties.tvm.intake.cells import unroll_recurrent
 from subgraph.properties.tvm.intake.numpy_fold import fold_with_numpy
-from subgraph.properties.tvm.intake.rewrites import explicit_pads, group_norms, squeezed_gathers, sum_as_adds
+from subgraph.properties.tvm.intake.rewrites import (
+    explicit_pads,
+    group_norms,
+    scaled_projections,
+    squeezed_gathers,
+    sum_as_adds,
+)
 from subgraph.properties.tvm.runtime.messages import error_summary
 from subgraph.properties.tvm.runtime.tensors import static_shape
 from subgraph.transform.batchnorm import fold_batchnorm
@@ -99,10 +105,11 @@ def prepared_graph(graph: Graph) -> Graph:
     can make them). :func:`~subgraph.properties.tvm.intake.rewrites.sum_as_adds` avoids the
     importer's stack, :func:`~subgraph.properties.tvm.intake.rewrites.squeezed_gathers` its
     unfusable ``take``, :func:`~subgraph.properties.tvm.intake.rewrites.explicit_pads` its
-    separate ``pad`` (which stays NCHW).
+    separate ``pad`` (which stays NCHW), :func:`~subgraph.properties.tvm.intake.rewrites.scaled_projections`
+    the separate multiply of a squeeze-and-excitation scale.
     """
     graph = flush_subnormal_weights(trim_conv_taps(fold_batchnorm(select_ifs(unroll_loops(graph)))))
-    return unroll_recurrent(explicit_pads(squeezed_gathers(sum_as_adds(group_norms(graph)))))
+    return unroll_recurrent(scaled_projections(explicit_pads(squeezed_gathers(sum_as_adds(group_norms(graph))))))
 
 
 def onnx_for_tvm(graph: Graph) -> tuple[Graph, Any]:

@@ -11,7 +11,12 @@ from subgraph.analysis.shape_inference import infer_shapes
 from subgraph.ir import Graph
 from subgraph.properties.tvm.build.compiler import compile_graph
 from subgraph.properties.tvm.intake.importer import prepared_graph
-from subgraph.properties.tvm.intake.rewrites import explicit_pads, group_norms, squeezed_gathers
+from subgraph.properties.tvm.intake.rewrites import (
+    explicit_pads,
+    group_norms,
+    scaled_projections,
+    squeezed_gathers,
+)
 from tests.properties.tvm.tvm_graphs import assert_matches_onnxruntime, lowered_scripts
 
 pytestmark = pytest.mark.tvm
@@ -142,3 +147,47 @@ def test_same_auto_pad_is_the_convolution_own_padding(auto_pad, kernel, stride, 
 def test_valid_and_explicit_pads_are_left_alone():
     g = _same_pad_graph("VALID", 2, 1, (6, 6))
     assert explicit_pads(g) is g
+
+
+def _excite_graph(batch: int = 1, size: int = 8, out: int = 6, readers: int = 1) -> Graph:
+    """EfficientNet's squeeze and excitation: the map's channel means through a 1x1 Conv and a
+    Sigmoid scale the map, which a 1x1 Conv projects (``readers=2``: a Relu reads the scaled map too)."""
+    rng = np.random.default_rng(3)
+    g = Graph("excite")
+    x = g.add_input("x", (batch, 4, size, size), "float32")
+    means = g.add_node("GlobalAveragePool", [x], name="squeeze").outputs[0]
+    fc = g.add_node("Conv", [means, g.add_constant("fc", rng.standard_normal((4, 4, 1, 1)).astype(np.float32))],
+                    name="fc").outputs[0]
+    scale = g.add_node("Sigmoid", [fc], name="gate").outputs[0]
+    scaled = g.add_node("Mul", [x, scale], name="excite").outputs[0]
+    w = g.add_constant("w", rng.standard_normal((out, 4, 1, 1)).astype(np.float32))
+    b = g.add_constant("b", rng.standard_normal(out).astype(np.float32))
+    outputs = [g.add_node("Conv", [scaled, w, b], name="project").outputs[0]]
+    if readers == 2:
+        outputs.append(g.add_node("Relu", [scaled], name="relu").outputs[0])
+    g.set_outputs(outputs)
+    infer_shapes(g)
+    return g
+
+
+def test_an_excitation_scale_moves_into_the_projection_weights():
+    g = _excite_graph()
+    rewritten = scaled_projections(g)
+    assert [(n.op, n.name) for n in rewritten.nodes] == [
+        ("GlobalAveragePool", "squeeze"), ("Conv", "fc"), ("Sigmoid", "gate"), ("Mul", "project_weight"),
+        ("Conv", "project")]
+    assert [v.name for v in rewritten.node("project_weight").inputs] == ["w", "gate"]
+    assert [v.name for v in rewritten.node("project").inputs] == ["x", "project_weight", "b"]
+    assert [n.op for n in g.nodes] == ["GlobalAveragePool", "Conv", "Sigmoid", "Mul", "Conv"]  # as it was
+    x = np.random.default_rng(4).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    assert_matches_onnxruntime(g, compile_graph(g, use_cache=False)(x), x)
+
+
+@pytest.mark.parametrize("options", [
+    {"batch": 2},                 # each image has its own scale: no one weight holds them
+    {"size": 6, "out": 6},        # 36 positions for 6 outputs, under MAP_OVER_OUTPUTS (8) each: not worth it
+    {"readers": 2},               # the scaled map is read twice: the multiply stays
+])
+def test_excitations_the_weights_cannot_or_should_not_take_are_left_alone(options):
+    g = _excite_graph(**options)
+    assert scaled_projections(g) is g
