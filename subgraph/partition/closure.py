@@ -16,6 +16,8 @@ between the members. The closure costs ``units**2 / 8`` bytes a direction, so
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
+
 from subgraph.partition.views import PartitionIndex
 
 __all__ = ["MAX_UNITS", "BitReach", "Closure", "closure_fits"]
@@ -45,7 +47,7 @@ class Closure:
     """
 
     def __init__(self, index: PartitionIndex) -> None:
-        n, order, block, succ, pred = index.n, index.order, index.block, index.succ, index.pred
+        n, succ, pred = index.n, index.succ, index.pred
         units = n + len(index.members)
         self.version = index.version
         self.down = down = [0] * units
@@ -56,34 +58,30 @@ class Closure:
                 self.blocks |= 1 << (n + b)
         # a block is contiguous in the order: met first at its last position going down,
         # at its first going up, after every unit it reaches (or is reached from)
-        for p in range(n - 1, -1, -1):
-            i = order[p]
-            b = block[i]
-            if b < 0:
-                bits = 1 << i
-                for j in succ[i]:
-                    bits |= down[j] if block[j] < 0 else down[n + block[j]]
-                down[i] = bits
-            elif p == index.block_hi[b]:
-                u = n + b
-                bits = 1 << u
-                for v in index.unit_succ(u):
-                    bits |= down[v]
-                down[u] = bits
-        for p in range(n):
-            i = order[p]
-            b = block[i]
-            if b < 0:
-                bits = 1 << i
-                for j in pred[i]:
-                    bits |= up[j] if block[j] < 0 else up[n + block[j]]
-                up[i] = bits
-            elif p == index.block_lo[b]:
-                u = n + b
-                bits = 1 << u
-                for v in index.unit_pred(u):
-                    bits |= up[v]
-                up[u] = bits
+        _sweep(index, range(n - 1, -1, -1), succ, index.unit_succ, index.block_hi, down)
+        _sweep(index, range(n), pred, index.unit_pred, index.block_lo, up)
+
+
+def _sweep(index: PartitionIndex, positions: Iterable[int], near: Sequence[Sequence[int]],
+           unit_near: Callable[[int], Iterable[int]], ends: Sequence[int], bits_of: list[int]) -> None:
+    """Fill ``bits_of`` (by unit) with each unit's closure one way: ``positions`` in the order
+    that meets a unit after every unit it reaches that way, ``near`` a node's neighbours that
+    way, ``unit_near`` a block's, ``ends`` the position at which a block is met."""
+    n, order, block = index.n, index.order, index.block
+    for p in positions:
+        i = order[p]
+        b = block[i]
+        if b < 0:
+            bits = 1 << i
+            for j in near[i]:
+                bits |= bits_of[j] if block[j] < 0 else bits_of[n + block[j]]
+            bits_of[i] = bits
+        elif p == ends[b]:
+            u = n + b
+            bits = 1 << u
+            for v in unit_near(u):
+                bits |= bits_of[v]
+            bits_of[u] = bits
 
 
 class BitReach:
