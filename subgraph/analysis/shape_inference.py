@@ -32,6 +32,7 @@ Examples
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -43,8 +44,8 @@ from subgraph.errors import ShapeError
 from subgraph.ir import Graph, Node, Value, is_static_shape
 from subgraph.ir.limits import check_tensor_size
 
-__all__ = ["infer_shapes", "evaluate_node", "shape_value", "estimated_elements", "SIZED_BY_DATA",
-           "MAX_FOLD_ELEMENTS"]
+__all__ = ["infer_shapes", "evaluate_node", "shape_value", "estimated_elements", "over_fold_limit",
+           "SIZED_BY_DATA", "MAX_FOLD_ELEMENTS"]
 
 #: Constant folding evaluates only nodes whose outputs stay below this many elements.
 MAX_FOLD_ELEMENTS = 2**16
@@ -214,12 +215,17 @@ def estimated_elements(node: Node, args: list[np.ndarray | None]) -> int:
     return sum(int(np.asarray(a).size) for a in present)
 
 
+def over_fold_limit(shapes: list[tuple[int, ...] | None]) -> bool:
+    """Whether one of the static ``shapes`` has more than :data:`MAX_FOLD_ELEMENTS` elements."""
+    return any(is_static_shape(s) and int(np.prod(s, dtype=np.int64)) > MAX_FOLD_ELEMENTS for s in shapes)
+
+
 def evaluate_node(node: Node, args: list[np.ndarray | None],
                   shapes: list[tuple[int, ...] | None]) -> list[np.ndarray] | None:
     """``node``'s outputs computed from constant ``args`` by its kernel, or ``None`` when
     an output (``shapes`` where known, else estimated) would exceed :data:`MAX_FOLD_ELEMENTS`.
     A kernel's failure propagates."""
-    if any(is_static_shape(s) and int(np.prod(s, dtype=np.int64)) > MAX_FOLD_ELEMENTS for s in shapes):
+    if over_fold_limit(shapes):
         return None
     if estimated_elements(node, args) > MAX_FOLD_ELEMENTS:
         return None
@@ -268,6 +274,13 @@ def _fold_node(node: Node, types: dict[str, _Type], known: dict[str, np.ndarray]
     for out, array in zip(node.outputs, result):
         known[out.name] = array
     return True
+
+
+def _folder(nodes: list[Node], known: dict[str, np.ndarray],
+            notes: dict[str, str]) -> Callable[[Node, dict[str, _Type]], bool]:
+    """:func:`~subgraph.analysis.retype.retype`'s ``fold``: :func:`_fold_node` for ``nodes`` only."""
+    wanted = {id(node) for node in nodes}
+    return lambda node, types: id(node) in wanted and _fold_node(node, types, known, notes)
 
 
 def _fold(nodes: list[Node], types: dict[str, _Type], known: dict[str, np.ndarray],
@@ -394,14 +407,8 @@ def infer_shapes(graph: Graph, *, dynamic: bool = True, folded: dict[str, np.nda
             break
         changed = {name for name in known if name not in before_known}
         changed |= {name for name, value_type in hints.items() if before_hints.get(name) is not value_type}
-        foldable = {id(node) for node in wanted}
-
-        def fold(node: Node, now: dict[str, _Type], foldable: set[int] = foldable,
-                 notes: dict[str, str] = notes) -> bool:
-            return id(node) in foldable and _fold_node(node, now, known, notes)
-
         retyped = retype(graph, types, known, changed, hints, symbols=_symbols(graph), opaque=_is_opaque,
-                         fold=fold)
+                         fold=_folder(wanted, known, notes))
         types, whole = (_onnx_types(graph, known, hints), True) if retyped is None else (retyped, False)
     check_attributes(graph, {name: value_type[0] for name, value_type in types.items()})
     for value in _node_outputs(graph):

@@ -42,7 +42,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from subgraph.analysis.shape_inference import MAX_FOLD_ELEMENTS, evaluate_node, shape_value
+from subgraph.analysis.shape_inference import evaluate_node, over_fold_limit, shape_value
 from subgraph.ir import Graph, Node, OnnxGraphAttr, is_static_shape
 
 __all__ = ["fold_constants"]
@@ -76,8 +76,7 @@ def _folded(node: Node, outputs: set[int], computed: Mapping[str, np.ndarray]) -
         shapes = [o.shape for o in node.outputs]
     if node.op != "Constant" and all(o.name in computed for o in node.outputs):
         # inference computes some of them before their shapes are known: the size limit again
-        if any(int(np.prod(o.shape, dtype=np.int64)) > MAX_FOLD_ELEMENTS for o in node.outputs
-               if is_static_shape(o.shape)):
+        if over_fold_limit(shapes):
             return None
         return _checked(node, [computed[o.name] for o in node.outputs])
     try:

@@ -294,10 +294,10 @@ def explicit_pads(graph: Graph) -> Graph:
 MAP_OVER_OUTPUTS = 8
 
 
-def _scaled_input(node: Node, graph: Graph) -> tuple[Node, int] | None:
+def _scaled_input(node: Node, graph: Graph) -> int | None:
     """For a 1x1 ``Conv`` (one group, constant weights) reading ``Mul(x, s)`` and nothing else
     reading that product, where ``s`` is ``[1, C, 1, 1]``, ``x`` is ``[1, C, H, W]`` and ``H * W``
-    exceeds the output channels: the ``Mul`` and the position of ``s`` in it."""
+    exceeds :data:`MAP_OVER_OUTPUTS` times the output channels: the position of ``s`` in the ``Mul``."""
     if node.op != "Conv" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2 or node.inputs[0] is None:
         return None
     weight = node.inputs[1]
@@ -314,7 +314,7 @@ def _scaled_input(node: Node, graph: Graph) -> tuple[Node, int] | None:
         if tuple(scale.shape) == (1, channels, 1, 1) and len(x.shape) == 4 and tuple(x.shape[:2]) == (1, channels) \
                 and all(isinstance(d, int) for d in x.shape) and x.shape[2] * x.shape[3] > MAP_OVER_OUTPUTS * weight.shape[0] \
                 and scale.dtype == x.dtype == weight.dtype and np.dtype(x.dtype).kind == "f":
-            return mul, position
+            return position
     return None
 
 
@@ -338,7 +338,7 @@ def scaled_projections(graph: Graph) -> Graph:
 
     def replace(new: Graph, node: Node, inputs: list[Value | None]) -> tuple[Value, ...]:
         mul = inputs[0].producer  # the multiply as copied, read by nothing else
-        scale, x = (mul.inputs if found[node.name][1] == 0 else mul.inputs[::-1])
+        scale, x = mul.inputs if found[node.name] == 0 else mul.inputs[::-1]
         new.erase_node(mul)
         weight = new.add_node("Mul", [inputs[1], scale], name=new.fresh_name(f"{node.name}_weight"),
                               rt_info=node.rt_info).outputs[0]
