@@ -11,6 +11,9 @@ A node folds when it is deterministic, has no subgraph or graph attribute, produ
 graph output, and either is ``Shape``/``Size`` of a value with a static shape or reads
 only constants; results larger than :data:`~subgraph.analysis.shape_inference.MAX_FOLD_ELEMENTS`
 elements stay computed (folding must not grow the model), ``Constant`` nodes excepted.
+``DequantizeLinear`` stays unless asked (``dequantize=True``): its ``int8`` input is what
+an integer kernel reads (onnxruntime keeps a QDQ model's DequantizeLinear nodes for its
+QDQ fusions the same way), and the float copy is four times its size.
 
 Examples
 --------
@@ -52,10 +55,12 @@ NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike
                               "Bernoulli", "Multinomial"})
 
 
-def _folded(node: Node, outputs: set[int], computed: Mapping[str, np.ndarray]) -> list[np.ndarray] | None:
+def _folded(node: Node, outputs: set[int], computed: Mapping[str, np.ndarray],
+            dequantize: bool) -> list[np.ndarray] | None:
     """The arrays ``node`` always computes (taken from ``computed`` where it has them all),
     or ``None`` when it must stay a node."""
     if (node.subgraph is not None or node.domain not in ("", "ai.onnx") or node.op in NONDETERMINISTIC
+            or (node.op == "DequantizeLinear" and not dequantize)
             or node.implicit or node.bodies  # control flow: its bodies may loop long or read much
             or any(isinstance(a, OnnxGraphAttr) for a in node.attrs.values())
             or any(id(o) in outputs for o in node.outputs)):
@@ -107,9 +112,11 @@ def remove_dead_nodes(graph: Graph) -> None:
     graph.remove_unused_constants()
 
 
-def fold_constants(graph: Graph, computed: Mapping[str, np.ndarray] | None = None) -> Graph:
+def fold_constants(graph: Graph, computed: Mapping[str, np.ndarray] | None = None, *,
+                   dequantize: bool = False) -> Graph:
     """A copy of ``graph`` (static shapes inferred) with every foldable node replaced by
     constants and the nodes that only fed them removed; ``graph`` is not modified.
+    ``dequantize`` folds ``DequantizeLinear`` of constants too (a float kernel's weights).
 
     ``computed`` (value name -> array) holds values already computed by the same kernels
     from the same constants, as :func:`~subgraph.analysis.shape_inference.infer_shapes`
@@ -120,7 +127,7 @@ def fold_constants(graph: Graph, computed: Mapping[str, np.ndarray] | None = Non
     outputs = {id(v) for v in work.outputs}
     computed = computed or {}
     for node in list(work.nodes):
-        arrays = _folded(node, outputs, computed)
+        arrays = _folded(node, outputs, computed, dequantize)
         if arrays is not None:
             work.replace_with_constants(node, arrays)
     remove_dead_nodes(work)

@@ -137,3 +137,22 @@ def test_values_inference_computed_are_taken_and_still_size_limited():
     assert [n.name for n in handed.nodes] == ["spread", "plus"]
     marked = dict(computed, index=np.ones(side, np.int64))  # taken as handed, not computed again
     assert fold_constants(g, marked).value("index").data.tolist() == [1] * side
+
+
+def test_dequantized_weights_stay_int8_unless_asked_and_the_numpy_path_folds_them():
+    g = Graph("qdq_weight")
+    x = g.add_input("x", (2, 4), "float32")
+    w = g.add_node("DequantizeLinear", [g.add_constant("w", np.arange(-8, 8, dtype=np.int8).reshape(4, 4)),
+                                        g.add_constant("sw", np.array(0.5, np.float32))], name="dqw").outputs[0]
+    g.set_outputs([g.add_node("MatMul", [x, w], name="mm").outputs[0]])
+    infer_shapes(g)
+    # the int8 weight is what an integer kernel reads: it stays (as onnxruntime keeps it)
+    assert [n.op for n in fold_constants(g).nodes] == ["DequantizeLinear", "MatMul"]
+    folded = fold_constants(g, dequantize=True)
+    assert [n.op for n in folded.nodes] == ["MatMul"]
+    np.testing.assert_array_equal(folded.value("dqw").data, np.arange(-8, 8).reshape(4, 4) * np.float32(0.5))
+    assert [n.op for n in subgraph.from_onnx(subgraph.to_onnx(g)).nodes] == ["DequantizeLinear", "MatMul"]
+    feeds = {"x": np.arange(8, dtype=np.float32).reshape(2, 4)}
+    expected = feeds["x"] @ (np.arange(-8, 8).reshape(4, 4) * np.float32(0.5))
+    model = subgraph.compile_model(g, "HETERO:NUMPY")
+    np.testing.assert_array_equal(model.run(feeds)["mm"], expected)

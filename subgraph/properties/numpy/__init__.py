@@ -11,6 +11,7 @@ from subgraph.ops import node_path
 from subgraph.properties.base import CompiledKernel, SubgraphProperty, time_kernel
 from subgraph.properties.registry import register_property
 from subgraph.properties.runtime import FusedKernels
+from subgraph.transform.constants import fold_constants
 from subgraph.transform.fusion import fuse_elementwise
 from subgraph.transform.unroll import unroll_loops
 
@@ -65,7 +66,7 @@ class NumpyProperty(SubgraphProperty):
         return self._runner(subgraph, profile=True)
 
     def _runner(self, subgraph: Graph, profile: bool) -> CompiledKernel:
-        graph = _unrolled(subgraph)
+        graph = _dequantized(_unrolled(subgraph))
         if self.options.get("fuse", True):
             graph = fuse_elementwise(graph)
         return _SubgraphRunner(graph, profile, [v.name for v in subgraph.outputs])
@@ -73,6 +74,16 @@ class NumpyProperty(SubgraphProperty):
     def measure_cost(self, subgraph: Graph, kernel, inputs: list[np.ndarray]) -> float | None:
         """Median seconds of ``kernel(*inputs)`` (:func:`~subgraph.properties.base.time_kernel`)."""
         return time_kernel(kernel, inputs)
+
+
+def _dequantized(subgraph: Graph) -> Graph:
+    """``subgraph`` with its DequantizeLinear of constants (a QDQ model's weights) folded
+    (:func:`~subgraph.transform.constants.fold_constants`): the numpy kernels are float, and
+    a weight dequantized once is not dequantized again on every run."""
+    if not any(n.op == "DequantizeLinear" and all(v is None or v.is_constant for v in n.inputs)
+               for n in subgraph.nodes):
+        return subgraph
+    return fold_constants(subgraph, dequantize=True)
 
 
 def _unrolled(subgraph: Graph) -> Graph:
