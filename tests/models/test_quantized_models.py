@@ -9,8 +9,9 @@ What is compared, and why these bounds:
    must give onnxruntime's outputs: bit for bit for the quantization ops (their results
    are integers, or floats computed by the same float32 formula), and within float32
    rounding for float ops (Conv, LayerNormalization, Erf ... add in another order).
-2. **End to end, within int8 rounding.** ``subgraph.run`` and ``compile_model(...,
-   "HETERO:NUMPY")`` against the same node-by-node onnxruntime run, in steps of the
+2. **End to end, within int8 rounding.** ``subgraph.run``, ``compile_model(...,
+   "HETERO:NUMPY")`` and, for QDQ models, ``"HETERO:TVM,NUMPY"`` (whose convolutions are
+   VNNI int8 kernels on CPUs that have them) against the same node-by-node onnxruntime run, in steps of the
    output's quantization grid (its DequantizeLinear's scale; for a float output, 1/255 of
    its range, one step of an int8 grid spanning it). Not zero, and not one step either: a
    float op that differs in its last bit (see 1) moves the next QuantizeLinear by one
@@ -125,8 +126,10 @@ def test_every_node_matches_onnxruntime_on_its_inputs(case: Case) -> None:
                       "DequantizeLinear"}
 
 
-@pytest.mark.parametrize("how", ["run", "HETERO:NUMPY"])
+@pytest.mark.parametrize("how", ["run", "HETERO:NUMPY", "HETERO:TVM,NUMPY"])
 def test_end_to_end_within_int8_rounding(case: Case, how: str) -> None:
+    if how == "HETERO:TVM,NUMPY" and not case.name.endswith("-qdq"):
+        pytest.skip("the TVM path's int8 kernels are for the QDQ format; the others run as floats there")
     if how == "run":
         outputs = subgraph.run(subgraph.from_onnx(case.model), case.feeds)
     else:

@@ -28,6 +28,7 @@ from subgraph.properties.events import emit, listened
 from subgraph.properties.tvm.build.parallel import compile_module
 from subgraph.properties.tvm.intake.importer import check_outputs, relax_module
 from subgraph.properties.tvm.lowering.passes import relax_pipeline
+from subgraph.properties.tvm.lowering.qconv import has_vnni
 from subgraph.properties.tvm.runtime.messages import error_summary
 from subgraph.properties.tvm.schedule.isolation import FunctionStatus, status_notes
 from subgraph.system import usable_cpus
@@ -66,7 +67,7 @@ def build(graph: Graph, model: Any, target: Any, schedule: str, tiles: dict | No
     that did not get the scheduled path, and the weights ``main`` takes after its inputs
     (:mod:`~subgraph.properties.tvm.runtime.weights`; with ``lift`` on CPU targets, else none).
     """
-    mod = relax_module(graph, model)
+    mod = relax_module(graph, model, integer=has_vnni(target))
     constant_outputs = check_outputs(graph, mod["main"])
     if target.kind.name != "llvm":
         emit("relax build", 1, 1, "default pipeline")

@@ -60,10 +60,11 @@ __all__ = ["BUILD_LOCK", "MEMORY", "FilePart", "cache_get", "cache_key", "cache_
 #: several products share once, gives a matrix-vector product four vectors of sums where they
 #: fit and picks contraction tiles anew (masked rows, 14 x 2 for products); 27 measures a
 #: batched product's operands per batch element, keeps short products (64 terms or fewer) off
-#: the 14 x 2 tile and gives products whose rows 8 divides and 14 does not 8 x 2: a library of
+#: the 14 x 2 tile and gives products whose rows 8 divides and 14 does not 8 x 2; 28 runs QDQ
+#: convolutions as int8 VNNI kernels where the CPU has them: a library of
 #: an older format would run the old code. It is part of every key, so bumping it (when the
 #: way a build is made or stored changes) leaves the old entries unused.
-_FORMAT = "subgraph-tvm-27"
+_FORMAT = "subgraph-tvm-28"
 
 
 def cache_key(model_bytes: bytes, target: str, schedule: str = "cpu", weights: Sequence[Any] = ()) -> str:

@@ -35,6 +35,7 @@ from subgraph.ir import Graph
 from subgraph.properties.tvm.build.tuning_db import TuningDatabase, TuningRecord, default_database_path
 from subgraph.properties.tvm.intake.importer import onnx_for_tvm, relax_module
 from subgraph.properties.tvm.lowering.passes import prepare_passes
+from subgraph.properties.tvm.lowering.qconv import has_vnni
 from subgraph.properties.tvm.runtime.interrupt import interruptible
 from subgraph.properties.tvm.runtime.messages import error_summary, native_log_to_logging
 from subgraph.properties.tvm.runtime.target import as_target
@@ -75,7 +76,7 @@ def extract_tasks(graphs: Sequence[Graph], target: Any = "llvm") -> list[TuneTas
     tasks: dict[str, TuneTask] = {}
     for graph in graphs:
         folded, model = onnx_for_tvm(graph)
-        mod = relax_module(folded, model)
+        mod = relax_module(folded, model, integer=has_vnni(target))
         with target, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             mod = tvm.transform.Sequential(prepare_passes(target, "cpu"))(mod)

@@ -22,6 +22,7 @@ from subgraph.ir import Graph
 from subgraph.onnx.writer import to_onnx
 from subgraph.properties.tvm.intake.cells import unroll_recurrent
 from subgraph.properties.tvm.intake.numpy_fold import fold_with_numpy
+from subgraph.properties.tvm.intake.quantized import integer_convolutions
 from subgraph.properties.tvm.intake.rewrites import (
     explicit_pads,
     group_norms,
@@ -40,13 +41,16 @@ from subgraph.transform.unroll import unroll_loops
 __all__ = ["check_outputs", "checked_prepared", "onnx_for_tvm", "prepared_graph", "prepared_onnx", "relax_module"]
 
 
-def _import_relax(graph: Graph, model: Any, shapes: dict[str, list[int]], dtypes: dict[str, str]) -> Any:
+def _import_relax(graph: Graph, model: Any, shapes: dict[str, list[int]], dtypes: dict[str, str],
+                  integer: bool) -> Any:
     """The Relax module of ``model``; a :class:`PropertyError` naming the op if TVM refuses."""
     printed = io.StringIO()
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(printed):
             warnings.simplefilter("ignore")
             mod = from_onnx(model, shape_dict=shapes, dtype_dict=dtypes)
+            if integer:
+                mod = integer_convolutions(mod)
             return relax.transform.FoldConstant()(fold_with_numpy(mod))
     except Exception as exc:
         failed = re.search(r"Error converting operator (\w+)", printed.getvalue())
@@ -136,9 +140,12 @@ def prepared_onnx(prepared: Graph, weights: bool = True) -> Any:
         raise PropertyError(f"graph {prepared.name!r} cannot be written as ONNX for TVM: {exc}") from exc
 
 
-def relax_module(graph: Graph, model: Any) -> Any:
-    """The Relax module of ``model`` (from :func:`onnx_for_tvm`), with the graph's static input types."""
+def relax_module(graph: Graph, model: Any, integer: bool = False) -> Any:
+    """The Relax module of ``model`` (from :func:`onnx_for_tvm`), with the graph's static input
+    types; with ``integer``, QDQ convolutions in integer form
+    (:func:`~subgraph.properties.tvm.intake.quantized.integer_convolutions`: for a target whose
+    int8 kernels are faster than its float ones)."""
     shapes = {v.name: list(v.shape) for v in graph.inputs}
     dtypes = {v.name: v.dtype.name for v in graph.inputs}
-    return _import_relax(graph, model, shapes, dtypes)
+    return _import_relax(graph, model, shapes, dtypes, integer)
 

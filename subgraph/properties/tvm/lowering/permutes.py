@@ -11,7 +11,11 @@ third pass over the map). ConvNeXt-T spent 6% of its time on one thread in these
 elementwise add, subtract, multiply, divide, maximum or minimum as
 ``permute_dims(op(a, b'), p)``, where ``b`` is ``permute_dims(b0, p)`` (then ``b' = b0``)
 or a constant that broadcasts (then ``b'`` is it transposed back, with numpy), and
-``permute_dims(permute_dims(x, p), q)`` as one permute (none when they cancel). The
+``permute_dims(permute_dims(x, p), q)`` as one permute (none when they cancel). Ops of one
+tensor whose other operands are scalars (a cast, ReLU, a per-tensor ``quantize`` or
+``dequantize``: the int8 convolutions of :mod:`~subgraph.properties.tvm.lowering.qconv` hand
+on NHWC ``uint8`` maps through them) move the same way, and a 2-D max or average pool of an
+NHWC map turned NCHW becomes the NHWC pool. The
 transposes move down the stream until they cancel at the next convolution's input; the
 arithmetic then runs in the convolution's layout and fuses into the matmul that feeds it.
 The rewrite is kept only if it leaves fewer elements to transpose than before (so a
@@ -26,7 +30,7 @@ from typing import Any
 
 import numpy as np
 import tvm
-from tvm import relax
+from tvm import relax, tirx
 
 from subgraph.properties.tvm.runtime.tensors import static_shape
 
@@ -34,6 +38,14 @@ __all__ = ["SinkPermutes", "permuted_elements"]
 
 _ELEMENTWISE = {name: getattr(relax.op, name)
                 for name in ("add", "subtract", "multiply", "divide", "maximum", "minimum")}
+
+#: ops of one tensor (the first operand) and scalars, the same on any layout
+_UNARY = ("relax.astype", "relax.nn.relu", "relax.quantize", "relax.dequantize", "relax.round", "relax.clip")
+
+#: 2-D pools, by the function that makes one in another layout
+_POOLS = {"relax.nn.max_pool2d": relax.op.nn.max_pool2d, "relax.nn.avg_pool2d": relax.op.nn.avg_pool2d}
+
+_TO_NCHW = [0, 3, 1, 2]
 
 
 def _axes(call: Any) -> list[int] | None:
@@ -96,8 +108,31 @@ class _Sink(relax.PyExprMutator):
         call = super().visit_call_(call)
         if call.op.same_as(self.permute):
             return self._merged(call)
+        name = getattr(call.op, "name", None)
+        if name in _UNARY:
+            return self._unary(call)
+        if name in _POOLS:
+            return self._pool(call, _POOLS[name])
         make = next((m for op, m in self.ops.items() if call.op.same_as(op)), None)
         return call if make is None or len(call.args) != 2 else self._sunk(call, make)
+
+    def _unary(self, call: Any) -> Any:
+        """``op(permute(a), scalars...)`` as ``permute(op(a, scalars...))``."""
+        found = self._permuted(call.args[0]) if call.args else None
+        if found is None or any(not _scalar(arg) for arg in call.args[1:]):
+            return call
+        source, axes = found
+        return relax.op.permute_dims(self.builder_.emit(relax.Call(call.op, [source, *call.args[1:]], call.attrs)), axes)
+
+    def _pool(self, call: Any, make: Any) -> Any:
+        """An NCHW pool of ``permute(a, NHWC -> NCHW)`` as the NHWC pool of ``a``, permuted."""
+        found = self._permuted(call.args[0])
+        attrs = call.attrs
+        if found is None or found[1] != _TO_NCHW or attrs.layout != "NCHW" or (attrs.out_layout or "NCHW") != "NCHW":
+            return call
+        pooled = make(found[0], attrs.pool_size, attrs.strides, attrs.padding, attrs.dilation, attrs.ceil_mode,
+                      attrs.count_include_pad, layout="NHWC", out_layout="NHWC")
+        return relax.op.permute_dims(self.builder_.emit(pooled), _TO_NCHW)
 
     def _merged(self, call: Any) -> Any:
         """A permute of a permute as one (none if they cancel); an identity permute as its input."""
@@ -141,6 +176,13 @@ class _Sink(relax.PyExprMutator):
             return expr
         full = value.reshape((1,) * (len(shape) - value.ndim) + value.shape)
         return relax.const(np.ascontiguousarray(full.transpose(np.argsort(axes))), str(value.dtype))
+
+
+def _scalar(expr: Any) -> bool:
+    """Whether ``expr`` is a constant of one element or a scalar immediate (a clip's bounds)."""
+    if isinstance(expr, (tirx.IntImm, tirx.FloatImm)):
+        return True
+    return isinstance(expr, tvm.ir.GenericConst) and int(np.prod(expr.value.shape)) == 1
 
 
 def SinkPermutes() -> Any:
