@@ -33,9 +33,23 @@ Each model runs in child processes (one per stage) with a timeout, so a crash or
 costs one row. Numbers on a loaded machine are noisy: the ratios, measured in the same
 rounds, are the figures to read.
 
+``--quantized`` runs the int8 models of :mod:`zoo.quantized` instead (onnxruntime's
+quantizer: ``--size small`` its small zoo models in QDQ, QOperator and dynamic form,
+``--size deploy`` ResNet-50, MobileNetV3-Large and the CRNN in QDQ and QOperator and
+BERT-base dynamic and QDQ; ``--models`` takes ``name:format`` entries), every engine on the
+same int8 file. OpenVINO keeps the float32 hint: its CPU plugin still runs the quantized
+convolutions and matrix products in u8/i8 under it (its runtime model says so; the hint
+sets what the float parts run in). One more column, ``float``: for a CNN (a model with a
+Conv), our ``HETERO:TVM,NUMPY`` on the float model that was quantized, same feeds, and the
+ratio tvm/float. Outputs are checked within int8 rounding of onnxruntime's graph as
+written, as far as onnxruntime's own default session is from it (``zoo.quantized.int8_mismatch``,
+the bound of tests/models/test_quantized_models.py); the float column at the corpus
+tolerance against onnxruntime on the float model.
+
     python benchmarks/peers.py --models tv_resnet18,hf_bert           # 2 threads, 20 runs
     python benchmarks/peers.py --tune-budget 30 --json peers.json     # every model, tuned too
     python benchmarks/peers.py --size deploy --json peers-deploy.json  # the deployment sizes
+    python benchmarks/peers.py --quantized --size deploy --models deploy_resnet50:qdq  # int8
 """
 
 from __future__ import annotations
@@ -57,6 +71,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from hetero_models import nominal_peak_gflops as peak_gflops  # noqa: E402 - one definition of this CPU's peak
 
 PATHS = ("tvm", "tuned", "numpy", "ort", "ov")
+QUANTIZED_PATHS = (*PATHS, "float")  # --quantized: our TVM path on the float model beside
 MIN_RUNS = 5  # timed calls every path makes, whatever --path-seconds says
 
 
@@ -67,8 +82,15 @@ MIN_ROUND_SECONDS = 0.2
 
 
 def load_sample(name: str):
-    """The corpus sample (legacy exporter where it has one), its graph and onnxruntime's session."""
+    """The corpus sample (legacy exporter where it has one) and its exporter; a quantized entry's
+    (``name:format``, :mod:`zoo.quantized`) model and feeds, and its format."""
     import zoo.corpus
+
+    if ":" in name:
+        from zoo.quantized import example_feeds, quantized_model
+
+        base, fmt = name.split(":")
+        return zoo.corpus.Sample(name, fmt, quantized_model(base, fmt), example_feeds(base), None), fmt
 
     exporters = [e for e in ("legacy", "dynamo") if e in zoo.corpus.entry(name).exporters]
     for exporter in exporters[:-1]:
@@ -145,8 +167,15 @@ def stage_run(name: str, threads: int, runs: int, warmup: int, tuned: bool, budg
     names = [o.name for o in session.get_outputs()]
     reference = session.run(None, sample.feeds)
     calls = {"ort": lambda: session.run(None, sample.feeds)}
+    compare = {"": lambda got: _compare(got, names, reference)}  # path -> its check ("" the others')
     graph = subgraph.from_onnx(sample.model, sample.input_shapes)
     result["gflop"] = model_gflop(graph)
+    if ":" in name:  # a quantized entry (zoo.quantized): int8 rounding, and the float model beside
+        compare[""] = int8_check(sample, names, reference)
+        if not tuned:
+            result["gflop"], float_call, compare["float"] = float_path(name, sample.feeds, threads)
+            if float_call is not None:
+                calls["float"] = float_call
     start = time.perf_counter()
     ours = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking")
     result["compile_s"] = time.perf_counter() - start
@@ -161,11 +190,15 @@ def stage_run(name: str, threads: int, runs: int, warmup: int, tuned: bool, budg
     if not tuned:
         numpy_path = subgraph.compile_model(graph, "HETERO:NUMPY")
         calls["numpy"] = lambda: numpy_path.run(sample.feeds)
-        with tempfile.TemporaryDirectory() as tmp:
-            ov, result["ov_compile_s"] = ov_compiled(sample.model, threads, tmp)
-        request = ov.create_infer_request()
-        outputs = list(ov.outputs)
-        calls["ov"] = lambda: request.infer(sample.feeds)
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                ov, result["ov_compile_s"] = ov_compiled(sample.model, threads, tmp)
+        except Exception as e:  # noqa: BLE001 - a model OpenVINO cannot read (QOperator's com.microsoft ops)
+            result["mismatch"]["ov"] = f"compile: {(str(e).strip().splitlines() or [type(e).__name__])[-1][:200]}"
+        else:
+            request = ov.create_infer_request()
+            outputs = list(ov.outputs)
+            calls["ov"] = lambda: request.infer(sample.feeds)
     raised: set[str] = set()
     for path, call in calls.items():  # outputs first: a path that raises is left out of the timing
         try:
@@ -174,7 +207,7 @@ def stage_run(name: str, threads: int, runs: int, warmup: int, tuned: bool, budg
                 continue
             if path == "ov":
                 got = {n: np.asarray(got[port]) for n, port in zip(names, outputs)}
-            differs = _compare(got, names, reference)
+            differs = compare.get(path, compare[""])(got)
         except Exception as e:  # noqa: BLE001 - reported, the other paths go on
             differs = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
             raised.add(path)
@@ -208,6 +241,46 @@ def stage_run(name: str, threads: int, runs: int, warmup: int, tuned: bool, budg
         result["ms"][path] = statistics.median(times) * 1e3
         result.setdefault("best_ms", {})[path] = min(times) * 1e3
     return result
+
+
+def int8_check(sample, names: list[str], fused: list):
+    """The check of a quantized entry's paths: within int8 rounding of onnxruntime's graph as
+    written, as far as onnxruntime's default session (``fused``) is (zoo.quantized.int8_mismatch,
+    the bound of tests/models/test_quantized_models.py)."""
+    from zoo.quantized import int8_mismatch, output_step, reference_outputs
+
+    reference = reference_outputs(sample.model, sample.feeds)
+    step = output_step(sample.model, reference[names[0]])
+
+    def check(outputs: dict) -> str | None:
+        if list(outputs) != names:
+            return f"outputs {list(outputs)} != onnxruntime's {names}"
+        for name, own in zip(names, fused):
+            why = int8_mismatch(outputs[name], reference[name], own, step)
+            if why is not None:
+                return f"{name}: {why} of {step:.3g}"
+        return None
+
+    return check
+
+
+def float_path(name: str, feeds: dict, threads: int):
+    """A quantized entry's float model (the one quantized): the GFLOP of a call, and for a CNN
+    (a model with a Conv) our ``HETERO:TVM,NUMPY`` call on it and the check of that call against
+    onnxruntime's float outputs at the corpus tolerance (else ``None`` and a no-op check)."""
+    from corpus import _compare
+
+    import subgraph
+    from zoo.quantized import source_model
+
+    model = source_model(name.split(":")[0])
+    graph = subgraph.from_onnx(model)
+    if not any(node.op == "Conv" for node in graph.nodes):
+        return model_gflop(graph), None, lambda got: None
+    session = ort_session(model, threads)
+    names, reference = [o.name for o in session.get_outputs()], session.run(None, feeds)
+    ours = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking")
+    return model_gflop(graph), lambda: ours.run(feeds), lambda got: _compare(got, names, reference)
 
 
 def stage_cached(name: str) -> dict:
@@ -287,12 +360,19 @@ def _fmt(value: float | None, spec: str = ".2f") -> str:
 
 
 RATIOS = (("tvm", "ov"), ("tvm", "ort"), ("tuned", "ov"), ("numpy", "ort"))
+QUANTIZED_RATIOS = (*RATIOS[:2], ("tvm", "float"), *RATIOS[2:])
 
 
-def _row(r: dict) -> str:
+def _columns(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """The paths and ratios of the table: with ``--quantized``, the float column and tvm/float too."""
+    return (QUANTIZED_PATHS, QUANTIZED_RATIOS) if args.quantized else (PATHS, RATIOS)
+
+
+def _row(r: dict, args: argparse.Namespace) -> str:
+    paths, ratio_pairs = _columns(args)
     ms, bad = r.get("ms", {}), r.get("mismatch", {})
-    cells = [f"{_fmt(ms.get(p), '.3g')}{'!' if p in bad else ''}" for p in PATHS]
-    ratios = [_fmt(_ratio(ms, a, b)) for a, b in RATIOS]
+    cells = [f"{_fmt(ms.get(p), '.3g')}{'!' if p in bad else ''}" for p in paths]
+    ratios = [_fmt(_ratio(ms, a, b)) for a, b in ratio_pairs]
     compile_s = [_fmt(r.get(k), ".1f") for k in ("compile_s", "cached_s", "ov_compile_s")]
     return (f"{r['model']:<34} " + " ".join(f"{c:>8}" for c in cells) + "  " + " ".join(f"{c:>7}" for c in ratios)
             + "  " + " ".join(f"{c:>6}" for c in compile_s) + f"  {r.get('subgraphs', '')}")
@@ -307,7 +387,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", choices=("small", "deploy"), default="small",
                         help="the corpus set to run: small (toy sizes, default) or deploy (deployment sizes)")
-    parser.add_argument("--models", help="comma-separated corpus names, of either set (default: all of --size's)")
+    parser.add_argument("--models", help="comma-separated corpus names, of either set (default: all of --size's); "
+                                         "with --quantized, name:format entries of zoo.quantized")
+    parser.add_argument("--quantized", action="store_true",
+                        help="the int8 models of zoo.quantized (its --size set) instead of the float corpus")
     parser.add_argument("--threads", type=int, default=2, help="threads for every path (default 2)")
     parser.add_argument("--runs", type=int, default=20, help="timed calls per path (default 20)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed calls first (default 3)")
@@ -339,28 +422,38 @@ def main(argv: list[str] | None = None) -> int:
         Path(out).write_text(json.dumps(result))
         return 0
 
+    import zoo.corpus
+    from zoo.quantized import quantized_entries
+
+    earlier = json.loads(Path(args.report).read_text()) if args.report else None
+    if earlier is not None:
+        models = [r["model"] for r in earlier]
+    else:
+        listed = quantized_entries(args.size) if args.quantized else zoo.corpus.names(size=args.size)
+        models = args.models.split(",") if args.models else listed
+    args.quantized = args.quantized or any(":" in name for name in models)  # name:format entries are int8
     budget = f"tuning {args.tune_budget:g} s per model" if args.tune_budget > 0 else "no tuning (tuned column empty)"
     capped = f" (at least {MIN_RUNS} within {args.path_seconds:g} s)" if math.isfinite(args.path_seconds) else ""
     print(f"{args.threads} thread(s) everywhere; median of {args.runs} runs{capped} in {args.rounds} rounds "
           f"(each at least {MIN_ROUND_SECONDS:g} s of calls) "
           f"after {args.warmup} "
           f"warm-up, ms; {budget}; ! = outputs differ from onnxruntime's", flush=True)
-    print(f"{'model':<34} " + " ".join(f"{p:>8}" for p in PATHS) + "  "
-          + " ".join(f"{a + '/' + b:>7}" for a, b in RATIOS) + "  " + " ".join(f"{c:>6}" for c in (
+    if args.quantized:
+        print("quantized models (zoo.quantized); float = our HETERO:TVM,NUMPY on the float model quantized "
+              "(CNNs only); ! = outside int8 rounding of onnxruntime's", flush=True)
+    paths, ratio_pairs = _columns(args)
+    print(f"{'model':<34} " + " ".join(f"{p:>8}" for p in paths) + "  "
+          + " ".join(f"{a + '/' + b:>7}" for a, b in ratio_pairs) + "  " + " ".join(f"{c:>6}" for c in (
               "first", "cached", "ov")) + "  subgraphs", flush=True)
-    if args.report:  # the table of an earlier run
-        results = json.loads(Path(args.report).read_text())
-        for r in results:
-            print(_row(r) if "ms" in r else f"{r['model']:<34} {r.get('error')}")
-        return report(results, args)
-    import zoo.corpus
-
-    models = args.models.split(",") if args.models else zoo.corpus.names(size=args.size)
+    if earlier is not None:  # the table of an earlier run
+        for r in earlier:
+            print(_row(r, args) if "ms" in r else f"{r['model']:<34} {r.get('error')}")
+        return report(earlier, args)
     results = []
     for name in models:
         r = measure(name, args)
         results.append(r)
-        print(_row(r) if "ms" in r else f"{name:<34} {r.get('error')}", flush=True)
+        print(_row(r, args) if "ms" in r else f"{name:<34} {r.get('error')}", flush=True)
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))
     return report(results, args)
@@ -369,11 +462,13 @@ def main(argv: list[str] | None = None) -> int:
 def report(results: list[dict], args: argparse.Namespace) -> int:
     """The geomean row, the models slower than 1.5x OpenVINO with their GFLOP/s, and every
     mismatch, error and schedule note."""
+    paths, ratio_pairs = _columns(args)
     complete = [r for r in results if "ms" in r]
-    means = [_geomean([v for v in (_ratio(r["ms"], a, b) for r in complete) if v is not None]) for a, b in RATIOS]
-    print(f"{'geomean':<34} " + " ".join(f"{'':>8}" for _ in PATHS) + "  "
+    means = [_geomean([v for v in (_ratio(r["ms"], a, b) for r in complete) if v is not None])
+             for a, b in ratio_pairs]
+    print(f"{'geomean':<34} " + " ".join(f"{'':>8}" for _ in paths) + "  "
           + " ".join(f"{_fmt(m):>7}" for m in means))
-    for a, b in RATIOS:
+    for a, b in ratio_pairs:
         count = sum(_ratio(r["ms"], a, b) is not None for r in complete)
         print(f"  {a}/{b}: geomean over {count} model(s)")
     peak = peak_gflops(args.threads)
