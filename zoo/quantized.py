@@ -9,7 +9,8 @@ Two sets, like the corpus (:func:`quantized_names` and :func:`quantized_entries`
 - ``"deploy"``: the corpus's deployment-size models (:mod:`zoo.corpus.deploy`, legacy
   exporter) in the formats :data:`DEPLOY` gives them: ResNet-50 and MobileNetV3-Large at
   224 px and the CRNN text recognizer in ``qdq`` and ``qoperator``, BERT-base at 128
-  tokens ``dynamic`` and ``qdq``.
+  tokens ``dynamic`` and ``qdq`` (its MatMul and Gemm nodes only: its attention adds the
+  mask as float32's lowest value, and quantizing that Add calibrates an infinite scale).
 
 Each float model goes through ``quant_pre_process`` (onnxruntime's optimizer folds
 BatchNormalization into the convolutions, as its documentation recommends before
@@ -96,6 +97,10 @@ RECIPE = 2
 #: own disagreement is smaller: one near-tie step carried through a layer or two
 MAX_STEPS = 2
 MEAN_STEPS = 0.5
+
+#: a static quantization's ``op_types_to_quantize`` where it is not every op onnxruntime can: BERT-base's
+#: attention adds its mask as float32's lowest value, and calibrating that Add gives an infinite scale
+_STATIC_OPS = {"deploy_bert_base": ["MatMul", "Gemm"]}
 
 _BUILDERS: dict[str, Callable[[int], Any]] = {
     "mobilenet_v2": lambda seed: mobilenet_v2(seed=seed),
@@ -264,7 +269,8 @@ def _quantize(name: str, fmt: str, seed: int) -> Any:
             draw = (lambda s: corpus_inputs(name, s)) if name in DEPLOY else (lambda s: calibration_inputs(model, s))
             quantize_static(prepared, out, _Calibration([draw(seed + i) for i in range(CALIBRATION_BATCHES)]),
                             quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator,
-                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True)
+                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True,
+                            op_types_to_quantize=_STATIC_OPS.get(name))
         quantized = onnx.load(out)
     quantized.graph.name = f"{name}_{fmt}"
     return quantized
