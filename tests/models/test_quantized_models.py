@@ -129,7 +129,8 @@ def test_every_node_matches_onnxruntime_on_its_inputs(case: Case) -> None:
                 np.testing.assert_array_equal(result, expected, err_msg=f"{case.name}: {node.format()}")
                 checked.add(node.op)
             else:
-                scale = float(np.abs(expected).max()) if expected.size else 0.0
+                finite = np.abs(expected[np.isfinite(expected)])  # BERT-base's masked scores reach -inf
+                scale = float(finite.max()) if finite.size else 0.0
                 np.testing.assert_allclose(result, expected, rtol=1e-4, atol=5e-5 * max(1.0, scale),
                                            err_msg=f"{case.name}: {node.format()}")
     assert checked & {"QuantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger",
