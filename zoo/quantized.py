@@ -108,7 +108,7 @@ _BUILDERS: dict[str, Callable[[int], Any]] = {
     "bert_encoder": lambda seed: bert_encoder(seq=32, seed=seed),
 }
 
-#: the corpus's example-input rule (zoo.corpus.deploy) for an input of no rule below: uniform in [0, 1)
+#: the corpus's token rule (zoo.corpus.deploy): ids below 1000, the attention mask's first 100 tokens kept
 _TOKEN_HIGH, _UNPADDED = 1000, 100
 
 
