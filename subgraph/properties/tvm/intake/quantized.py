@@ -18,8 +18,10 @@ into::
     y   = float32(acc - comp) * scale                              # comp = zx * sum(W[o]), scale = sx * sw[o]
 
 which is the same convolution: padding the dequantized input with 0 is padding ``x`` with
-``zx``, and ``sum((x - zx) * W) = sum(x * W) - zx * sum(W)``. What follows (the bias,
-``QuantizeLinear``) is left as it was. :mod:`~subgraph.properties.tvm.lowering.qconv` turns
+``zx``, and ``sum((x - zx) * W) = sum(x * W) - zx * sum(W)``. A matrix product
+``MatMul(DequantizeLinear(x), DequantizeLinear(W))`` (or a ``Gemm``'s, ``W`` transposed), with
+``W`` a constant ``int8`` matrix scaled per column, becomes ``matmul(x, W, out_dtype=int32)``
+and the same scaling. What follows (the bias, ``QuantizeLinear``) is left as it was. :mod:`~subgraph.properties.tvm.lowering.qconv` turns
 the pattern into one VNNI kernel; elsewhere TVM's own legalization runs it as written.
 """
 
@@ -58,21 +60,18 @@ def _integer_form(call: Any, bindings: dict[Any, Any]) -> Any | None:
     if (int(attrs.groups) != 1 or (attrs.data_layout, attrs.kernel_layout) != ("NCHW", "OIHW")
             or str(attrs.out_dtype or "float32") not in ("", "void", "float32")):
         return None
-    data, weight = (_dequantized(arg, bindings) for arg in call.args)
-    if data is None or weight is None:
+    data, weight = _activation(call.args[0], bindings), _dequantized(call.args[1], bindings)
+    if data is None or weight is None or len(data[1]) != 4:
         return None
-    x, sx, zx, _ = data
+    x, _, sx, zero = data
     w_expr, sw, zw, w_axis = weight
     w = _constant(w_expr)
-    if (w is None or w.dtype != np.int8 or w.ndim != 4 or str(x.ty.dtype) != "uint8"
-            or static_shape(x.ty) is None or sx.size != 1 or zx.size != 1 or np.any(zw != 0)
-            or sw.dtype != np.float32 or sx.dtype != np.float32
+    if (w is None or w.dtype != np.int8 or w.ndim != 4 or np.any(zw != 0) or sw.dtype != np.float32
             or not (sw.size == 1 or (sw.size == w.shape[0] and w_axis == 0))):
         return None
     out = w.shape[0]
-    zero = int(zx.reshape(()))
     comp = (zero * w.astype(np.int64).sum(axis=(1, 2, 3))).astype(np.int32).reshape(1, out, 1, 1)
-    scale = (np.float32(sx.reshape(())) * np.broadcast_to(sw.reshape(-1), (out,))).astype(np.float32)
+    scale = (sx * np.broadcast_to(sw.reshape(-1), (out,))).astype(np.float32)
     top, left, bottom, right = (int(p) for p in attrs.padding)
     if top or left or bottom or right:
         x = relax.op.nn.pad(x, [0, 0, 0, 0, top, bottom, left, right], pad_value=float(zero))
@@ -82,25 +81,79 @@ def _integer_form(call: Any, bindings: dict[Any, Any]) -> Any | None:
     return relax.op.multiply(relax.op.astype(shifted, "float32"), relax.const(scale.reshape(1, out, 1, 1)))
 
 
+def _activation(expr: Any, bindings: dict[Any, Any]) -> tuple[Any, list[int], np.float32, int] | None:
+    """``(x, shape, sx, zx)`` of a per-tensor dequantized ``uint8`` tensor of static shape, or
+    of one reshaped after its dequantization (then ``x`` is the reshape of the ``uint8`` tensor)."""
+    call = bindings.get(expr) if isinstance(expr, relax.Var) else None
+    reshaped = isinstance(call, relax.Call) and getattr(call.op, "name", None) == "relax.reshape"
+    found = _dequantized(call.args[0] if reshaped else expr, bindings)
+    if found is None:
+        return None
+    x, sx, zx, _ = found
+    shape = static_shape(call.ty if reshaped else x.ty)
+    if str(x.ty.dtype) != "uint8" or shape is None or sx.size != 1 or zx.size != 1 or sx.dtype != np.float32:
+        return None
+    if reshaped:
+        x = relax.op.reshape(x, shape)
+    return x, list(shape), np.float32(sx.reshape(())), int(zx.reshape(()))
+
+
+def _matrix(expr: Any, bindings: dict[Any, Any]) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(W, sw)``: an ``int8`` ``K x N`` constant dequantized with zero points 0 and a scale
+    per column (or one), directly or through a transpose (a ``Gemm`` with ``transB``)."""
+    transposed = False
+    call = bindings.get(expr) if isinstance(expr, relax.Var) else None
+    if isinstance(call, relax.Call) and getattr(call.op, "name", None) == "relax.permute_dims":
+        axes = None if call.attrs.axes is None else [int(a) for a in call.attrs.axes]
+        if axes not in (None, [1, 0]):
+            return None
+        expr, transposed = call.args[0], True
+    found = _dequantized(expr, bindings)
+    w = _constant(found[0]) if found is not None else None
+    if w is None or w.dtype != np.int8 or w.ndim != 2 or np.any(found[2] != 0) or found[1].dtype != np.float32:
+        return None
+    scale, axis = found[1], found[3]
+    columns = 0 if transposed else 1  # the axis of W as stored that becomes the product's columns
+    if scale.size != 1 and (scale.size != w.shape[columns] or axis != columns):
+        return None
+    return (np.ascontiguousarray(w.T) if transposed else w), scale.reshape(-1)
+
+
+def _integer_product(call: Any, bindings: dict[Any, Any]) -> Any | None:
+    """The integer form of the ``matmul`` ``call`` (see the module notes), or ``None``."""
+    if str(call.attrs.out_dtype or "float32") not in ("", "void", "float32"):
+        return None
+    data, matrix = _activation(call.args[0], bindings), _matrix(call.args[1], bindings)
+    if data is None or matrix is None or len(data[1]) < 2 or data[1][-1] != matrix[0].shape[0]:
+        return None
+    (x, _, sx, zx), (w, sw) = data, matrix
+    columns = w.shape[1]
+    comp = (zx * w.astype(np.int64).sum(axis=0)).astype(np.int32)
+    scale = (sx * np.broadcast_to(sw, (columns,))).astype(np.float32)
+    acc = relax.op.matmul(x, relax.const(w), out_dtype="int32")
+    return relax.op.multiply(relax.op.astype(relax.op.subtract(acc, relax.const(comp)), "float32"),
+                             relax.const(scale))
+
+
 @relax.expr_functor.mutator
 class _Rewrite(relax.PyExprMutator):
     def __init__(self, mod: Any, bindings: dict[Any, Any]) -> None:
         super().__init__(mod)
         self.bindings = bindings
-        self.conv2d = tvm.ir.Op.get("relax.nn.conv2d")
+        self.forms = {tvm.ir.Op.get("relax.nn.conv2d"): _integer_form, tvm.ir.Op.get("relax.matmul"): _integer_product}
         self.count = 0
 
     def visit_call_(self, call: Any) -> Any:
-        if call.op.same_as(self.conv2d):
-            form = _integer_form(call, self.bindings)
-            if form is not None:
-                self.count += 1
-                return self.visit_expr(form)
+        rule = next((rule for op, rule in self.forms.items() if call.op.same_as(op)), None)
+        form = rule(call, self.bindings) if rule is not None else None
+        if form is not None:
+            self.count += 1
+            return self.visit_expr(form)
         return super().visit_call_(call)
 
 
 def integer_convolutions(mod: Any) -> Any:
-    """``mod`` with each QDQ convolution of ``main`` in integer form (see the module notes);
+    """``mod`` with each QDQ convolution and matrix product of ``main`` in integer form (see the module notes);
     ``mod`` itself when there is none.
 
     Examples

@@ -50,22 +50,63 @@ def _op(call: Any) -> str | None:
     return getattr(call.op, "name", None) if isinstance(call, relax.Call) else None
 
 
-def _channel_vector(value: np.ndarray | None, out: int) -> np.ndarray | None:
-    """A constant that broadcasts over NCHW as one value per channel, as ``(out,)``; else ``None``."""
-    if value is None or value.ndim > 4 or value.size not in (1, out):
+def _channel_vector(value: np.ndarray | None, out: int, rank: int, axis: int) -> np.ndarray | None:
+    """A constant that broadcasts over a tensor of ``rank`` as one value per channel (axis
+    ``axis``: 1 of NCHW, the last of a product), as ``(out,)``; else ``None``."""
+    if value is None or value.ndim > rank or value.size not in (1, out):
         return None
-    full = value.reshape((1,) * (4 - value.ndim) + value.shape)
-    if value.size == out and out > 1 and full.shape[1] != out:
+    full = value.reshape((1,) * (rank - value.ndim) + value.shape)
+    if value.size == out and out > 1 and full.shape[axis] != out:
         return None
     return np.broadcast_to(full.reshape(-1), (out,))
 
 
 class _Plan:
-    """What one fused kernel takes: the input, the spec and the per-channel constants."""
+    """What one fused kernel takes: the input, the spec, the OIHW weights, the per-channel
+    constants, and whether the input is an NCHW map (else a matrix product's rows)."""
 
     def __init__(self, x: Any, spec: QConvSpec, weight: np.ndarray, comp: np.ndarray, scale: np.ndarray,
-                 bias: np.ndarray) -> None:
+                 bias: np.ndarray, nchw: bool, out_shape: tuple[int, ...]) -> None:
         self.x, self.spec, self.weight, self.comp, self.scale, self.bias = x, spec, weight, comp, scale, bias
+        self.nchw, self.out_shape = nchw, out_shape
+
+
+def _convolution(call: Any, bindings: dict[Any, Any]) -> tuple[Any, np.ndarray, dict[str, Any]] | None:
+    """``(x, OIHW weights, spec fields)`` of an integer ``conv2d`` (its input padded by a
+    ``pad`` with the zero point, or not padded); ``None`` for anything else."""
+    data, weight = call.args
+    w = _constant(weight)
+    shape = static_shape(data.ty)
+    if (w is None or w.dtype != np.int8 or shape is None or len(shape) != 4 or str(data.ty.dtype) != "uint8"
+            or any(int(p) for p in call.attrs.padding) or int(call.attrs.groups) != 1
+            or (call.attrs.data_layout, call.attrs.kernel_layout) != ("NCHW", "OIHW")):
+        return None
+    x, pads, zx = data, (0, 0), 0
+    padded = bindings.get(data) if isinstance(data, relax.Var) else None
+    if _op(padded) == "relax.nn.pad" and str(padded.attrs.pad_mode) == "constant":
+        widths = [int(p) for p in padded.attrs.pad_width]
+        if widths[:4] == [0, 0, 0, 0] and len(widths) == 8:
+            x, pads, zx = padded.args[0], (widths[4], widths[6]), int(float(padded.attrs.pad_value))
+    n, channels, height, width = static_shape(x.ty)
+    return x, w, {"batch": int(n), "height": int(height), "width": int(width), "channels": int(channels),
+                  "kernel": (int(w.shape[2]), int(w.shape[3])), "strides": tuple(int(s) for s in call.attrs.strides),
+                  "pads": pads, "dilation": tuple(int(d) for d in call.attrs.dilation),
+                  "out_size": tuple(static_shape(call.ty)[2:]), "zx": zx}
+
+
+def _product(call: Any) -> tuple[Any, np.ndarray, dict[str, Any]] | None:
+    """``(x, OIHW weights, spec fields)`` of an integer ``matmul`` of ``uint8`` rows by a
+    constant ``int8`` matrix: a 1x1 convolution over one image row of all the rows."""
+    data, weight = call.args
+    w = _constant(weight)
+    shape = static_shape(data.ty)
+    if (w is None or w.dtype != np.int8 or w.ndim != 2 or shape is None or len(shape) < 2
+            or str(data.ty.dtype) != "uint8"):
+        return None
+    rows = int(np.prod(shape[:-1]))
+    return data, np.ascontiguousarray(w.T)[:, :, None, None], {
+        "batch": 1, "height": 1, "width": rows, "channels": int(shape[-1]), "kernel": (1, 1), "strides": (1, 1),
+        "pads": (0, 0), "dilation": (1, 1), "out_size": (1, rows), "zx": 0}
 
 
 def _plans(func: Any) -> dict[Any, _Plan]:
@@ -102,24 +143,21 @@ def _plans(func: Any) -> dict[Any, _Plan]:
 
 
 def _plan(var: Any, call: Any, bindings: dict[Any, Any], only_user: Callable[[Any], Any]) -> tuple[Any, _Plan] | None:
-    """The fused kernel starting at the integer ``conv2d`` bound to ``var``, with the
-    variable it replaces; ``None`` if ``call`` is no such convolution."""
-    if _op(call) != "relax.nn.conv2d" or str(call.attrs.out_dtype) != "int32":
+    """The fused kernel starting at the integer ``conv2d`` or ``matmul`` bound to ``var``,
+    with the variable it replaces; ``None`` if ``call`` is neither."""
+    op = _op(call)
+    if op not in ("relax.nn.conv2d", "relax.matmul") or str(call.attrs.out_dtype) != "int32":
         return None
-    data, weight = call.args
-    w = _constant(weight)
-    shape = static_shape(data.ty)
-    if (w is None or w.dtype != np.int8 or shape is None or len(shape) != 4 or str(data.ty.dtype) != "uint8"
-            or any(int(p) for p in call.attrs.padding) or int(call.attrs.groups) != 1
-            or (call.attrs.data_layout, call.attrs.kernel_layout) != ("NCHW", "OIHW")):
+    found = _convolution(call, bindings) if op == "relax.nn.conv2d" else _product(call)
+    if found is None:
         return None
-    x, pads, zx = data, (0, 0), 0
-    padded = bindings.get(data) if isinstance(data, relax.Var) else None
-    if _op(padded) == "relax.nn.pad" and str(padded.attrs.pad_mode) == "constant":
-        widths = [int(p) for p in padded.attrs.pad_width]
-        if widths[:4] == [0, 0, 0, 0] and len(widths) == 8:
-            x, pads, zx = padded.args[0], (widths[4], widths[6]), int(float(padded.attrs.pad_value))
-    out = w.shape[0]
+    x, w, fields = found
+    out, rank = w.shape[0], len(static_shape(call.ty))
+    axis = 1 if op == "relax.nn.conv2d" else rank - 1
+
+    def vector(expr: Any) -> np.ndarray | None:
+        return _channel_vector(_constant(expr), out, rank, axis)
+
     chain = [var]
 
     def follow(op: str) -> Any | None:
@@ -131,38 +169,37 @@ def _plan(var: Any, call: Any, bindings: dict[Any, Any], only_user: Callable[[An
         return None
 
     shifted, cast, scaled = follow("relax.subtract"), None, None
-    comp = _channel_vector(_constant(shifted.args[1]), out) if shifted is not None else None
+    comp = vector(shifted.args[1]) if shifted is not None else None
     if comp is not None and comp.dtype == np.int32:
         cast = follow("relax.astype")
     if cast is not None and str(cast.attrs.dtype) == "float32":
         scaled = follow("relax.multiply")
-    scale = _channel_vector(_constant(scaled.args[1]), out) if scaled is not None else None
+    scale = vector(scaled.args[1]) if scaled is not None else None
     if scale is None or scale.dtype != np.float32:
         return None
     bias, fused = np.zeros(out, np.float32), True
     added = follow("relax.add")
     if added is not None:
-        found = _channel_vector(_constant(added.args[1]), out)
-        if found is not None and found.dtype == np.float32:
-            bias = found
+        constant = vector(added.args[1])
+        if constant is not None and constant.dtype == np.float32:
+            bias = constant
         else:  # an add of something else (a residual) stays, and what follows it
             chain.pop()
             fused = False
     relu = fused and follow("relax.nn.relu") is not None
     end = chain[-1]
-    out_dtype, sy, zy = "float32", 1.0, 0
+    out_dtype, sy, zy = "float32", np.float32(1), 0
     quantized = follow("relax.quantize") if fused else None
     if quantized is not None:
         qs, qz = _constant(quantized.args[1]), _constant(quantized.args[2])
         if (qs is not None and qz is not None and qs.size == 1 and qz.size == 1 and qz.dtype == np.uint8
                 and str(quantized.attrs.out_dtype) == "uint8" and qs.dtype == np.float32):
-            out_dtype, sy, zy, end = "uint8", float(qs.reshape(())), int(qz.reshape(())), chain[-1]
-    n, channels, height, width = static_shape(x.ty)
-    spec = QConvSpec(int(n), int(height), int(width), -(-int(channels) // DEPTH) * DEPTH, out,
-                     (int(w.shape[2]), int(w.shape[3])), tuple(int(s) for s in call.attrs.strides), pads,
-                     tuple(int(d) for d in call.attrs.dilation), tuple(static_shape(call.ty)[2:]), zx, relu,
-                     out_dtype, sy, zy)
-    return end, _Plan(x, spec, w, comp.astype(np.int32), scale.astype(np.float32), bias.astype(np.float32))
+            out_dtype, sy, zy, end = "uint8", qs.reshape(()), int(qz.reshape(())), chain[-1]
+    fields["channels"] = -(-fields["channels"] // DEPTH) * DEPTH
+    spec = QConvSpec(**fields, out_channels=out, relu=relu, out_dtype=out_dtype, zy=zy)
+    # requantized: the output's scale divided out of the per-channel constants (see qkernel)
+    return end, _Plan(x, spec, w, comp.astype(np.int32), (scale / sy).astype(np.float32),
+                      (bias / sy).astype(np.float32), op == "relax.nn.conv2d", tuple(static_shape(call.ty)))
 
 
 def _padded(values: np.ndarray, size: int) -> np.ndarray:
@@ -187,7 +224,10 @@ class _Fuse(relax.PyExprMutator):
 
     def _kernel(self, plan: _Plan) -> Any:
         spec, emit = plan.spec, self.builder_.emit
-        data = emit(relax.op.permute_dims(self.visit_expr(plan.x), [0, 2, 3, 1]))
+        if plan.nchw:
+            data = emit(relax.op.permute_dims(self.visit_expr(plan.x), [0, 2, 3, 1]))
+        else:  # the rows of a product as one image row
+            data = emit(relax.op.reshape(self.visit_expr(plan.x), [1, 1, spec.width, plan.weight.shape[1]]))
         missing = spec.channels - plan.weight.shape[1]
         if missing:  # whole groups of four input channels: zero weights read whatever pads them
             data = emit(relax.op.nn.pad(data, [0, 0, 0, 0, 0, 0, 0, missing], pad_value=float(spec.zx)))
@@ -199,7 +239,7 @@ class _Fuse(relax.PyExprMutator):
                 relax.const(_padded(plan.scale, size)), relax.const(_padded(plan.bias, size))]
         shape = (spec.batch, *spec.out_size, spec.out_channels)
         out = emit(relax.call_tir(self.kernels[spec], args, relax.TensorType(shape, spec.out_dtype)))
-        return relax.op.permute_dims(out, [0, 3, 1, 2])
+        return relax.op.permute_dims(out, [0, 3, 1, 2]) if plan.nchw else relax.op.reshape(out, plan.out_shape)
 
 
 def FusedQuantizedConvolutions() -> Any:

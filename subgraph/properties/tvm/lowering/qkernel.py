@@ -9,7 +9,11 @@ the filter's sum), ``scale`` and ``bias``; the output is NHWC::
 
     acc[o]  = sum over taps and channels of x * w           (int32, exact)
     y[o]    = float(acc[o] - comp[o]) * scale[o] + bias[o]   (then max(y, 0) with relu)
-    out[o]  = clip(round_half_even(y[o] / sy) + zy, 0, 255)  (uint8 output; float32: y itself)
+    out[o]  = clip(round_half_even(y[o]) + zy, 0, 255)       (uint8 output; float32: y itself)
+
+For a ``uint8`` output the caller divides ``scale`` and ``bias`` by the output's scale
+beforehand: one multiply-add per output instead of a division (what onnxruntime's and
+OpenVINO's fused int8 kernels do too; it rounds differently only at near-ties).
 
 Padding reads the input's zero point ``zx`` (a tap in the padding then adds ``zx * w``, which
 ``comp`` takes back), which is what a convolution of the dequantized input padded with 0 means.
@@ -58,8 +62,7 @@ class QConvSpec:
     out_size: tuple[int, int]
     zx: int  # the input's zero point
     relu: bool
-    out_dtype: str  # "uint8" (requantized) or "float32"
-    sy: float = 1.0
+    out_dtype: str  # "uint8" (requantized, with the output's zero point zy) or "float32"
     zy: int = 0
 
 
@@ -168,7 +171,7 @@ def _epilogue(spec: QConvSpec, rows: int, vectors: int, n: str, oy: str, col: st
         if spec.relu:
             expr = f"T.max({expr}, T.float32(0))"
         if spec.out_dtype == "uint8":
-            expr = (f"T.Cast(\"uint8{suffix}\", T.max(T.min(T.nearbyint(({expr}) / {_float(spec.sy)}) + {_float(spec.zy)}, "
+            expr = (f"T.Cast(\"uint8{suffix}\", T.max(T.min(T.nearbyint({expr}) + {_float(spec.zy)}, "
                     "T.float32(255)), T.float32(0)))")
         return expr
 
@@ -197,7 +200,7 @@ def qconv_kernel(spec: QConvSpec) -> object:
 
     Examples
     --------
-    >>> spec = QConvSpec(1, 8, 8, 4, 16, (3, 3), (1, 1), (1, 1), (1, 1), (8, 8), 3, True, "uint8", 0.5, 2)
+    >>> spec = QConvSpec(1, 8, 8, 4, 16, (3, 3), (1, 1), (1, 1), (1, 1), (8, 8), 3, True, "uint8", 2)
     >>> qconv_kernel(spec).attrs["tirx.is_scheduled"]
     True
     """

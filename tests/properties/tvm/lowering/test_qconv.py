@@ -44,7 +44,7 @@ def _reference(spec: QConvSpec, x: np.ndarray, w: np.ndarray, comp: np.ndarray, 
         y = np.maximum(y, np.float32(0))
     if spec.out_dtype == "float32":
         return y
-    return np.clip(np.rint(y / np.float32(spec.sy)) + spec.zy, 0, 255).astype(np.uint8)
+    return np.clip(np.rint(y) + spec.zy, 0, 255).astype(np.uint8)
 
 
 def _run_kernel(spec: QConvSpec, x: np.ndarray, w: np.ndarray, comp: np.ndarray, scale: np.ndarray,
@@ -79,7 +79,7 @@ def _spec(size: int, channels: int, out: int, kernel: int, stride: int, pad: int
     extent = dilation * (kernel - 1) + 1
     out_size = ((size + 2 * pad - extent) // stride + 1, (width + 2 * pad - extent) // stride + 1)
     return QConvSpec(batch, size, width, channels, out, (kernel, kernel), (stride, stride), (pad, pad),
-                     (dilation, dilation), out_size, 7, relu, out_dtype, 0.05, 3)
+                     (dilation, dilation), out_size, 7, relu, out_dtype, 3)
 
 
 @pytest.mark.parametrize("spec", [
@@ -94,9 +94,9 @@ def test_the_kernel_computes_its_formula_exactly(spec: QConvSpec) -> None:
     x = rng.integers(0, 256, (spec.batch, spec.height, spec.width, spec.channels)).astype(np.uint8)
     w = rng.integers(-128, 128, (spec.out_channels, spec.channels, *spec.kernel)).astype(np.int8)
     comp = (spec.zx * w.astype(np.int64).sum(axis=(1, 2, 3))).astype(np.int32)
-    terms = spec.channels * spec.kernel[0] * spec.kernel[1]  # sums of about 5000 sqrt(terms): y within a few units
-    scale = (rng.uniform(0.5, 1.5, spec.out_channels) * 5e-4 / np.sqrt(terms)).astype(np.float32)
-    bias = rng.uniform(-2, 2, spec.out_channels).astype(np.float32)
+    terms = spec.channels * spec.kernel[0] * spec.kernel[1]  # sums of about 5000 sqrt(terms): y within +-100
+    scale = (rng.uniform(0.5, 1.5, spec.out_channels) * 1e-2 / np.sqrt(terms)).astype(np.float32)
+    bias = rng.uniform(-40, 40, spec.out_channels).astype(np.float32)
     got = _run_kernel(spec, x, w, comp, scale, bias)
     expected = _reference(spec, x, w, comp, scale, bias)
     assert got.dtype == expected.dtype and got.shape == expected.shape
@@ -205,3 +205,41 @@ def test_what_the_kernel_does_not_take_stays_float_and_right(variant: dict) -> N
     x = np.random.default_rng(2).uniform(-2, 2, (1, 3, 20, 20)).astype(np.float32)
     steps = _steps_from_onnxruntime(graph, x)
     assert steps.max() <= 1 + 1e-3, steps.max()
+
+
+def _qdq_products() -> Graph:
+    """A QDQ MatMul with a per-column int8 matrix and an int32 bias, then a QDQ Gemm whose
+    matrix is stored transposed (``transB``), on 6 x 4 rows of 36 features."""
+    rng = np.random.default_rng(3)
+    g = Graph("qdq_products")
+    x = g.add_input("x", (6, 4, 36), "float32")
+
+    def qdq(value: str, name: str, scale: float, zero: int) -> str:
+        s, z = g.add_constant(f"{name}_s", np.array(scale, np.float32)), g.add_constant(f"{name}_z", np.array(zero, np.uint8))
+        q = g.add_node("QuantizeLinear", [value, s, z], name=f"{name}_q").outputs[0]
+        return g.add_node("DequantizeLinear", [q, s, z], name=f"{name}_dq").outputs[0]
+
+    def weight(name: str, shape: tuple[int, int], axis: int) -> str:
+        w = g.add_constant(name, rng.integers(-127, 128, shape).astype(np.int8))
+        sw = g.add_constant(f"{name}_s", rng.uniform(0.002, 0.004, shape[axis]).astype(np.float32))
+        zw = g.add_constant(f"{name}_z", np.zeros(shape[axis], np.int8))
+        return g.add_node("DequantizeLinear", [w, sw, zw], name=f"{name}_dq", attrs={"axis": axis}).outputs[0]
+
+    h = qdq(x, "in", 0.02, 120)
+    h = g.add_node("MatMul", [h, weight("w1", (36, 40), 1)], name="mm").outputs[0]
+    h = g.add_node("Add", [h, g.add_constant("b1", rng.uniform(-1, 1, 40).astype(np.float32))], name="bias").outputs[0]
+    h = qdq(h, "mid", 0.03, 128)
+    h = g.add_node("Reshape", [h, g.add_constant("rows", np.array([24, 40]))], name="rows").outputs[0]
+    h = g.add_node("Gemm", [h, weight("w2", (24, 40), 0)], name="gemm", attrs={"transB": 1}).outputs[0]
+    g.set_outputs([qdq(h, "out", 0.06, 100)])
+    infer_shapes(g)
+    return g
+
+
+def test_qdq_matrix_products_run_on_the_kernel_as_rows_within_a_step_of_onnxruntime() -> None:
+    graph = _qdq_products()
+    kernels, _, transposes = _kernels_and_transposes(graph)
+    assert (kernels, transposes) == (2, 0)
+    x = np.random.default_rng(4).uniform(-2, 2, (6, 4, 36)).astype(np.float32)
+    steps = _steps_from_onnxruntime(graph, x)
+    assert steps.max() <= 1 + 1e-3 and steps.mean() < 0.05, (steps.max(), steps.mean())
