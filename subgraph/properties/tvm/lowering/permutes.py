@@ -14,8 +14,10 @@ or a constant that broadcasts (then ``b'`` is it transposed back, with numpy), a
 ``permute_dims(permute_dims(x, p), q)`` as one permute (none when they cancel). Ops of one
 tensor whose other operands are scalars (a cast, ReLU, a per-tensor ``quantize`` or
 ``dequantize``: the int8 convolutions of :mod:`~subgraph.properties.tvm.lowering.qconv` hand
-on NHWC ``uint8`` maps through them) move the same way, and a 2-D max or average pool of an
-NHWC map turned NCHW becomes the NHWC pool. The
+on NHWC ``uint8`` maps through them) move the same way, a 2-D max or average pool of an
+NHWC map turned NCHW becomes the NHWC pool, and a mean over axes (keeping them) the mean
+over the source's axes. A broadcast operand of the same rank permuted the same way (a
+squeeze-and-excitation scale of ``1 x C x 1 x 1``) sinks with the map it scales. The
 transposes move down the stream until they cancel at the next convolution's input; the
 arithmetic then runs in the convolution's layout and fuses into the matmul that feeds it.
 The rewrite is kept only if it leaves fewer elements to transpose than before (so a
@@ -113,6 +115,8 @@ class _Sink(relax.PyExprMutator):
             return self._unary(call)
         if name in _POOLS:
             return self._pool(call, _POOLS[name])
+        if name == "relax.mean":
+            return self._mean(call)
         make = next((m for op, m in self.ops.items() if call.op.same_as(op)), None)
         return call if make is None or len(call.args) != 2 else self._sunk(call, make)
 
@@ -123,6 +127,16 @@ class _Sink(relax.PyExprMutator):
             return call
         source, axes = found
         return relax.op.permute_dims(self.builder_.emit(relax.Call(call.op, [source, *call.args[1:]], call.attrs)), axes)
+
+    def _mean(self, call: Any) -> Any:
+        """``mean(permute(a, p), axes, keepdims)`` as ``permute(mean(a, p[axes], keepdims), p)``
+        (a global average pool of an NHWC map turned NCHW)."""
+        found = self._permuted(call.args[0])
+        if found is None or not call.attrs.keepdims or call.attrs.axis is None:
+            return call
+        source, axes = found
+        reduced = sorted(axes[int(a) % len(axes)] for a in call.attrs.axis)
+        return relax.op.permute_dims(self.builder_.emit(relax.op.mean(source, reduced, keepdims=True)), axes)
 
     def _pool(self, call: Any, make: Any) -> Any:
         """An NCHW pool of ``permute(a, NHWC -> NCHW)`` as the NHWC pool of ``a``, permuted."""
@@ -152,8 +166,9 @@ class _Sink(relax.PyExprMutator):
             return call
         for first, second in ((0, 1), (1, 0)):
             found = self._permuted(call.args[first])
-            if found is None or static_shape(call.args[first].ty) != shape:
-                continue
+            operand = static_shape(call.args[first].ty)
+            if found is None or operand is None or len(operand) != len(shape):
+                continue  # a broadcast operand of the same rank (an excitation scale) sinks too
             source, axes = found
             other = self._other(call.args[second], axes, shape)
             if other is None:
@@ -166,7 +181,8 @@ class _Sink(relax.PyExprMutator):
         """The second operand in the first one's source layout; ``None`` if it has none."""
         found = self._permuted(expr)
         if found is not None:
-            return found[0] if found[1] == axes and static_shape(expr.ty) == shape else None
+            other = static_shape(expr.ty)
+            return found[0] if found[1] == axes and other is not None and len(other) == len(shape) else None
         if not isinstance(expr, tvm.ir.GenericConst):
             return None
         value = expr.value.numpy()
