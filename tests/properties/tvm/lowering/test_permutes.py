@@ -121,3 +121,35 @@ def test_transposes_that_cancel_leave_nothing_behind():
     x_value = np.random.default_rng(10).standard_normal((2, 5, 6, 16)).astype(np.float32)
     got = compile_graph(g, use_cache=False)(x_value)
     np.testing.assert_allclose(got[0], subgraph.run(g, {"x": x_value})[g.outputs[0].name], rtol=1e-5, atol=1e-5)
+
+
+def test_an_excitation_block_between_nhwc_kernels_keeps_its_map_nhwc():
+    """permute(NHWC map) -> dequantize -> mean (global pool) and a 1x1xC scale times the
+    map -> quantize -> permute back: every transpose of the map cancels."""
+    from tvm import relax
+
+    from subgraph.properties.tvm.lowering.permutes import SinkPermutes, permuted_elements
+
+    x = relax.Var("x", relax.TensorType((1, 6, 6, 8), "uint8"))
+    bb = relax.BlockBuilder()
+    scale, zero = relax.const(0.5, "float32"), relax.const(3, "uint8")
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            nchw = bb.emit(relax.op.permute_dims(x, [0, 3, 1, 2]))
+            full = bb.emit(relax.op.dequantize(nchw, scale, zero))
+            pooled = bb.emit(relax.op.mean(full, [2, 3], keepdims=True))
+            gate = bb.emit(relax.op.permute_dims(bb.emit(relax.op.permute_dims(pooled, [0, 2, 3, 1])), [0, 3, 1, 2]))
+            scaled = bb.emit(relax.op.multiply(gate, full))
+            back = bb.emit(relax.op.permute_dims(bb.emit(relax.op.quantize(scaled, scale, zero, axis=1)), [0, 2, 3, 1]))
+            out = bb.emit_output(back)
+        bb.emit_func_output(out)
+    before = bb.get()
+    assert permuted_elements(before["main"]) == 2 * 288 + 2 * 8
+    after = SinkPermutes()(before)
+    assert permuted_elements(after["main"]) == 0
+    data = np.random.default_rng(0).integers(0, 256, (1, 6, 6, 8)).astype(np.uint8)
+    results = []
+    for mod in (before, after):
+        vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+        results.append(vm["main"](tvm.runtime.tensor(data)).numpy())
+    np.testing.assert_array_equal(results[0], results[1])
