@@ -11,8 +11,8 @@ What is compared, and why these bounds:
    are integers, or floats computed by the same float32 formula), and within float32
    rounding for float ops (Conv, LayerNormalization, Erf ... add in another order).
 2. **End to end, within int8 rounding.** ``subgraph.run``, ``compile_model(...,
-   "HETERO:NUMPY")`` and, for QDQ models, ``"HETERO:TVM,NUMPY"`` (whose convolutions are
-   VNNI int8 kernels on CPUs that have them) against the same node-by-node onnxruntime
+   "HETERO:NUMPY")`` and, for QDQ and dynamic models, ``"HETERO:TVM,NUMPY"`` (whose
+   convolutions and matrix products are VNNI int8 kernels on CPUs that have them) against the same node-by-node onnxruntime
    run, in steps of the output's quantization grid (its DequantizeLinear's scale; for a float output, 1/255 of
    its range, one step of an int8 grid spanning it). Not zero, and not one step either: a
    float op that differs in its last bit (see 1) moves the next QuantizeLinear by one
@@ -145,9 +145,14 @@ def _within_int8_rounding(case: Case, how: str, outputs: dict[str, np.ndarray]) 
 
 
 @pytest.mark.parametrize("how", ["run", "HETERO:NUMPY", "HETERO:TVM,NUMPY"])
-def test_end_to_end_within_int8_rounding(case: Case, how: str) -> None:
-    if how == "HETERO:TVM,NUMPY" and not case.name.endswith("-qdq"):
-        pytest.skip("the TVM path's int8 kernels are for the QDQ format; the others run as floats there")
+def test_end_to_end_within_int8_rounding(case: Case, how: str, request: pytest.FixtureRequest) -> None:
+    if how == "HETERO:TVM,NUMPY" and case.name.endswith("-qoperator"):
+        pytest.skip("the TVM path's int8 kernels are for the QDQ and dynamic formats")
+    if how == "HETERO:TVM,NUMPY" and case.name == "mobilenet_v2-dynamic":
+        # TVM contracts Cast * scale + bias into one multiply-add; a last-bit change of a
+        # layer's smallest or largest value moves the next DynamicQuantizeLinear's grid for the
+        # whole tensor, and MobileNetV2 quantizes 35 layers so (same with the int8 kernels off)
+        request.applymarker(pytest.mark.xfail(strict=True, reason="float contraction moves dynamic grids"))
     if how == "run":
         outputs = subgraph.run(subgraph.from_onnx(case.model), case.feeds)
     else:

@@ -21,7 +21,11 @@ which is the same convolution: padding the dequantized input with 0 is padding `
 ``zx``, and ``sum((x - zx) * W) = sum(x * W) - zx * sum(W)``. A matrix product
 ``MatMul(DequantizeLinear(x), DequantizeLinear(W))`` (or a ``Gemm``'s, ``W`` transposed), with
 ``W`` a constant ``int8`` matrix scaled per column, becomes ``matmul(x, W, out_dtype=int32)``
-and the same scaling. What follows (the bias, ``QuantizeLinear``) is left as it was. :mod:`~subgraph.properties.tvm.lowering.qconv` turns
+and the same scaling. What follows (the bias, ``QuantizeLinear``) is left as it was. The
+product of dynamic quantization (``DynamicQuantizeLinear`` then ``MatMulInteger``, which the
+importer writes as ``matmul(astype(x) - astype(zx), astype(W) - astype(0))`` in int32)
+becomes ``matmul(x, W, out_dtype=int32) - int32(zx) * sum(W)``, the zero point known only
+at run time. :mod:`~subgraph.properties.tvm.lowering.qconv` turns
 the pattern into one VNNI kernel; elsewhere TVM's own legalization runs it as written.
 """
 
@@ -135,12 +139,62 @@ def _integer_product(call: Any, bindings: dict[Any, Any]) -> Any | None:
                              relax.const(scale))
 
 
+def _widened(expr: Any, bindings: dict[Any, Any]) -> tuple[Any, Any | None] | None:
+    """``(a, zero)`` if ``expr`` is ``astype(a, int32)`` or ``astype(a, int32) - astype(zero, int32)``
+    (MatMulInteger's operand as the importer writes it), else ``None``."""
+    def bound(e: Any) -> Any:
+        return bindings.get(e) if isinstance(e, relax.Var) else e
+
+    def cast(e: Any) -> Any | None:
+        call = bound(e)
+        if (isinstance(call, relax.Call) and getattr(call.op, "name", None) == "relax.astype"
+                and str(call.attrs.dtype) == "int32"):
+            return call.args[0]
+        return None
+
+    call = bound(expr)
+    if isinstance(call, relax.Call) and getattr(call.op, "name", None) == "relax.subtract":
+        a, zero = cast(call.args[0]), cast(call.args[1])
+        return None if a is None or zero is None else (a, zero)
+    a = cast(expr)
+    return None if a is None else (a, None)
+
+
+def _dynamic_product(call: Any, bindings: dict[Any, Any]) -> Any | None:
+    """The integer form of an int32 ``matmul`` of ``uint8`` rows by a constant ``int8``
+    matrix with zero points 0 (see the module notes), or ``None``."""
+    if str(call.attrs.out_dtype) != "int32":
+        return None
+    data, matrix = _widened(call.args[0], bindings), _widened(call.args[1], bindings)
+    if data is None or matrix is None:
+        return None
+    (x, zx), (w_expr, zw) = data, matrix
+    w = _constant(w_expr)
+    shape = static_shape(x.ty)
+    if (w is None or w.dtype != np.int8 or w.ndim != 2 or str(x.ty.dtype) != "uint8" or shape is None
+            or len(shape) < 2 or shape[-1] != w.shape[0] or (zw is not None and np.any(_constant(zw) != 0))
+            or (zx is not None and (str(zx.ty.dtype) != "uint8" or static_shape(zx.ty) is None
+                                    or int(np.prod(static_shape(zx.ty))) != 1))):
+        return None
+    acc = relax.op.matmul(x, relax.const(w), out_dtype="int32")
+    if zx is None:
+        return acc
+    sums = relax.const(w.astype(np.int64).sum(axis=0).astype(np.int32))
+    return relax.op.subtract(acc, relax.op.multiply(relax.op.astype(zx, "int32"), sums))
+
+
+def _product_form(call: Any, bindings: dict[Any, Any]) -> Any | None:
+    """:func:`_integer_product` of a float ``matmul``, :func:`_dynamic_product` of an int32 one."""
+    form = _integer_product(call, bindings)
+    return form if form is not None else _dynamic_product(call, bindings)
+
+
 @relax.expr_functor.mutator
 class _Rewrite(relax.PyExprMutator):
     def __init__(self, mod: Any, bindings: dict[Any, Any]) -> None:
         super().__init__(mod)
         self.bindings = bindings
-        self.forms = {tvm.ir.Op.get("relax.nn.conv2d"): _integer_form, tvm.ir.Op.get("relax.matmul"): _integer_product}
+        self.forms = {tvm.ir.Op.get("relax.nn.conv2d"): _integer_form, tvm.ir.Op.get("relax.matmul"): _product_form}
         self.count = 0
 
     def visit_call_(self, call: Any) -> Any:

@@ -65,8 +65,8 @@ class _Plan:
     """What one fused kernel takes: the input, the spec, the OIHW weights, the per-channel
     constants, and whether the input is an NCHW map (else a matrix product's rows)."""
 
-    def __init__(self, x: Any, spec: QConvSpec, weight: np.ndarray, comp: np.ndarray, scale: np.ndarray,
-                 bias: np.ndarray, nchw: bool, out_shape: tuple[int, ...]) -> None:
+    def __init__(self, x: Any, spec: QConvSpec, weight: np.ndarray, comp: np.ndarray | Any,
+                 scale: np.ndarray | Any, bias: np.ndarray, nchw: bool, out_shape: tuple[int, ...]) -> None:
         self.x, self.spec, self.weight, self.comp, self.scale, self.bias = x, spec, weight, comp, scale, bias
         self.nchw, self.out_shape = nchw, out_shape
 
@@ -158,6 +158,18 @@ def _plan(var: Any, call: Any, bindings: dict[Any, Any], only_user: Callable[[An
     def vector(expr: Any) -> np.ndarray | None:
         return _channel_vector(_constant(expr), out, rank, axis)
 
+    def per_channel(expr: Any, dtype: str) -> np.ndarray | Any | None:
+        """A constant channel vector as numpy, or a value computed at run time (dynamic
+        quantization's zero point and scale) of one element or one per channel."""
+        found = vector(expr)
+        if found is not None:
+            return found if found.dtype == dtype else None
+        shape = static_shape(expr.ty) if isinstance(expr, relax.Var) else None
+        if shape is None or str(expr.ty.dtype) != dtype or len(shape) > rank:
+            return None
+        full = [1] * (rank - len(shape)) + shape
+        return expr if int(np.prod(shape)) == 1 or (full[axis] == out and int(np.prod(full)) == out) else None
+
     chain = [var]
 
     def follow(op: str) -> Any | None:
@@ -169,13 +181,13 @@ def _plan(var: Any, call: Any, bindings: dict[Any, Any], only_user: Callable[[An
         return None
 
     shifted, cast, scaled = follow("relax.subtract"), None, None
-    comp = vector(shifted.args[1]) if shifted is not None else None
-    if comp is not None and comp.dtype == np.int32:
+    comp = per_channel(shifted.args[1], "int32") if shifted is not None else None
+    if comp is not None:
         cast = follow("relax.astype")
     if cast is not None and str(cast.attrs.dtype) == "float32":
         scaled = follow("relax.multiply")
-    scale = vector(scaled.args[1]) if scaled is not None else None
-    if scale is None or scale.dtype != np.float32:
+    scale = per_channel(scaled.args[1], "float32") if scaled is not None else None
+    if scale is None:
         return None
     bias, fused = np.zeros(out, np.float32), True
     added = follow("relax.add")
@@ -198,8 +210,10 @@ def _plan(var: Any, call: Any, bindings: dict[Any, Any], only_user: Callable[[An
     fields["channels"] = -(-fields["channels"] // DEPTH) * DEPTH
     spec = QConvSpec(**fields, out_channels=out, relu=relu, out_dtype=out_dtype, zy=zy)
     # requantized: the output's scale divided out of the per-channel constants (see qkernel)
-    return end, _Plan(x, spec, w, comp.astype(np.int32), (scale / sy).astype(np.float32),
-                      (bias / sy).astype(np.float32), op == "relax.nn.conv2d", tuple(static_shape(call.ty)))
+    scale = (scale / sy).astype(np.float32) if isinstance(scale, np.ndarray) else \
+        (scale if out_dtype == "float32" else relax.op.divide(scale, relax.const(sy)))
+    return end, _Plan(x, spec, w, comp, scale, (bias / sy).astype(np.float32), op == "relax.nn.conv2d",
+                      tuple(static_shape(call.ty)))
 
 
 def _padded(values: np.ndarray, size: int) -> np.ndarray:
@@ -235,11 +249,23 @@ class _Fuse(relax.PyExprMutator):
             self.kernels[spec] = self.builder_.add_func(qconv_kernel(spec), "qconv")
         packed = pack_weights(plan.weight, tile_of(spec)[1])
         size = packed.shape[0] * packed.shape[4] * LANES
-        args = [data, relax.const(packed), relax.const(_padded(plan.comp, size)),
-                relax.const(_padded(plan.scale, size)), relax.const(_padded(plan.bias, size))]
+        args = [data, relax.const(packed), self._vector(plan.comp, size), self._vector(plan.scale, size),
+                relax.const(_padded(plan.bias, size))]
         shape = (spec.batch, *spec.out_size, spec.out_channels)
         out = emit(relax.call_tir(self.kernels[spec], args, relax.TensorType(shape, spec.out_dtype)))
         return relax.op.permute_dims(out, [0, 3, 1, 2]) if plan.nchw else relax.op.reshape(out, plan.out_shape)
+
+
+    def _vector(self, value: np.ndarray | Any, size: int) -> Any:
+        """A per-channel constant, zeros past its channels; or a run-time value of one
+        element broadcast, or of one per channel padded with zeros, to ``size``."""
+        if isinstance(value, np.ndarray):
+            return relax.const(_padded(value, size))
+        expr, count = self.visit_expr(value), int(np.prod(static_shape(value.ty)))
+        if count == 1:
+            return self.builder_.emit(relax.op.broadcast_to(relax.op.reshape(expr, [1]), [size]))
+        flat = self.builder_.emit(relax.op.reshape(expr, [count]))
+        return self.builder_.emit(relax.op.nn.pad(flat, [0, size - count])) if size > count else flat
 
 
 def FusedQuantizedConvolutions() -> Any:

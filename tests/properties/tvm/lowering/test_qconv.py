@@ -243,3 +243,32 @@ def test_qdq_matrix_products_run_on_the_kernel_as_rows_within_a_step_of_onnxrunt
     x = np.random.default_rng(4).uniform(-2, 2, (6, 4, 36)).astype(np.float32)
     steps = _steps_from_onnxruntime(graph, x)
     assert steps.max() <= 1 + 1e-3 and steps.mean() < 0.05, (steps.max(), steps.mean())
+
+
+def _dynamic_product() -> Graph:
+    """onnxruntime's ``quantize_dynamic`` pattern: DynamicQuantizeLinear of the rows,
+    MatMulInteger by an int8 matrix (zero point 0), Cast, times the two scales, plus a bias."""
+    rng = np.random.default_rng(8)
+    g = Graph("dynamic")
+    x = g.add_input("x", (2, 5, 36), "float32")
+    xq, xs, xz = g.add_node("DynamicQuantizeLinear", [x], name="dql", outputs=3).outputs
+    w = g.add_constant("w", rng.integers(-127, 128, (36, 40)).astype(np.int8))
+    acc = g.add_node("MatMulInteger", [xq, w, xz, g.add_constant("wz", np.array(0, np.int8))], name="mmi").outputs[0]
+    y = g.add_node("Cast", [acc], name="cast", attrs={"to": 1}).outputs[0]
+    scale = g.add_node("Mul", [xs, g.add_constant("ws", np.array(0.003, np.float32))], name="scale").outputs[0]
+    y = g.add_node("Mul", [y, scale], name="rescale").outputs[0]
+    g.set_outputs([g.add_node("Add", [y, g.add_constant("b", rng.uniform(-1, 1, 40).astype(np.float32))],
+                              name="bias").outputs[0]])
+    infer_shapes(g)
+    return g
+
+
+def test_a_dynamically_quantized_product_runs_on_the_kernel_with_its_run_time_zero_point() -> None:
+    graph = _dynamic_product()
+    kernels, _, _ = _kernels_and_transposes(graph)
+    assert kernels == 1
+    x = np.random.default_rng(9).uniform(-1, 3, (2, 5, 36)).astype(np.float32)  # a zero point far from 0
+    session = ort.InferenceSession(subgraph.to_onnx(graph).SerializeToString(), providers=["CPUExecutionProvider"])
+    reference = session.run(None, {"x": x})[0]
+    got = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking").run({"x": x})["bias"]
+    np.testing.assert_allclose(got, reference, rtol=1e-5, atol=1e-5)
