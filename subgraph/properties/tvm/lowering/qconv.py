@@ -63,12 +63,14 @@ def _channel_vector(value: np.ndarray | None, out: int, rank: int, axis: int) ->
 
 class _Plan:
     """What one fused kernel takes: the input, the spec, the OIHW weights, the per-channel
-    constants, and whether the input is an NCHW map (else a matrix product's rows)."""
+    constants, whether the input is an NCHW map (else a matrix product's rows), the output's
+    shape and the output scale a run-time ``scale`` is still to be divided by."""
 
     def __init__(self, x: Any, spec: QConvSpec, weight: np.ndarray, comp: np.ndarray | Any,
-                 scale: np.ndarray | Any, bias: np.ndarray, nchw: bool, out_shape: tuple[int, ...]) -> None:
+                 scale: np.ndarray | Any, bias: np.ndarray, nchw: bool, out_shape: tuple[int, ...],
+                 divisor: np.float32) -> None:
         self.x, self.spec, self.weight, self.comp, self.scale, self.bias = x, spec, weight, comp, scale, bias
-        self.nchw, self.out_shape = nchw, out_shape
+        self.nchw, self.out_shape, self.divisor = nchw, out_shape, divisor
 
 
 def _convolution(call: Any, bindings: dict[Any, Any]) -> tuple[Any, np.ndarray, dict[str, Any]] | None:
@@ -209,11 +211,12 @@ def _plan(var: Any, call: Any, bindings: dict[Any, Any], only_user: Callable[[An
             out_dtype, sy, zy, end = "uint8", qs.reshape(()), int(qz.reshape(())), chain[-1]
     fields["channels"] = -(-fields["channels"] // DEPTH) * DEPTH
     spec = QConvSpec(**fields, out_channels=out, relu=relu, out_dtype=out_dtype, zy=zy)
-    # requantized: the output's scale divided out of the per-channel constants (see qkernel)
-    scale = (scale / sy).astype(np.float32) if isinstance(scale, np.ndarray) else \
-        (scale if out_dtype == "float32" else relax.op.divide(scale, relax.const(sy)))
+    # requantized: the output's scale divided out of the per-channel constants (see qkernel);
+    # a scale known at run time only is divided there (_Fuse._vector)
+    if isinstance(scale, np.ndarray):
+        scale = (scale / sy).astype(np.float32)
     return end, _Plan(x, spec, w, comp, scale, (bias / sy).astype(np.float32), op == "relax.nn.conv2d",
-                      tuple(static_shape(call.ty)))
+                      tuple(static_shape(call.ty)), sy)
 
 
 def _padded(values: np.ndarray, size: int) -> np.ndarray:
@@ -249,8 +252,10 @@ class _Fuse(relax.PyExprMutator):
             self.kernels[spec] = self.builder_.add_func(qconv_kernel(spec), "qconv")
         packed = pack_weights(plan.weight, tile_of(spec)[1])
         size = packed.shape[0] * packed.shape[4] * LANES
-        args = [data, relax.const(packed), self._vector(plan.comp, size), self._vector(plan.scale, size),
-                relax.const(_padded(plan.bias, size))]
+        scale = self._vector(plan.scale, size)
+        if not isinstance(plan.scale, np.ndarray) and plan.divisor != 1:  # a run-time scale, requantized
+            scale = emit(relax.op.divide(scale, relax.const(plan.divisor)))
+        args = [data, relax.const(packed), self._vector(plan.comp, size), scale, relax.const(_padded(plan.bias, size))]
         shape = (spec.batch, *spec.out_size, spec.out_channels)
         out = emit(relax.call_tir(self.kernels[spec], args, relax.TensorType(shape, spec.out_dtype)))
         return relax.op.permute_dims(out, [0, 3, 1, 2]) if plan.nchw else relax.op.reshape(out, plan.out_shape)
