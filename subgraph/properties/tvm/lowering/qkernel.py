@@ -18,7 +18,9 @@ OpenVINO's fused int8 kernels do too; it rounds differently only at near-ties).
 Padding reads the input's zero point ``zx`` (a tap in the padding then adds ``zx * w``, which
 ``comp`` takes back), which is what a convolution of the dequantized input padded with 0 means.
 
-The register tile is ``R`` output pixels of a row by ``V`` vectors of 16 output channels.
+The register tile is ``R`` output pixels of a row by ``V`` vectors of 16 output channels;
+the parallel loop walks tiles of weights outermost when the weights outweigh the input
+(:func:`_weights_first`), else pixels.
 Each pixel's accumulators live in a buffer of their own under 1 KiB: TVM 0.27 puts smaller
 ``global`` allocations on the stack, where LLVM keeps them in registers; a larger one, or a
 ``local`` one, becomes a heap workspace that LLVM must load and store around every
@@ -107,6 +109,15 @@ def pack_weights(weight: np.ndarray, vectors: int) -> np.ndarray:
     return np.ascontiguousarray(blocked.transpose(0, 5, 6, 3, 1, 2, 4).reshape(tiles, kh, kw, depth, vectors, LANES * DEPTH))
 
 
+def _weights_first(spec: QConvSpec) -> bool:
+    """Whether the kernel's weights outweigh its input: then the parallel loop runs over
+    weight tiles outermost, so each tile's weights are read once from memory and stay in
+    cache for every pixel (BERT-base's 768 x 3072 products ran at 300 GOP/s walking pixels
+    first, their 2.3 MB of weights read again for every four rows)."""
+    weights = spec.kernel[0] * spec.kernel[1] * spec.channels * spec.out_channels
+    return weights > spec.batch * spec.height * spec.width * spec.channels
+
+
 def _vector(buffer: str, start: object) -> str:
     """TVMScript of the 16 lanes of a 1-D ``buffer`` from ``start``."""
     return f"{buffer}[T.ramp({start}, 1, {LANES})]"
@@ -125,8 +136,13 @@ def qconv_source(spec: QConvSpec) -> str:
     padded_out = -(-spec.out_channels // (LANES * vectors)) * LANES * vectors
     tiles, columns = padded_out // (LANES * vectors), ow // rows
     zx4 = np.int32(np.uint32(spec.zx * 0x01010101).view(np.int32)).item()
-    n, oy = f"f // {oh * columns * tiles}", f"f // {columns * tiles} % {oh}"
-    col, tile = f"f // {tiles} % {columns}", f"f % {tiles}"
+    if _weights_first(spec):  # each thread walks its tiles' weights once, all pixels per tile
+        pixels = spec.batch * oh * columns
+        n, oy, col, tile = f"f % {pixels} // {oh * columns}", f"f % {pixels} // {columns} % {oh}", \
+            f"f % {columns}", f"f // {pixels}"
+    else:  # each thread walks its pixels once, every tile's weights per pixel block
+        n, oy = f"f // {oh * columns * tiles}", f"f // {columns * tiles} % {oh}"
+        col, tile = f"f // {tiles} % {columns}", f"f % {tiles}"
     iy = f"{oy} * {sh} + ry * {dh} - {pt}"
     lines = [
         "@T.prim_func(private=True)",
