@@ -22,6 +22,7 @@ from subgraph.ir import Graph
 from subgraph.onnx.writer import to_onnx
 from subgraph.properties.tvm.intake.cells import unroll_recurrent
 from subgraph.properties.tvm.intake.numpy_fold import fold_with_numpy
+from subgraph.properties.tvm.intake.qoperator import qdq_equivalents
 from subgraph.properties.tvm.intake.quantized import integer_convolutions
 from subgraph.properties.tvm.intake.rewrites import (
     explicit_pads,
@@ -93,7 +94,7 @@ def check_outputs(graph: Graph, func: Any) -> list[int]:
 
 def prepared_graph(graph: Graph) -> Graph:
     """The graph TVM compiles: Loops with a constant trip count and LSTM/GRU/RNN unrolled, Ifs
-    with small pure branches as both branches and a Where,
+    with small pure branches as both branches and a Where, QOperator int8 ops in QDQ form,
     BatchNormalization folded into convolutions, kernel taps that read only padding cut,
     subnormal weights of products and sums zero, GroupNorm exports on the map's own axes,
     Sum as Adds, Gathers of an axis's one element as Squeeze, a Conv's SAME auto_pad as
@@ -110,9 +111,11 @@ def prepared_graph(graph: Graph) -> Graph:
     importer's stack, :func:`~subgraph.properties.tvm.intake.rewrites.squeezed_gathers` its
     unfusable ``take``, :func:`~subgraph.properties.tvm.intake.rewrites.explicit_pads` its
     separate ``pad`` (which stays NCHW), :func:`~subgraph.properties.tvm.intake.rewrites.scaled_projections`
-    the separate multiply of a squeeze-and-excitation scale.
+    the separate multiply of a squeeze-and-excitation scale. The importer has no converter for
+    onnxruntime's QOperator ops; :func:`~subgraph.properties.tvm.intake.qoperator.qdq_equivalents`
+    writes them as the QDQ pattern whose convolutions and products import as int8 kernels.
     """
-    graph = flush_subnormal_weights(trim_conv_taps(fold_batchnorm(select_ifs(unroll_loops(graph)))))
+    graph = flush_subnormal_weights(trim_conv_taps(fold_batchnorm(qdq_equivalents(select_ifs(unroll_loops(graph))))))
     return unroll_recurrent(scaled_projections(explicit_pads(squeezed_gathers(sum_as_adds(group_norms(graph))))))
 
 

@@ -29,10 +29,13 @@ from subgraph.ops.index import INDEX_OPS, check_indices, index_limits
 from subgraph.properties.tvm.intake.cells import MAX_STEPS, RECURRENT_OPS
 from subgraph.properties.tvm.intake.cells import decline_reason as cell_decline_reason
 from subgraph.properties.tvm.intake.loops import decline_reason as loop_decline_reason
+from subgraph.properties.tvm.intake.qoperator import QOPERATOR_OPS
+from subgraph.properties.tvm.intake.qoperator import decline_reason as qdq_decline_reason
 from subgraph.transform.select import MAX_SELECTED_NODES
 from subgraph.transform.unroll import MAX_TRIPS, MAX_UNROLLED_NODES
 
-__all__ = ["CELL_UNROLLED", "FIRST_OUTPUT_ONLY", "IF_SELECTED", "INDICES", "LOOP_UNROLLED", "RULES", "VALUES", "Condition",
+__all__ = ["CELL_UNROLLED", "FIRST_OUTPUT_ONLY", "IF_SELECTED", "INDICES", "LOOP_UNROLLED", "QDQ_WRITTEN", "RULES",
+           "VALUES", "Condition",
            "OpRule", "WrittenOut", "attr_not", "condition", "constant_inputs", "dtype_not"]
 
 
@@ -70,7 +73,7 @@ def condition(prose: str) -> Callable[[Callable[[Node], str | None]], Condition]
 
 @dataclass(frozen=True)
 class OpRule:
-    """How TVM takes the default-domain op ``op``: under ``conditions`` (checked in order),
+    """How TVM takes the op ``op`` (``domain.op`` outside the default domain): under ``conditions`` (checked in order),
     or not at all when ``excluded`` says why."""
 
     op: str
@@ -317,6 +320,14 @@ LOOP_UNROLLED = WrittenOut(
     "out; every unrolled node one TVM takes", _loop_unrolled)
 
 
+#: :func:`~subgraph.properties.tvm.intake.qoperator.decline_reason` with what it checks in words
+QDQ_WRITTEN = Condition("written as DequantizeLinear, the float op and QuantizeLinear: constant float32 scales "
+                        "and zero points, one each (per output channel or column for weights, from opset 13), "
+                        "8-bit operands, an int32 bias, channels_last=0", qdq_decline_reason)
+_ONNX_WRITTEN = Condition("written as the ONNX op: 8-bit values (or int32 ones to dequantize), a per-axis "
+                          "scale from opset 13", qdq_decline_reason)
+
+
 _NO_SEQUENCES = "sequences and optionals are not supported"
 _VALUE_SHAPED = "its output shape depends on input values (and NonMaxSuppression gave wrong boxes)"
 _NO_CONTROL_FLOW = ("control flow is not supported: the node and its bodies run as one unit on a device that "
@@ -327,7 +338,8 @@ def _rules(*rules: OpRule) -> dict[str, OpRule]:
     return {rule.op: rule for rule in rules}
 
 
-#: One record per default-domain op TVM's importer maps: taken with no conditions of its own
+#: One record per op TVM's importer maps (other domains' keyed ``domain.op``, as the kernel
+#: registry is: the QOperator ops written in QDQ form first): taken with no conditions of its own
 #: (its single-node ONNX backend cases ran to the expected numbers; GlobalLpPool and
 #: MaxRoiPool, which have none, were checked against onnxruntime), taken under conditions,
 #: unrolled first, or excluded and why.
@@ -394,5 +406,6 @@ Sum Tan Tanh ThresholdedRelu Tile Transpose Trilu Unsqueeze Where Xor
                      "SequenceLength", "ConcatFromSequence", "SplitToSequence")),
         OpRule("If", (IF_SELECTED,), unrolled=True, checks_values=False),
         OpRule("Scan", excluded=_NO_CONTROL_FLOW),
+        *(OpRule(op, (_ONNX_WRITTEN if op.endswith("QuantizeLinear") else QDQ_WRITTEN,)) for op in QOPERATOR_OPS),
     ),
 }

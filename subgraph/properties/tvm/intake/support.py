@@ -71,8 +71,15 @@ def _onnx_defines(op: str, opset: int) -> bool:
     return True
 
 
+def _rule_key(op: str, domain: str) -> str:
+    """How :data:`~subgraph.properties.tvm.intake.rules.RULES` names ``op`` of ``domain``."""
+    return op if domain in ("", "ai.onnx") else f"{domain}.{op}"
+
+
 def tvm_supports(op: str, domain: str = "", opset: int = 17) -> bool:
-    """True if TVM's Relax ONNX importer handles ``op`` of ``domain`` at ``opset`` correctly.
+    """True if TVM's Relax ONNX importer handles ``op`` of ``domain`` at ``opset`` correctly
+    (onnxruntime's com.microsoft QOperator ops: written in QDQ form first,
+    :mod:`~subgraph.properties.tvm.intake.qoperator`).
 
     Some supported ops are refused per node; see :func:`unsupported_reason`.
 
@@ -80,14 +87,19 @@ def tvm_supports(op: str, domain: str = "", opset: int = 17) -> bool:
     --------
     >>> tvm_supports("Reshape"), tvm_supports("NonZero"), tvm_supports("Gelu", opset=17)
     (True, False, False)
+    >>> tvm_supports("QLinearAdd", domain="com.microsoft"), tvm_supports("QAttention", domain="com.microsoft")
+    (True, False)
     """
+    key = _rule_key(op, domain)
+    if key != op:
+        return key in SUPPORTED_OPS and _tvm_installed()
     return (domain in ("", "ai.onnx") and (op in SUPPORTED_OPS or op in UNROLLED_OPS) and _tvm_installed()
             and _onnx_defines(op, opset))
 
 
 def op_conditions(op: str) -> list[str]:
     """The conditions, beyond static shapes and handled dtypes, under which TVM takes a node
-    of ``op`` (default domain); empty when there are none. For ``subgraph ops`` and docs/ops.md.
+    of ``op`` (default domain, or ``domain.op``); empty when there are none. For ``subgraph ops`` and docs/ops.md.
 
     Examples
     --------
@@ -131,7 +143,8 @@ def unsupported_reason(node: Node) -> str | None:
         if not _tvm_installed():
             why = "apache-tvm is not installed"
         elif node.domain not in ("", "ai.onnx"):
-            why = f"domain {node.domain!r} is not supported, only the default ONNX domain"
+            why = (f"domain {node.domain!r} is not supported, only the default ONNX domain (and onnxruntime's "
+                   "QOperator ops, written in QDQ form)")
         elif node.op in EXCLUDED_OPS:
             why = f"excluded: {EXCLUDED_OPS[node.op]}"
         elif node.op in SUPPORTED_OPS:
@@ -139,7 +152,7 @@ def unsupported_reason(node: Node) -> str | None:
         else:
             why = "TVM's Relax ONNX importer has no converter for it"
         return f"{where}: {why}"
-    rule = RULES[node.op]
+    rule = RULES[_rule_key(node.op, node.domain)]
     for condition in (VALUES, *rule.conditions) if rule.checks_values else rule.conditions:
         problem = condition(node, unsupported_reason)
         if problem:
