@@ -73,7 +73,7 @@ def _data(value: Value | None) -> np.ndarray | None:
     return None
 
 
-# -- what each op is: (quantized operand, its scale, its zero point, how many per-axis entries)
+# -- what each op is: its quantized operands, each with its scale, zero point and per-axis axis
 
 def _width(value: Value | None, axis: int | None) -> int | None:
     """How many scales ``value`` may have along ``axis`` (None: one, per tensor only)."""
@@ -161,6 +161,8 @@ def decline_reason(node: Node) -> str | None:
         scale = _data(_input(node, 1))
         if opset(node) < 13 and (scale is None or scale.size != 1):
             return f"a per-axis (or computed) scale needs opset 13, the graph has opset {opset(node)}"
+        if scale is not None and scale.size != 1 and "axis" not in node.attrs:
+            return "a per-axis scale without an axis (com.microsoft's is per tensor then)"
         return None
     if key == f"{MS}.QLinearGlobalAveragePool" and node.attrs.get("channels_last", 0):
         return "channels_last=1 (NHWC) has no GlobalAveragePool equivalent"
