@@ -46,6 +46,7 @@ from subgraph.properties.tvm.lowering.nan import NAN_LEGALIZE
 from subgraph.properties.tvm.lowering.packing import packed_conv2d_legalize, packed_matmul_legalize
 from subgraph.properties.tvm.lowering.permutes import SinkPermutes
 from subgraph.properties.tvm.lowering.qconv import FusedQuantizedConvolutions, has_vnni
+from subgraph.properties.tvm.lowering.reductions import SplitFullReductions
 from subgraph.properties.tvm.lowering.resize2d import resize2d_legalize
 from subgraph.properties.tvm.lowering.rowwise import layer_norm_legalize, softmax_legalize
 from subgraph.properties.tvm.schedule.cpu import schedule_rules
@@ -79,7 +80,7 @@ def prepare_passes(target: Any, schedule: str = "cpu", rewrite: bool = True) -> 
     legalize = [relax.transform.LegalizeOps(customize_legalize_map=rules)
                 if p.info.name == "LegalizeOps" else p for p in cpu.legalize_passes(target)]
     quantized = [FusedQuantizedConvolutions()] if has_vnni(target) else []
-    return [*quantized, _ClampsAsRelaxOps(), _ConvertLayoutIfPossible(), SinkPermutes(),
+    return [*quantized, SplitFullReductions(), _ClampsAsRelaxOps(), _ConvertLayoutIfPossible(), SinkPermutes(),
             *cpu.library_dispatch_passes(target), *legalize]
 
 
