@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from subgraph.ir import Graph, Node, Value
+from subgraph.properties.tvm.intake.constants import constant_data
 
 __all__ = ["MAX_STEPS", "RECURRENT_OPS", "decline_reason", "unroll_recurrent"]
 
@@ -50,17 +51,6 @@ _ACTIVATIONS = {"sigmoid": "Sigmoid", "tanh": "Tanh", "relu": "Relu"}
 
 def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
-
-
-def _data(value: Value | None) -> np.ndarray | None:
-    if value is None:
-        return None
-    if value.is_constant:
-        return np.asarray(value.data)
-    producer = value.producer
-    if producer is not None and producer.op == "Constant" and "value" in producer.attrs:
-        return np.asarray(producer.attrs["value"])
-    return None
 
 
 def _activations(node: Node, directions: int) -> list[list[str]] | str:
@@ -96,7 +86,7 @@ def decline_reason(node: Node) -> str | None:
     roles = {1: "W", 2: "R", 3: "B", 4: "sequence_lens", 7: "P"}
     for slot, role in roles.items():
         value = node.inputs[slot] if slot < len(node.inputs) else None
-        if (value is not None and _data(value) is None) and (slot != 4 or value.shape != (0,)):
+        if (value is not None and constant_data(value) is None) and (slot != 4 or value.shape != (0,)):
             return f"{role} (%{value.name}) must be a constant to unroll the cell"
     if node.attrs.get("input_forget", 0):
         return "input_forget=1 is not unrolled"
@@ -182,13 +172,13 @@ class _Cell:
         def get(slot: int, values: list[Value | None] = node.inputs) -> Value | None:
             return values[slot] if slot < len(values) else None
 
-        self.w, self.r = _data(node.inputs[1]), _data(node.inputs[2])
+        self.w, self.r = constant_data(node.inputs[1]), constant_data(node.inputs[2])
         width = self.gates * self.hidden
-        b = _data(get(3))
+        b = constant_data(get(3))
         self.b = np.zeros((len(self.reverse), 2 * width), self.dtype) if b is None else b
-        p = _data(get(7))
+        p = constant_data(get(7))
         self.p = None if p is None else p.reshape(len(self.reverse), 3, self.hidden)
-        lens = _data(get(4))
+        lens = constant_data(get(4))
         self.lens = None if lens is None or lens.size == 0 else lens.astype(np.int64).reshape(-1)
         self.initial = [get(5, inputs)] + ([get(6, inputs)] if self.op == "LSTM" else [])
 
@@ -202,7 +192,7 @@ class _Cell:
         """Direction ``d`` of an initial state, [batch, hidden] (zeros when absent)."""
         if value is None:
             return self.build.const(np.zeros((self.batch, self.hidden), self.dtype))
-        data = _data(value)
+        data = constant_data(value)
         if data is not None:
             return self.build.const(data[:, d] if self.layout else data[d])
         axis = 1 if self.layout else 0
@@ -284,7 +274,7 @@ class _Cell:
 
         def stack(values: list[Value], axis: Value) -> Value:
             parts = [b("Unsqueeze", [v, axis]) for v in values]
-            return parts[0] if len(parts) == 1 else b("Concat", parts, axis=int(_data(axis)[0]))
+            return parts[0] if len(parts) == 1 else b("Concat", parts, axis=int(constant_data(axis)[0]))
 
         # Y: [seq, dirs, batch, hidden]
         y = stack([b("Concat", [b("Unsqueeze", [v, axis0]) for v in ys], axis=0) for ys, _ in per_dir], axis1)

@@ -46,6 +46,7 @@ import numpy as np
 
 from subgraph.ir import Graph, Node, Value
 from subgraph.ops.common import opset
+from subgraph.properties.tvm.intake.constants import constant_data
 
 __all__ = ["QOPERATOR_OPS", "decline_reason", "qdq_equivalents"]
 
@@ -59,18 +60,6 @@ def _key(node: Node) -> str:
 
 def _input(node: Node, slot: int) -> Value | None:
     return node.inputs[slot] if slot < len(node.inputs) else None
-
-
-def _data(value: Value | None) -> np.ndarray | None:
-    """The array of a constant or of a ``Constant`` node's ``value``; None otherwise."""
-    if value is None:
-        return None
-    if value.is_constant:
-        return np.asarray(value.data)
-    producer = value.producer
-    if producer is not None and producer.op == "Constant" and "value" in producer.attrs:
-        return np.asarray(producer.attrs["value"])
-    return None
 
 
 # -- what each op is: its quantized operands, each with its scale, zero point and per-axis axis
@@ -115,7 +104,7 @@ QOPERATOR_OPS: dict[str, str] = {
 def _param_reason(node: Node, operand: Value, scale: Value | None, zero: Value | None,
                   width: int | None) -> str | None:
     """Why a scale / zero point pair cannot be written as a DequantizeLinear's, or None."""
-    s, z = _data(scale), _data(zero)
+    s, z = constant_data(scale), constant_data(zero)
     if scale is None or s is None:
         return f"the scale %{'?' if scale is None else scale.name} must be a constant"
     if zero is not None and z is None:
@@ -158,7 +147,7 @@ def decline_reason(node: Node) -> str | None:
         allowed = _8BIT | {np.dtype("int32")} if key.endswith("DequantizeLinear") else _8BIT
         if value.dtype not in allowed:
             return f"%{value.name} is {value.dtype}, not 8-bit"
-        scale = _data(_input(node, 1))
+        scale = constant_data(_input(node, 1))
         if opset(node) < 13 and (scale is None or scale.size != 1):
             return f"a per-axis (or computed) scale needs opset 13, the graph has opset {opset(node)}"
         if scale is not None and scale.size != 1 and "axis" not in node.attrs:
@@ -202,7 +191,7 @@ def _softmax_reason(node: Node) -> str | None:
     if _softmax_axis(node) is None:
         return (f"its axis (opset {node.attrs.get('opset', 13)} semantics) means another thing to the "
                 f"graph's opset {opset(node)} Softmax")
-    scale, zero = _data(_input(node, 3)), _data(_input(node, 4))
+    scale, zero = constant_data(_input(node, 3)), constant_data(_input(node, 4))
     factor = np.floor(np.float32(1) / scale.reshape(-1)[0]) if scale is not None and scale.size == 1 else 0
     if scale is None or not factor >= 1:
         return "its y_scale must be a constant of at most 1"
@@ -215,7 +204,7 @@ def _bias_reason(node: Node, bias: Value) -> str | None:
     """A bias must be int32 and fit the per-axis scale it is dequantized with."""
     if bias.dtype != np.dtype("int32") or bias.shape is None:
         return f"the bias %{bias.name} must be int32 of known shape, got {bias.type_str()}"
-    columns = _data(node.inputs[4]).size
+    columns = constant_data(node.inputs[4]).size
     if columns != 1 and (not bias.shape or bias.shape[-1] != columns):
         return f"the bias %{bias.name} ({bias.type_str()}) does not run along the {columns} per-axis scales"
     return None
@@ -255,15 +244,15 @@ def _write(new: Graph, node: Node, inputs: list[Value | None]) -> list[Value | N
     floats = []
     operands = _operands(node)
     for i, (slot, scale, zero, axis) in enumerate(s for s in operands if s[0] >= 0):
-        z = _data(node.inputs[zero]) if zero < len(node.inputs) else None
-        floats.append(_dequantized(new, node, i, inputs[slot], _data(node.inputs[scale]), z, axis, node.inputs[slot]))
+        z = constant_data(node.inputs[zero]) if zero < len(node.inputs) else None
+        floats.append(_dequantized(new, node, i, inputs[slot], constant_data(node.inputs[scale]), z, axis, node.inputs[slot]))
     attrs = {k: v for k, v in node.attrs.items() if k not in ("channels_last", "opset")}
     if key == f"{MS}.QLinearSoftmax":
         attrs["axis"] = _softmax_axis(node)
     if key in ("QLinearConv", f"{MS}.QGemm"):
         slot = 8 if key == "QLinearConv" else 6
         if len(inputs) > slot and inputs[slot] is not None:
-            a_scale, w_scale = _data(node.inputs[1]).reshape(-1), _data(node.inputs[4]).reshape(-1)
+            a_scale, w_scale = constant_data(node.inputs[1]).reshape(-1), constant_data(node.inputs[4]).reshape(-1)
             scale = (a_scale * w_scale * np.float32(node.attrs.get("alpha", 1.0))).astype(np.float32)
             bias = node.inputs[slot]
             axis = 0 if key == "QLinearConv" else len(bias.shape) - 1
@@ -277,8 +266,8 @@ def _write(new: Graph, node: Node, inputs: list[Value | None]) -> list[Value | N
     if not quantized:
         return [result]
     _, scale, zero, _ = operands[-1]
-    z = _data(node.inputs[zero]) if zero < len(node.inputs) and node.inputs[zero] is not None else np.zeros((), out.dtype)
-    y_scale = _data(node.inputs[scale])
+    z = constant_data(node.inputs[zero]) if zero < len(node.inputs) and node.inputs[zero] is not None else np.zeros((), out.dtype)
+    y_scale = constant_data(node.inputs[scale])
     if key == f"{MS}.QLinearSoftmax":
         y_scale = np.float32(1) / np.floor(np.float32(1) / y_scale.reshape(())).astype(np.float32)
     params = [_param(new, f"{node.name}/q_scale", y_scale), _param(new, f"{node.name}/q_zero", z)]
