@@ -22,7 +22,7 @@ from tvm import relax
 
 from subgraph.properties.tvm.runtime.tensors import static_shape
 
-__all__ = ["fold_with_numpy", "packed_constant"]
+__all__ = ["constant_array", "fold_with_numpy", "packed_constant"]
 
 
 #: ops whose result is the constant's data laid out in the call's static output shape
@@ -39,7 +39,8 @@ _FLOAT_ARITHMETIC = {"relax.add": np.add, "relax.subtract": np.subtract, "relax.
                      "relax.divide": np.divide, "relax.negative": np.negative}
 
 
-def _constant_array(expr: Any) -> np.ndarray | None:
+def constant_array(expr: Any) -> np.ndarray | None:
+    """The data of a Relax constant as numpy; ``None`` for any other expression."""
     return expr.value.numpy() if isinstance(expr, tvm.ir.GenericConst) else None
 
 
@@ -75,7 +76,7 @@ class _Fold(relax.PyExprMutator):
     def _value(self, expr: Any) -> np.ndarray | None:
         if isinstance(expr, relax.Var):  # bound to a constant (folded just before, say)
             expr = self.lookup_binding(expr)
-        return _constant_array(expr) if expr is not None else None
+        return constant_array(expr) if expr is not None else None
 
     def visit_call_(self, call: Any) -> Any:
         call = super().visit_call_(call)
@@ -129,7 +130,7 @@ def packed_constant(weight: Any, block: int, order: tuple[int, ...]) -> Any:
     >>> packed_constant(w, 3, (0,)).value.numpy().tolist()
     [[[0.0, 1.0, 2.0], [4.0, 5.0, 6.0]], [[3.0, 0.0, 0.0], [7.0, 0.0, 0.0]]]
     """
-    data = _constant_array(weight)
+    data = constant_array(weight)
     *rest, columns = data.shape
     if columns % block:
         data = np.pad(data, [(0, 0)] * len(rest) + [(0, -columns % block)])

@@ -37,25 +37,47 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from subgraph.properties.tvm.intake.numpy_fold import constant_array
 from subgraph.properties.tvm.runtime.tensors import static_shape
 
 __all__ = ["integer_convolutions"]
 
 
-def _constant(expr: Any) -> np.ndarray | None:
-    return expr.value.numpy() if isinstance(expr, tvm.ir.GenericConst) else None
+def _bound(expr: Any, bindings: dict[Any, Any], op: str) -> Any | None:
+    """The call of ``op`` that the variable ``expr`` is bound to, else ``None``."""
+    call = bindings.get(expr) if isinstance(expr, relax.Var) else None
+    return call if isinstance(call, relax.Call) and getattr(call.op, "name", None) == op else None
 
 
 def _dequantized(expr: Any, bindings: dict[Any, Any]) -> tuple[Any, np.ndarray, np.ndarray, int] | None:
     """``(x, scale, zero point, axis)`` if ``expr`` is bound to ``dequantize(x, scale, zp)``
     with constant scale and zero point."""
-    call = bindings.get(expr) if isinstance(expr, relax.Var) else None
-    if not isinstance(call, relax.Call) or getattr(call.op, "name", None) != "relax.dequantize":
+    call = _bound(expr, bindings, "relax.dequantize")
+    if call is None:
         return None
-    scale, zero = _constant(call.args[1]), _constant(call.args[2])
+    scale, zero = constant_array(call.args[1]), constant_array(call.args[2])
     if scale is None or zero is None:
         return None
     return call.args[0], scale, zero, int(call.attrs.axis)
+
+
+def _int8_weights(expr: Any, bindings: dict[Any, Any], ndim: int, out_axis: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(W, sw)`` if ``expr`` is a constant ``int8`` tensor of ``ndim`` dimensions dequantized
+    with zero points 0 and a float32 scale per ``out_axis`` slice (or one scale)."""
+    found = _dequantized(expr, bindings)
+    w = constant_array(found[0]) if found is not None else None
+    if w is None or w.dtype != np.int8 or w.ndim != ndim or np.any(found[2] != 0) or found[1].dtype != np.float32:
+        return None
+    scale, axis = found[1], found[3]
+    if scale.size != 1 and (scale.size != w.shape[out_axis] or axis != out_axis):
+        return None
+    return w, scale.reshape(-1)
+
+
+def _scaled(acc: Any, comp: np.ndarray, scale: np.ndarray) -> Any:
+    """``float32(acc - comp) * scale``: the integer sums as the float result (constants shaped to broadcast)."""
+    return relax.op.multiply(relax.op.astype(relax.op.subtract(acc, relax.const(comp)), "float32"),
+                             relax.const(scale))
 
 
 def _integer_form(call: Any, bindings: dict[Any, Any]) -> Any | None:
@@ -64,32 +86,26 @@ def _integer_form(call: Any, bindings: dict[Any, Any]) -> Any | None:
     if (int(attrs.groups) != 1 or (attrs.data_layout, attrs.kernel_layout) != ("NCHW", "OIHW")
             or str(attrs.out_dtype or "float32") not in ("", "void", "float32")):
         return None
-    data, weight = _activation(call.args[0], bindings), _dequantized(call.args[1], bindings)
+    data, weight = _activation(call.args[0], bindings), _int8_weights(call.args[1], bindings, 4, 0)
     if data is None or weight is None or len(data[1]) != 4:
         return None
-    x, _, sx, zero = data
-    w_expr, sw, zw, w_axis = weight
-    w = _constant(w_expr)
-    if (w is None or w.dtype != np.int8 or w.ndim != 4 or np.any(zw != 0) or sw.dtype != np.float32
-            or not (sw.size == 1 or (sw.size == w.shape[0] and w_axis == 0))):
-        return None
+    (x, _, sx, zero), (w, sw) = data, weight
     out = w.shape[0]
     comp = (zero * w.astype(np.int64).sum(axis=(1, 2, 3))).astype(np.int32).reshape(1, out, 1, 1)
-    scale = (sx * np.broadcast_to(sw.reshape(-1), (out,))).astype(np.float32)
+    scale = (sx * np.broadcast_to(sw, (out,))).astype(np.float32)
     top, left, bottom, right = (int(p) for p in attrs.padding)
     if top or left or bottom or right:
         x = relax.op.nn.pad(x, [0, 0, 0, 0, top, bottom, left, right], pad_value=float(zero))
     acc = relax.op.nn.conv2d(x, relax.const(w), strides=attrs.strides, padding=[0, 0, 0, 0],
                              dilation=attrs.dilation, out_dtype="int32")
-    shifted = relax.op.subtract(acc, relax.const(comp))
-    return relax.op.multiply(relax.op.astype(shifted, "float32"), relax.const(scale.reshape(1, out, 1, 1)))
+    return _scaled(acc, comp, scale.reshape(1, out, 1, 1))
 
 
 def _activation(expr: Any, bindings: dict[Any, Any]) -> tuple[Any, list[int], np.float32, int] | None:
     """``(x, shape, sx, zx)`` of a per-tensor dequantized ``uint8`` tensor of static shape, or
     of one reshaped after its dequantization (then ``x`` is the reshape of the ``uint8`` tensor)."""
-    call = bindings.get(expr) if isinstance(expr, relax.Var) else None
-    reshaped = isinstance(call, relax.Call) and getattr(call.op, "name", None) == "relax.reshape"
+    call = _bound(expr, bindings, "relax.reshape")
+    reshaped = call is not None
     found = _dequantized(call.args[0] if reshaped else expr, bindings)
     if found is None:
         return None
@@ -105,22 +121,11 @@ def _activation(expr: Any, bindings: dict[Any, Any]) -> tuple[Any, list[int], np
 def _matrix(expr: Any, bindings: dict[Any, Any]) -> tuple[np.ndarray, np.ndarray] | None:
     """``(W, sw)``: an ``int8`` ``K x N`` constant dequantized with zero points 0 and a scale
     per column (or one), directly or through a transpose (a ``Gemm`` with ``transB``)."""
-    transposed = False
-    call = bindings.get(expr) if isinstance(expr, relax.Var) else None
-    if isinstance(call, relax.Call) and getattr(call.op, "name", None) == "relax.permute_dims":
-        axes = None if call.attrs.axes is None else [int(a) for a in call.attrs.axes]
-        if axes not in (None, [1, 0]):
-            return None
-        expr, transposed = call.args[0], True
-    found = _dequantized(expr, bindings)
-    w = _constant(found[0]) if found is not None else None
-    if w is None or w.dtype != np.int8 or w.ndim != 2 or np.any(found[2] != 0) or found[1].dtype != np.float32:
-        return None
-    scale, axis = found[1], found[3]
-    columns = 0 if transposed else 1  # the axis of W as stored that becomes the product's columns
-    if scale.size != 1 and (scale.size != w.shape[columns] or axis != columns):
-        return None
-    return (np.ascontiguousarray(w.T) if transposed else w), scale.reshape(-1)
+    call = _bound(expr, bindings, "relax.permute_dims")
+    if call is not None and (call.attrs.axes is None or [int(a) for a in call.attrs.axes] == [1, 0]):
+        found = _int8_weights(call.args[0], bindings, 2, 0)  # stored N x K: a scale per row
+        return None if found is None else (np.ascontiguousarray(found[0].T), found[1])
+    return None if call is not None else _int8_weights(expr, bindings, 2, 1)
 
 
 def _integer_product(call: Any, bindings: dict[Any, Any]) -> Any | None:
@@ -134,26 +139,18 @@ def _integer_product(call: Any, bindings: dict[Any, Any]) -> Any | None:
     columns = w.shape[1]
     comp = (zx * w.astype(np.int64).sum(axis=0)).astype(np.int32)
     scale = (sx * np.broadcast_to(sw, (columns,))).astype(np.float32)
-    acc = relax.op.matmul(x, relax.const(w), out_dtype="int32")
-    return relax.op.multiply(relax.op.astype(relax.op.subtract(acc, relax.const(comp)), "float32"),
-                             relax.const(scale))
+    return _scaled(relax.op.matmul(x, relax.const(w), out_dtype="int32"), comp, scale)
 
 
 def _widened(expr: Any, bindings: dict[Any, Any]) -> tuple[Any, Any | None] | None:
     """``(a, zero)`` if ``expr`` is ``astype(a, int32)`` or ``astype(a, int32) - astype(zero, int32)``
     (MatMulInteger's operand as the importer writes it), else ``None``."""
-    def bound(e: Any) -> Any:
-        return bindings.get(e) if isinstance(e, relax.Var) else e
-
     def cast(e: Any) -> Any | None:
-        call = bound(e)
-        if (isinstance(call, relax.Call) and getattr(call.op, "name", None) == "relax.astype"
-                and str(call.attrs.dtype) == "int32"):
-            return call.args[0]
-        return None
+        call = _bound(e, bindings, "relax.astype")
+        return call.args[0] if call is not None and str(call.attrs.dtype) == "int32" else None
 
-    call = bound(expr)
-    if isinstance(call, relax.Call) and getattr(call.op, "name", None) == "relax.subtract":
+    call = _bound(expr, bindings, "relax.subtract")
+    if call is not None:
         a, zero = cast(call.args[0]), cast(call.args[1])
         return None if a is None or zero is None else (a, zero)
     a = cast(expr)
@@ -169,10 +166,10 @@ def _dynamic_product(call: Any, bindings: dict[Any, Any]) -> Any | None:
     if data is None or matrix is None:
         return None
     (x, zx), (w_expr, zw) = data, matrix
-    w = _constant(w_expr)
+    w = constant_array(w_expr)
     shape = static_shape(x.ty)
     if (w is None or w.dtype != np.int8 or w.ndim != 2 or str(x.ty.dtype) != "uint8" or shape is None
-            or len(shape) < 2 or shape[-1] != w.shape[0] or (zw is not None and np.any(_constant(zw) != 0))
+            or len(shape) < 2 or shape[-1] != w.shape[0] or (zw is not None and np.any(constant_array(zw) != 0))
             or (zx is not None and (str(zx.ty.dtype) != "uint8" or static_shape(zx.ty) is None
                                     or int(np.prod(static_shape(zx.ty))) != 1))):
         return None

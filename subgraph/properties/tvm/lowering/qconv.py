@@ -21,6 +21,7 @@ import tvm
 from tvm import relax
 from tvm.target.codegen import llvm_cpu_has_features
 
+from subgraph.properties.tvm.intake.numpy_fold import constant_array
 from subgraph.properties.tvm.lowering.qkernel import (
     DEPTH,
     LANES,
@@ -40,10 +41,6 @@ def has_vnni(target: Any) -> bool:
         return target.kind.name == "llvm" and bool(llvm_cpu_has_features(["avx512f", "avx512vnni"], target))
     except Exception:  # noqa: BLE001 - a target LLVM cannot describe has none
         return False
-
-
-def _constant(expr: Any) -> np.ndarray | None:
-    return expr.value.numpy() if isinstance(expr, tvm.ir.GenericConst) else None
 
 
 def _op(call: Any) -> str | None:
@@ -77,7 +74,7 @@ def _convolution(call: Any, bindings: dict[Any, Any]) -> tuple[Any, np.ndarray, 
     """``(x, OIHW weights, spec fields)`` of an integer ``conv2d`` (its input padded by a
     ``pad`` with the zero point, or not padded); ``None`` for anything else."""
     data, weight = call.args
-    w = _constant(weight)
+    w = constant_array(weight)
     shape = static_shape(data.ty)
     if (w is None or w.dtype != np.int8 or shape is None or len(shape) != 4 or str(data.ty.dtype) != "uint8"
             or any(int(p) for p in call.attrs.padding) or int(call.attrs.groups) != 1
@@ -100,7 +97,7 @@ def _product(call: Any) -> tuple[Any, np.ndarray, dict[str, Any]] | None:
     """``(x, OIHW weights, spec fields)`` of an integer ``matmul`` of ``uint8`` rows by a
     constant ``int8`` matrix: a 1x1 convolution over one image row of all the rows."""
     data, weight = call.args
-    w = _constant(weight)
+    w = constant_array(weight)
     shape = static_shape(data.ty)
     if (w is None or w.dtype != np.int8 or w.ndim != 2 or shape is None or len(shape) < 2
             or str(data.ty.dtype) != "uint8"):
@@ -158,7 +155,7 @@ def _plan(var: Any, call: Any, bindings: dict[Any, Any], only_user: Callable[[An
     axis = 1 if op == "relax.nn.conv2d" else rank - 1
 
     def vector(expr: Any) -> np.ndarray | None:
-        return _channel_vector(_constant(expr), out, rank, axis)
+        return _channel_vector(constant_array(expr), out, rank, axis)
 
     def per_channel(expr: Any, dtype: str) -> np.ndarray | Any | None:
         """A constant channel vector as numpy, or a value computed at run time (dynamic
@@ -205,7 +202,7 @@ def _plan(var: Any, call: Any, bindings: dict[Any, Any], only_user: Callable[[An
     out_dtype, sy, zy = "float32", np.float32(1), 0
     quantized = follow("relax.quantize") if fused else None
     if quantized is not None:
-        qs, qz = _constant(quantized.args[1]), _constant(quantized.args[2])
+        qs, qz = constant_array(quantized.args[1]), constant_array(quantized.args[2])
         if (qs is not None and qz is not None and qs.size == 1 and qz.size == 1 and qz.dtype == np.uint8
                 and str(quantized.attrs.out_dtype) == "uint8" and qs.dtype == np.float32):
             out_dtype, sy, zy, end = "uint8", qs.reshape(()), int(qz.reshape(())), chain[-1]
@@ -259,7 +256,6 @@ class _Fuse(relax.PyExprMutator):
         shape = (spec.batch, *spec.out_size, spec.out_channels)
         out = emit(relax.call_tir(self.kernels[spec], args, relax.TensorType(shape, spec.out_dtype)))
         return relax.op.permute_dims(out, [0, 3, 1, 2]) if plan.nchw else relax.op.reshape(out, plan.out_shape)
-
 
     def _vector(self, value: np.ndarray | Any, size: int) -> Any:
         """A per-channel constant, zeros past its channels; or a run-time value of one
