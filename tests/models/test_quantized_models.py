@@ -148,12 +148,7 @@ def _within_int8_rounding(case: Case, how: str, outputs: dict[str, np.ndarray]) 
 
 
 @pytest.mark.parametrize("how", ["run", "HETERO:NUMPY", "HETERO:TVM,NUMPY"])
-def test_end_to_end_within_int8_rounding(case: Case, how: str, request: pytest.FixtureRequest) -> None:
-    if how == "HETERO:TVM,NUMPY" and case.name == "mobilenet_v2-dynamic":
-        # TVM contracts Cast * scale + bias into one multiply-add; a last-bit change of a
-        # layer's smallest or largest value moves the next DynamicQuantizeLinear's grid for the
-        # whole tensor, and MobileNetV2 quantizes 35 layers so (same with the int8 kernels off)
-        request.applymarker(pytest.mark.xfail(strict=True, reason="float contraction moves dynamic grids"))
+def test_end_to_end_within_int8_rounding(case: Case, how: str) -> None:
     if how == "HETERO:TVM,NUMPY" and case.name == "deploy_crnn-qoperator":
         pytest.skip("slow: test_the_deployment_size_recognizer_on_tvm_within_int8_rounding runs it")
     if how == "run":

@@ -64,7 +64,7 @@ __all__ = ["BUILD_LOCK", "MEMORY", "FilePart", "cache_get", "cache_key", "cache_
 #: convolutions as int8 VNNI kernels where the CPU has them: a library of
 #: an older format would run the old code. It is part of every key, so bumping it (when the
 #: way a build is made or stored changes) leaves the old entries unused.
-_FORMAT = "subgraph-tvm-29"
+_FORMAT = "subgraph-tvm-30"
 
 
 def cache_key(model_bytes: bytes, target: str, schedule: str = "cpu", weights: Sequence[Any] = ()) -> str:

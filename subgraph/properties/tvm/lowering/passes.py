@@ -48,6 +48,7 @@ from subgraph.properties.tvm.lowering.permutes import SinkPermutes
 from subgraph.properties.tvm.lowering.qconv import FusedQuantizedConvolutions, has_vnni
 from subgraph.properties.tvm.lowering.reductions import SplitFullReductions
 from subgraph.properties.tvm.lowering.resize2d import resize2d_legalize
+from subgraph.properties.tvm.lowering.rounding import ROUNDING_LEGALIZE
 from subgraph.properties.tvm.lowering.rowwise import layer_norm_legalize, softmax_legalize
 from subgraph.properties.tvm.schedule.cpu import schedule_rules
 from subgraph.properties.tvm.schedule.isolation import ApplyScheduleRules, FunctionStatus
@@ -73,7 +74,7 @@ def prepare_passes(target: Any, schedule: str = "cpu", rewrite: bool = True) -> 
     # TVM's legalize-and-fuse passes, with our softmax and layer norm, vectorisable math (fastmath) and layouts in its LegalizeOps
     lanes = vector_lanes(target)
     rules = {"relax.nn.softmax": softmax_legalize(lanes), "relax.nn.layer_norm": layer_norm_legalize(lanes),
-             **NAN_LEGALIZE, **FAST_MATH_LEGALIZE,
+             **NAN_LEGALIZE, **FAST_MATH_LEGALIZE, **ROUNDING_LEGALIZE,
              "relax.nn.conv2d": packed_conv2d_legalize(lanes), "relax.matmul": packed_matmul_legalize(lanes),
              "relax.nn.conv2d_transpose": conv2d_transpose_legalize(lanes), "relax.concat": concat_legalize(lanes),
              "relax.image.resize2d": resize2d_legalize(lanes)}
@@ -85,8 +86,10 @@ def prepare_passes(target: Any, schedule: str = "cpu", rewrite: bool = True) -> 
 
 
 def _legalize_passes(target: Any) -> list[Any]:
-    """TVM's legalize-and-fuse passes, max/min lowered NaN-propagating (:mod:`~subgraph.properties.tvm.lowering.nan`)."""
-    return [relax.transform.LegalizeOps(customize_legalize_map=NAN_LEGALIZE) if p.info.name == "LegalizeOps" else p
+    """TVM's legalize-and-fuse passes, max/min lowered NaN-propagating (:mod:`~subgraph.properties.tvm.lowering.nan`)
+    and products rounded (:mod:`~subgraph.properties.tvm.lowering.rounding`)."""
+    rules = {**NAN_LEGALIZE, **ROUNDING_LEGALIZE}
+    return [relax.transform.LegalizeOps(customize_legalize_map=rules) if p.info.name == "LegalizeOps" else p
             for p in cpu.legalize_passes(target)]
 
 
