@@ -21,7 +21,7 @@ from typing import Any
 import tvm
 from tvm import te, tirx, topi
 
-__all__ = ["NAN_LEGALIZE", "nan_max", "nan_min"]
+__all__ = ["NAN_LEGALIZE", "broadcast", "broadcast_shape", "nan_max", "nan_min"]
 
 
 def _intrin(name: str, dtype: str, a: Any, b: Any) -> Any:
@@ -58,7 +58,7 @@ def _binary(name: str, op: Any) -> Any:
         if value is not None:  # a clamp: elementwise, so it fuses into the producing conv
             return bb.call_te(lambda a: te.compute(a.shape, lambda *i: op(str(a.dtype), a(*i), value), name=name),
                               x, primfunc_name_hint=name)
-        return bb.call_te(lambda a, b: te.compute(_broadcast_shape(a, b), _broadcast(op, a, b), name=name),
+        return bb.call_te(lambda a, b: te.compute(broadcast_shape(a, b), broadcast(op, a, b), name=name),
                           call.args[0], call.args[1], primfunc_name_hint=name)
     return legalize
 
@@ -77,18 +77,30 @@ def _scalar(expr: Any) -> float | None:
     return None
 
 
-def _broadcast_shape(a: Any, b: Any) -> list[Any]:
+def broadcast_shape(a: Any, b: Any) -> list[Any]:
+    """The shape numpy's broadcasting gives tensors ``a`` and ``b`` (``te`` tensors)."""
     rank = max(len(a.shape), len(b.shape))
     sa = [1] * (rank - len(a.shape)) + list(a.shape)
     sb = [1] * (rank - len(b.shape)) + list(b.shape)
-    return [y if isinstance(x, tirx.IntImm) and x.value == 1 else x for x, y in zip(sa, sb)]
+    return [y if _one(x) else x for x, y in zip(sa, sb)]
 
 
-def _broadcast(op: Any, a: Any, b: Any) -> Any:
+def broadcast(op: Any, a: Any, b: Any) -> Any:
+    """The ``te.compute`` body of ``op(dtype, a, b)`` broadcast as numpy does. An axis of 1
+    reads index 0 only where the result's axis is longer: an operand of the result's shape
+    reads the result's index, so that TVM sees an elementwise function (one it fuses into a
+    convolution before it; with index 0 on a batch of 1 it saw a broadcast, and did not)."""
+    out = broadcast_shape(a, b)
+
     def pick(t: Any, index: tuple) -> Any:
-        index = index[len(index) - len(t.shape):]
-        return t(*[0 if isinstance(d, tirx.IntImm) and d.value == 1 else i for d, i in zip(t.shape, index)])
+        last, index = out[len(out) - len(t.shape):], index[len(index) - len(t.shape):]
+        return t(*[0 if _one(d) and not _one(n) else i for d, n, i in zip(t.shape, last, index)])
     return lambda *i: op(str(a.dtype), pick(a, i), pick(b, i))
+
+
+def _one(dim: Any) -> bool:
+    """Whether an axis is 1 (a ``tirx.IntImm``, or the ``1`` that pads a lower rank)."""
+    return dim == 1 if isinstance(dim, int) else isinstance(dim, tirx.IntImm) and dim.value == 1
 
 
 def _reduce(name: str, combine: Any, identity: float) -> Any:

@@ -22,6 +22,7 @@ from typing import Any
 import tvm
 from tvm import te, tirx
 
+from subgraph.properties.tvm.lowering.nan import broadcast, broadcast_shape
 from subgraph.properties.tvm.runtime.tensors import static_shape
 
 __all__ = ["ROUNDING_LEGALIZE", "rounded"]
@@ -36,19 +37,11 @@ def _multiply(bb: Any, call: Any) -> Any:
     a, b = call.args
     dtypes = {str(getattr(arg.ty, "dtype", "")) for arg in (a, b)}
     shapes = [static_shape(arg.ty) for arg in (a, b)]
-    out = static_shape(call.ty)
-    if len(dtypes) != 1 or not dtypes.pop().startswith("float") or out is None or None in shapes:
+    if len(dtypes) != 1 or not dtypes.pop().startswith("float") or None in shapes:
         return tvm.ir.Op.get("relax.multiply").get_attr("FLegalize")(bb, call)
 
     def compute(x: Any, y: Any) -> Any:
-        def pick(t: Any, index: tuple) -> Any:
-            # numpy broadcasting: an axis of 1 where the output's is longer reads index 0; an
-            # operand of the output's shape reads the output's index, so that TVM sees an
-            # elementwise function (one it fuses into a convolution before it)
-            last = out[len(out) - len(t.shape):]
-            index = index[len(index) - len(t.shape):]
-            return t(*[0 if int(d) == 1 and n != 1 else i for d, n, i in zip(t.shape, last, index)])
-        return te.compute(out, lambda *i: rounded(pick(x, i) * pick(y, i)), name="multiply")
+        return te.compute(broadcast_shape(x, y), broadcast(lambda _, p, q: rounded(p * q), x, y), name="multiply")
     return bb.call_te(compute, a, b, primfunc_name_hint="multiply")
 
 

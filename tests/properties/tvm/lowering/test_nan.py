@@ -140,3 +140,20 @@ def test_onnxruntime_max_pool_nan_depends_on_the_window_order():
     assert np.isnan(onnxruntime_outputs(g, last_nan)[0]).all()
     assert onnxruntime_outputs(g, first_nan)[0].ravel().tolist() == [1.0]
     assert np.isnan(subgraph.run(g, {"x": first_nan})["n"]).all()
+
+
+@pytest.mark.parametrize("op", ["Max", "Min", "Mul"])
+def test_a_lower_rank_first_operand_broadcasts_to_the_longer_axes(op):
+    """``op(y, x)`` with ``y`` of shape (8,) and ``x`` of (3, 2, 8), through the shared
+    broadcast of the NaN-safe and rounded legalizations: the axes ``y`` lacks take ``x``'s
+    lengths (the ``1`` that pads ``y``'s rank is a Python int, not a ``tirx.IntImm``)."""
+    g = Graph("broadcast")
+    x, y = g.add_input("x", (3, 2, 8), "float32"), g.add_input("y", (8,), "float32")
+    g.set_outputs([g.add_node(op, [y, x], name="n").outputs[0]])
+    infer_shapes(g)
+    model = compile_model(g, "HETERO:TVM,NUMPY", startup="blocking")
+    assert [s.device for s in model.subgraphs] == ["TVM"]
+    feeds = {"x": np.random.default_rng(2).standard_normal((3, 2, 8)).astype(np.float32), "y": X[0]}
+    got = model(feeds)["n"]
+    assert got.shape == (3, 2, 8)
+    np.testing.assert_array_equal(got, subgraph.run(g, feeds)["n"])
