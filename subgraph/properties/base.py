@@ -14,7 +14,7 @@ import math
 import statistics
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -269,6 +269,10 @@ class SubgraphProperty:
     #: whether the device runs nodes whose values have dynamic shapes (symbolic or known
     #: only from the data); HETERO gives such nodes only to devices that say so
     dynamic_shapes: bool = False
+    #: whether the device keeps what HETERO measured of its builds (:meth:`remember_costs`),
+    #: so that each build is timed once on a machine: ``compile_model``'s default choice
+    #: (``choose="auto"``) times only such a device's subgraphs against NUMPY
+    remembers_costs: bool = False
 
     def __init__(self, **options: Any) -> None:
         self.options = dict(options)
@@ -374,9 +378,23 @@ class SubgraphProperty:
         :meth:`compile`) and ``inputs`` are arrays for its inputs. HETERO's
         ``compile_model(..., choose="measured")`` compares this cost with NUMPY's; an
         exception counts as "no cost known". The default knows no cost; a property
-        overrides it, typically with ``time_kernel(kernel, inputs)``.
+        overrides it, typically with ``time_kernel(kernel, inputs)``. (``choose="auto"``
+        times the two kernels' calls itself, in turns: :func:`~subgraph.hetero.measured.probe`.)
         """
         return None
+
+    def recall_costs(self, kernel: Callable[..., Any]) -> Mapping[str, float | None] | None:
+        """The seconds per device name that :meth:`remember_costs` kept for the build
+        ``kernel`` runs (its :attr:`CompiledKernel.key`) on this machine, or ``None``
+        when none are kept; a ``None`` second: that device could not be timed. The
+        default keeps nothing."""
+        return None
+
+    def remember_costs(self, kernel: Callable[..., Any], costs: Mapping[str, float | None]) -> None:
+        """Keep ``costs``, the seconds per device name HETERO measured for the build
+        ``kernel`` runs (``None``: not measurable), for :meth:`recall_costs` in this and
+        later processes on this machine. A property that keeps them says so with
+        :attr:`remembers_costs`; the default forgets them."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} device={self.device!r}>"

@@ -58,6 +58,9 @@ class RemoteProperty(TVMProperty):
     ['1', '2', '3', '5', '6', '7']
     """
     device = "REMOTE"
+    #: a remote subgraph stays where the user sent it: ``choose="auto"`` does not time it
+    #: against NUMPY here (``choose="measured"`` does, its trips included)
+    remembers_costs = False
     known_options = (*TVMProperty.known_options, "address", "tracker", "key", "timeout", "fallback")
 
     def __init__(self, **options: Any) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from subgraph.errors import BackendNotInstalledError
@@ -162,3 +163,39 @@ class TVMProperty(SubgraphProperty):
         if key not in self._costs:
             self._costs[key] = time_kernel(kernel, inputs)
         return self._costs[key]
+
+    @property
+    def remembers_costs(self) -> bool:
+        """True with the disk cache on (``use_cache``): the costs stay beside the build."""
+        return bool(self.options.get("use_cache", True))
+
+    def _costs_place(self, kernel) -> tuple[Any, str, int] | None:
+        """The cache folder, build key and thread count a cost record of ``kernel`` is kept
+        under, or None for a kernel of no known build."""
+        compiled = kernel.compile() if isinstance(kernel, FusedKernel) else kernel
+        key = compiled.key if isinstance(compiled, CompiledKernel) else None
+        if key is None or not self.remembers_costs:
+            return None
+        from subgraph.properties.tvm.runtime.entries import default_cache_dir  # TVM's runtime only
+        from subgraph.properties.tvm.runtime.threads import thread_count
+
+        folder = self.options.get("cache_dir")
+        return (Path(folder) if folder is not None else default_cache_dir()), key, thread_count()
+
+    def recall_costs(self, kernel) -> dict[str, float | None] | None:
+        """The costs :meth:`remember_costs` kept beside ``kernel``'s cache entry for this
+        many threads (:mod:`~subgraph.properties.tvm.runtime.costs`), or None."""
+        place = self._costs_place(kernel)
+        if place is None:
+            return None
+        from subgraph.properties.tvm.runtime.costs import read_costs
+
+        return read_costs(*place)
+
+    def remember_costs(self, kernel, costs) -> None:
+        """Keep ``costs`` beside ``kernel``'s cache entry, for this many threads."""
+        place = self._costs_place(kernel)
+        if place is not None:
+            from subgraph.properties.tvm.runtime.costs import write_costs
+
+            write_costs(*place, costs)
