@@ -34,7 +34,7 @@ def seed(tvm_cache):
         mp.setenv("SUBGRAPH_CACHE_DIR", tvm_cache)
         mp.delenv("SUBGRAPH_VISUALIZE", raising=False)
         graph = seed_example()
-        return graph, compile_model(graph, "HETERO:TVM,NUMPY", TVM_RELU_ADD, startup="blocking")
+        return graph, compile_model(graph, "HETERO:TVM,NUMPY", TVM_RELU_ADD, startup="blocking", choose="priority")
 
 
 @pytest.fixture(autouse=True)
@@ -202,7 +202,7 @@ def test_env_var_makes_compile_model_write_into_the_current_directory(tmp_path, 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SUBGRAPH_VISUALIZE", "1")
     graph = seed_example()
-    model = compile_model(graph, "HETERO:TVM,NUMPY", TVM_RELU_ADD, startup="blocking")
+    model = compile_model(graph, "HETERO:TVM,NUMPY", TVM_RELU_ADD, startup="blocking", choose="priority")
     names = {p.name for p in tmp_path.iterdir()}
     assert {"seed_example_affinity.dot", "seed_example_subgraphs.dot"} <= names
     assert (tmp_path / "seed_example_subgraphs.dot").read_text(encoding="utf-8") == subgraphs_dot(graph, model)

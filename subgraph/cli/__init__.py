@@ -190,10 +190,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "transfers); open it in https://ui.perfetto.dev or chrome://tracing")
     r.add_argument("--explain", action="store_true",
                    help="print, for every node, its device, subgraph and why (also when compiling fails)")
-    r.add_argument("--choose", choices=("priority", "measured"), default="priority",
-                   help="priority (default): each subgraph on the device the priority order gives it; "
+    r.add_argument("--choose", choices=("auto", "priority", "measured"), default="auto",
+                   help="auto (default): as measured, once per build and machine (TVM keeps the costs in "
+                        "its cache); priority: each subgraph on the device the priority order gives it; "
                         "measured: time each compiled subgraph on its device and on NUMPY and move it to "
-                        "NUMPY when that is 1.2x faster (depends on timings)")
+                        "NUMPY when that is 1.2x faster, on every compile (depends on timings)")
     r.add_argument("--compile-workers", type=_positive, metavar="N",
                    help="worker processes that build TVM subgraphs in parallel (default: the usable CPUs, "
                         "where the model has enough to build; 1: one after another in this process)")
@@ -422,7 +423,7 @@ def _compile(graph: Any, args: argparse.Namespace, options: dict[str, dict[str, 
         warnings.simplefilter("always")
         model = compile_model(graph, args.devices, options, profile=args.profile or bool(args.profile_json),
                               progress=progress,
-                              choose=getattr(args, "choose", "priority"), min_subgraph_size=args.min_size,
+                              choose=getattr(args, "choose", "auto"), min_subgraph_size=args.min_size,
                               compile_workers=getattr(args, "compile_workers", None))
     for warning in caught:
         print(f"subgraph: warning: {warning.message}", file=sys.stderr)
@@ -433,7 +434,7 @@ def _compile(graph: Any, args: argparse.Namespace, options: dict[str, dict[str, 
     note = f"; {tuned} TVM function(s) with tuned tiles" if tuned else ""
     print(f"compiled {len(model.subgraphs)} subgraph(s) ({', '.join(f'{d} {n}' for d, n in counts.items())}) "
           f"in {time.perf_counter() - start:.2f} s{note}")
-    if any(s.costs for s in model.subgraphs):
+    if getattr(args, "choose", "auto") == "measured" or any(s.moved for s in model.subgraphs):
         print(model.summary())
     return model
 

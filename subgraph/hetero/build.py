@@ -3,8 +3,8 @@ the compiled model's subgraphs.
 
 :class:`ModelBuilder` owns the partitioned working copy and its kernels: it numbers the
 fused nodes in topological order, compiles each one on its device (those whose device opts
-in built ahead in worker processes), falls back to NUMPY when a device fails and, with
-``choose="measured"``, moves a subgraph to NUMPY when that is faster. Moving a subgraph goes
+in built ahead in worker processes), falls back to NUMPY when a device fails and moves a
+subgraph to NUMPY when that is faster (``choose``, :mod:`~subgraph.hetero.measured`). Moving a subgraph goes
 through :meth:`~subgraph.properties.runtime.FusedKernels.move`, which owns the node's device
 and kernel. :class:`CompileSettings` says how. Besides the ``progress`` callback after each
 subgraph, a listener of :mod:`~subgraph.properties.events` hears each subgraph start.
@@ -20,7 +20,7 @@ from typing import Any
 
 from subgraph.errors import SubgraphError, first_line, warn_hook
 from subgraph.hetero.devices import FALLBACK_DEVICE, takes
-from subgraph.hetero.measured import measure_node
+from subgraph.hetero.measured import Costs, measure_node, settle_node
 from subgraph.hetero.model import SubgraphInfo
 from subgraph.hetero.tiered import BackgroundBuild, TieredKernel
 from subgraph.hetero.workers import compile_in_workers, worth_workers
@@ -48,7 +48,7 @@ class CompileSettings:
     fallback: bool = True
     #: compile every subgraph now (else on first use)
     compile_now: bool = False
-    #: ``"priority"`` or ``"measured"``
+    #: ``"priority"``, ``"measured"`` or ``"auto"`` (:mod:`~subgraph.hetero.measured`)
     choose: str = "priority"
     #: ``None`` or ``"pipeline"``
     split: str | None = None
@@ -105,8 +105,8 @@ class ModelBuilder:
         self.background: BackgroundBuild | None = None
 
     def build(self) -> list[SubgraphInfo]:
-        """Number the subgraphs in topological order, compile each one (when asked) and,
-        with ``choose="measured"``, move it to NUMPY when that is faster; their infos."""
+        """Number the subgraphs in topological order, compile each one (when asked) and
+        move it to NUMPY when ``choose`` finds that faster; their infos."""
         settings = self.settings
         fused = self._number()
         tiered = [node for node in fused if self._tiers(node)]
@@ -123,9 +123,8 @@ class ModelBuilder:
                 emit("subgraph", index + 1, len(fused), f"{node.attrs['device']}, {count} node{'s' * (count != 1)}")
             failed = self._compile(node, ahead.get(node.name)) if settings.compile_now else False
             costs, moved = (), False
-            if settings.choose == "measured" and settings.compile_now and node.attrs["device"] != FALLBACK_DEVICE:
-                costs, numpy_kernel = measure_node(node, self.kernels.fused(node), self.props[node.attrs["device"]],
-                                                   self.props[FALLBACK_DEVICE], profile=settings.profile)
+            if settings.compile_now and self.measures(node):
+                costs, numpy_kernel = self.choose(node, self.kernels.fused(node))
                 moved = numpy_kernel is not None
                 if moved:
                     self.kernels.move(node, self.props[FALLBACK_DEVICE], numpy_kernel)
@@ -135,9 +134,31 @@ class ModelBuilder:
             infos.append(info)
             self._report(index + 1, len(fused), info)
         if tiered:
+            choose = self.choose if any(self.measures(node) for node in tiered) else None
             self.background = BackgroundBuild(tiered, self.kernels, infos, self.props[FALLBACK_DEVICE],
-                                              settings.workers)
+                                              settings.workers, choose=choose)
         return infos
+
+    def measures(self, node: Node) -> bool:
+        """Whether ``choose`` times fused ``node`` against NUMPY once it is compiled: every
+        subgraph off NUMPY with ``"measured"``; with ``"auto"``, those of a device that
+        keeps the costs (:attr:`~subgraph.properties.SubgraphProperty.remembers_costs`)."""
+        device = node.attrs["device"]
+        if device == FALLBACK_DEVICE or self.settings.choose == "priority":
+            return False
+        return self.settings.choose == "measured" or bool(self.props[device].remembers_costs)
+
+    def choose(self, node: Node, kernel: Any, interim: FusedKernel | None = None) -> tuple[Costs, FusedKernel | None]:
+        """The costs of compiled ``node`` (run by ``kernel``) on its device and on NUMPY, and
+        the NUMPY kernel to move it to when that is faster (``interim``: a tiered start's
+        NUMPY tier, reused), else ``None`` (:mod:`~subgraph.hetero.measured`); no costs for
+        a subgraph ``choose`` does not time (:meth:`measures`)."""
+        if not self.measures(node):
+            return (), None
+        prop, numpy_prop = self.props[node.attrs["device"]], self.props[FALLBACK_DEVICE]
+        if self.settings.choose == "measured":
+            return measure_node(node, kernel, prop, numpy_prop, profile=self.settings.profile)
+        return settle_node(node, kernel, prop, numpy_prop, profile=self.settings.profile, numpy_kernel=interim)
 
     def _tiers(self, node: Node) -> bool:
         """Whether ``node`` starts on NUMPY while its device builds it in the background: a

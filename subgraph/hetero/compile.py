@@ -3,14 +3,15 @@
 Affinities come from :mod:`~subgraph.hetero.devices` (manual, automatic or combined);
 then the graph is partitioned once per device, in priority order, and every fused
 subgraph is compiled on its device into a :class:`~subgraph.hetero.model.CompiledModel`,
-which owns the kernels. A new accelerator joins by registering a property. With
-``choose="measured"``, a compiled subgraph NUMPY runs faster moves to NUMPY
-(:mod:`~subgraph.hetero.measured`). With ``split="pipeline"``, the graph is cut into one
-stage per listed device so that the slowest stage is fastest (:mod:`~subgraph.hetero.split`).
+which owns the kernels. A new accelerator joins by registering a property. A compiled
+subgraph NUMPY runs faster moves to NUMPY (``choose``, :mod:`~subgraph.hetero.measured`).
+With ``split="pipeline"``, the graph is cut into one stage per listed device so that the
+slowest stage is fastest (:mod:`~subgraph.hetero.split`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -49,8 +50,9 @@ if TYPE_CHECKING:
 
 __all__ = ["CHOICES", "SPLITS", "compile_model", "partition_model"]
 
-#: how compile_model picks a subgraph's device: "priority" (OpenVINO's), "measured" (timed)
-CHOICES = ("priority", "measured")
+#: how compile_model picks a subgraph's device: "auto" (priority, then timed once per build
+#: and machine), "priority" (OpenVINO's), "measured" (timed on every compile)
+CHOICES = ("auto", "priority", "measured")
 #: how compile_model splits the graph over the devices: None (affinity) or "pipeline"
 SPLITS = (None, "pipeline")
 
@@ -92,7 +94,7 @@ def compile_model(graph: Graph | str | os.PathLike | onnx.ModelProto, device: st
                   device_properties: Mapping[str, Mapping[str, Any]] | None = None, *,
                   fallback: bool = True, profile: bool = False,
                   progress: Callable[[int, int, SubgraphInfo], None] | None = None,
-                  choose: str = "priority", input_shapes: Mapping[str, Sequence[int]] | None = None,
+                  choose: str = "auto", input_shapes: Mapping[str, Sequence[int]] | None = None,
                   max_specializations: int = MAX_SPECIALIZATIONS, split: str | None = None,
                   pipeline_costs: Mapping[str, float] | None = None, compile_workers: int | None = None,
                   performance_hint: str = "LATENCY", num_streams: int | None = None, startup: str | None = None,
@@ -127,15 +129,21 @@ def compile_model(graph: Graph | str | os.PathLike | onnx.ModelProto, device: st
         Called after each subgraph compiles. What a compile is doing meanwhile (TVM: import,
         Relax build, each function's schedule, code generation) goes to a listener of
         :mod:`subgraph.properties.events` around the call (``subgraph run`` shows it).
-    choose : {"priority", "measured"}
-        ``"priority"`` (default): each subgraph runs on the device the priority order gave
-        it, as in OpenVINO; deterministic. ``"measured"``: every compiled subgraph not on
-        NUMPY whose ops NUMPY all supports is also compiled for NUMPY, both are timed on
-        seeded random inputs, and the subgraph moves to NUMPY when ``numpy_cost * 1.2 <
-        device_cost`` (:data:`subgraph.hetero.measured.MARGIN`; manual affinities included). The choice then
-        depends on timings, so it can differ between machines and runs; a cost that cannot
-        be measured keeps the subgraph on its device. ``SubgraphInfo.costs`` and
-        :meth:`CompiledModel.summary` show the costs, ``SubgraphInfo.moved`` the moves.
+    choose : {"auto", "priority", "measured"}
+        ``"priority"``: each subgraph runs on the device the priority order gave it, as in
+        OpenVINO; deterministic. ``"measured"``: every compiled subgraph not on NUMPY whose
+        ops NUMPY all supports is also compiled for NUMPY, both are timed on seeded random
+        inputs, and the subgraph moves to NUMPY when ``numpy_cost * 1.2 < device_cost``
+        (:data:`subgraph.hetero.measured.MARGIN`; manual affinities included), on every
+        compile. ``"auto"`` (default): the same choice, once per build and machine, for
+        the subgraphs of a device that keeps the costs with its builds (TVM, with its disk
+        cache): a quick probe, timed fully only when close, and later compiles read what
+        it found (:func:`~subgraph.hetero.measured.settle_node`); under a tiered start it
+        runs in the background, as the build lands. It is ``"priority"`` when NUMPY is not
+        one of ``device``'s devices, with manual affinities and with ``split="pipeline"``.
+        A measured choice depends on timings, so it can differ between machines; a cost
+        that cannot be measured keeps the subgraph on its device. ``SubgraphInfo.costs``
+        and :meth:`CompiledModel.summary` show the costs, ``SubgraphInfo.moved`` the moves.
     input_shapes : dict[str, list[int]] | None
         Fix symbolic input dimensions ahead of time: one static model, compiled now.
     max_specializations : int
@@ -270,8 +278,11 @@ def _partition_model(graph: Graph, device: str, device_properties: Mapping[str, 
         plan, affinity = _pipeline_affinity(graph, devices, props, settings.pipeline_costs)
     else:
         affinity = assign_affinity(graph, devices, props, device)
+    manual = any("affinity" in n.rt_info for n in graph.nodes)
+    if settings.choose == "auto" and (FALLBACK_DEVICE not in devices or manual or plan is not None):
+        settings = dataclasses.replace(settings, choose="priority")  # the user's devices and affinities stand
     work = graph
-    if any("affinity" in n.rt_info for n in graph.nodes):  # read: the rules below carry it, not the nodes
+    if manual:  # read: the rules below carry it, not the nodes
         work = graph.copy()
         for node in work.nodes:
             node.rt_info.pop("affinity", None)

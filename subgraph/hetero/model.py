@@ -37,9 +37,10 @@ class SubgraphInfo:
     ops: tuple[str, ...]
     boundary_bytes: int
     fallback: bool = False
-    #: ``(device, seconds)`` measured with ``choose="measured"`` (None: unknown); else empty
+    #: ``(device, seconds)`` the device choice measured or recalled (``choose="auto"`` or
+    #: ``"measured"``, :mod:`~subgraph.hetero.measured`; None: unknown); else empty
     costs: tuple[tuple[str, float | None], ...] = ()
-    #: True when ``choose="measured"`` moved it from its device to NUMPY
+    #: True when the device choice moved it from its device to NUMPY, which runs it faster
     moved: bool = False
     #: the parts its device compiled off its fast path, and why (TVM: functions whose
     #: schedule failed); empty when all got it, or before the subgraph is compiled
@@ -306,8 +307,8 @@ class CompiledModel:
 
     def summary(self) -> str:
         """A table of subgraphs: index, device, node count, bytes crossing the boundary and
-        op types; with ``choose="measured"`` also the measured costs (``?``: not measured, said
-        in a note under the table). A device marked
+        op types; when the device choice timed subgraphs (``choose``), also their costs (``?``:
+        not measured, said in a note under the table). A device marked
         ``(moved)`` took the subgraph by measurement, ``(fallback)`` failed to compile it, so
         it runs on NUMPY, ``(building: NUMPY runs it)`` builds it in the background (tiered
         start). Under the table, every part a device compiled off its fast path

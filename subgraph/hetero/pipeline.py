@@ -19,7 +19,7 @@ Examples
 --------
 >>> from subgraph.testing import seed_example
 >>> from subgraph.hetero import compile_model
->>> model = compile_model(seed_example(), "HETERO:TVM,NUMPY", {"TVM": {"ops": ["Relu"]}})
+>>> model = compile_model(seed_example(), "HETERO:TVM,NUMPY", {"TVM": {"ops": ["Relu"]}}, choose="priority")
 >>> device_stages(model.graph)
 [['subgraph0'], ['subgraph1'], ['subgraph2']]
 """

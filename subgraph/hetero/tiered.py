@@ -9,7 +9,10 @@ until :class:`BackgroundBuild`, a thread of its own, has the device's build read
 builds run in worker processes (:func:`~subgraph.hetero.workers.compile_in_workers`: the
 compiler stays out of this process, and the caller's calls keep this process's CPU time);
 the thread then loads each build (from the disk cache the worker filled), verifies it and
-switches the subgraph to it. Nothing runs on the caller's thread.
+switches the subgraph to it, unless the model's device choice (``choose="auto"``,
+:mod:`~subgraph.hetero.measured`) finds NUMPY faster: then the interim tier keeps the
+subgraph for good (``moved`` in its :class:`~subgraph.hetero.model.SubgraphInfo`). Nothing
+runs on the caller's thread.
 
 Verifying a build: it is called on seeded random inputs of the subgraph
 (:func:`~subgraph.analysis.inputs.random_inputs`) and must give as many outputs as the
@@ -42,6 +45,7 @@ import numpy as np
 
 from subgraph.analysis.inputs import random_inputs
 from subgraph.errors import SubgraphError, first_line, warn_hook
+from subgraph.hetero.measured import Costs
 from subgraph.hetero.model import SubgraphInfo
 from subgraph.hetero.workers import compile_in_workers
 from subgraph.ir import Node, is_static_shape
@@ -113,12 +117,17 @@ class BackgroundBuild:
     on_switch : callable() | None
         Called after each subgraph changes tier (the model forgets what it derived from the
         old kernel).
+    choose : callable(node, final, interim) -> (costs, kernel or None), or None
+        The device choice, asked once a build is verified: the subgraph's costs and, when
+        NUMPY is faster, the kernel (``interim``) it keeps running on. ``None``: no choice,
+        every build is switched to.
     """
 
     def __init__(self, nodes: Sequence[Node], kernels: FusedKernels, infos: list[SubgraphInfo],
-                 fallback: SubgraphProperty, workers: int, on_switch: Callable[[], None] | None = None) -> None:
+                 fallback: SubgraphProperty, workers: int, on_switch: Callable[[], None] | None = None,
+                 choose: Callable[..., tuple[Costs, FusedKernel | None]] | None = None) -> None:
         self.nodes, self.kernels, self.infos = list(nodes), kernels, infos
-        self.fallback, self.workers, self.on_switch = fallback, max(1, workers), on_switch
+        self.fallback, self.workers, self.on_switch, self.choose = fallback, max(1, workers), on_switch, choose
         self.done = threading.Event()
         self._stop_read, self._stop_write = _pipe()
         self._stopped = False
@@ -170,7 +179,8 @@ class BackgroundBuild:
             self._stop_write.close()
 
     def _land(self, node: Node, built: BaseException | None) -> None:
-        """Load ``node``'s build (the worker's, or its error), verify it, switch to it."""
+        """Load ``node``'s build (the worker's, or its error), verify it, and switch to it or,
+        when the device choice finds NUMPY faster, keep NUMPY."""
         tiered = self.kernels.kernels[node.name]
         assert isinstance(tiered, TieredKernel)
         try:
@@ -186,11 +196,29 @@ class BackgroundBuild:
                       tiered.final.prop, "compile", category=UserWarning)
             self._fall_back(node)
             return
-        tiered.switch()
+        costs, numpy_kernel = self._choose(node, tiered)
         index = self._index(node)
-        self.infos[index] = dataclasses.replace(self.infos[index], notes=notes, pending=False)
+        if numpy_kernel is not None:
+            self.kernels.move(node, self.fallback, numpy_kernel)
+            self.infos[index] = dataclasses.replace(self.infos[index], device=self.fallback.device, costs=costs,
+                                                    moved=True, pending=False)
+        else:
+            tiered.switch()
+            self.infos[index] = dataclasses.replace(self.infos[index], notes=notes, costs=costs, pending=False)
         if self.on_switch is not None:
             self.on_switch()
+
+    def _choose(self, node: Node, tiered: TieredKernel) -> tuple[Costs, FusedKernel | None]:
+        """The device choice for ``node``'s verified build; a choice that fails (a property's
+        cost hook raised) keeps the build, with a warning."""
+        if self.choose is None:
+            return (), None
+        try:
+            return self.choose(node, tiered.final, tiered.current)
+        except Exception as exc:  # noqa: BLE001 - the build is good: it runs, and the warning says why unmeasured
+            warnings.warn(f"{node.name} runs on {node.attrs['device']} unmeasured: {first_line(exc)}",
+                          RuntimeWarning, stacklevel=1)
+            return (), None
 
     def _index(self, node: Node) -> int:
         return next(i for i, info in enumerate(self.infos) if info.fused_node == node.name)

@@ -118,8 +118,9 @@ def test_ctrl_c_stops_bench_runs(resnet, tmp_path):
     assert "latency" not in result.stdout
     assert _files(out) == ["profile.json"]  # written before the runs, whole
     assert json.loads((out / "profile.json").read_text())["traceEvents"]
-    names = _files(cache)  # the build finished before the runs: one whole entry (ResNet's weights beside its library)
-    assert len(names) == 4 and {Path(n).suffix for n in names} == {".so", ".weights", ".json", ".warm"}
+    names = _files(cache)  # the build finished before the runs: one whole entry (ResNet's weights beside its
+    # library), and the device choice's measurement of it
+    assert len(names) == 5 and {Path(n).suffix for n in names} == {".so", ".weights", ".json", ".warm", ".costs"}
 
 
 def test_ctrl_c_stops_tuning_and_keeps_the_database_whole(resnet, tmp_path):
@@ -171,4 +172,5 @@ print(all(np.allclose(got[k], want[k], rtol=1e-4, atol=1e-4) for k in want), len
     result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env,
                             timeout=600)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["KeyboardInterrupt", "[]", "abandoned False", "True 4"]  # .so .weights .json .warm
+    # .so .weights .json .warm, and .costs: the device choice's measurement
+    assert result.stdout.splitlines() == ["KeyboardInterrupt", "[]", "abandoned False", "True 5"]

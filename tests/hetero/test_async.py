@@ -58,7 +58,8 @@ def two_stage_model():
 
 
 def test_stages_group_consecutive_subgraphs_of_one_device():
-    model = compile_model(seed_example(), "HETERO:TVM,NUMPY", {"TVM": {"ops": ["Relu"]}}, startup="blocking")
+    model = compile_model(seed_example(), "HETERO:TVM,NUMPY", {"TVM": {"ops": ["Relu"]}}, startup="blocking",
+                          choose="priority")
     assert [(s.device, s.nodes) for s in model.subgraphs] == [
         ("TVM", ("1", "2", "3")), ("NUMPY", ("4", "5")), ("TVM", ("6", "7"))]
     assert model.stages == [["subgraph0"], ["subgraph1"], ["subgraph2"]]
@@ -76,7 +77,8 @@ def test_device_stages_joins_plain_nodes_to_the_stage_before():
 
 
 def test_stage_graphs_read_and_pass_on_exactly_what_later_stages_need():
-    model = compile_model(seed_example(), "HETERO:TVM,NUMPY", {"TVM": {"ops": ["Relu"]}}, startup="blocking")
+    model = compile_model(seed_example(), "HETERO:TVM,NUMPY", {"TVM": {"ops": ["Relu"]}}, startup="blocking",
+                          choose="priority")
     stages = stage_graphs(model.graph, model.stages)
     assert [[v.name for v in s.graph.inputs] for s in stages] == [["x"], ["2", "3"], ["5"]]
     assert [[v.name for v in s.graph.outputs] for s in stages] == [["2", "3"], ["5"], ["7"]]
@@ -88,7 +90,7 @@ def test_stage_graphs_read_and_pass_on_exactly_what_later_stages_need():
 def test_one_hundred_requests_in_flight_equal_the_synchronous_runs_bitwise(tmp_path, monkeypatch):
     monkeypatch.setenv("SUBGRAPH_CACHE_DIR", str(tmp_path / "tvm-cache"))
     model = compile_model(subgraph.from_onnx(subgraph.example_model()), "HETERO:TVM,NUMPY",
-                          {"TVM": {"exclude_ops": ["MaxPool", "Softmax"]}}, startup="blocking")
+                          {"TVM": {"exclude_ops": ["MaxPool", "Softmax"]}}, startup="blocking", choose="priority")
     assert len(model.stages) == 6
     rng = np.random.default_rng(0)
     feeds = [{"image": rng.standard_normal((1, 3, 32, 32), dtype=np.float32)} for _ in range(100)]
@@ -268,7 +270,7 @@ def test_synchronous_calls_from_threads_and_async_requests_together_stay_exact(t
     virtual machine per thread): every result still equals the single-threaded one."""
     monkeypatch.setenv("SUBGRAPH_CACHE_DIR", str(tmp_path / "tvm-cache"))
     model = compile_model(subgraph.from_onnx(subgraph.example_model()), "HETERO:TVM,NUMPY",
-                          {"TVM": {"exclude_ops": ["MaxPool", "Softmax"]}}, startup="blocking")
+                          {"TVM": {"exclude_ops": ["MaxPool", "Softmax"]}}, startup="blocking", choose="priority")
     rng = np.random.default_rng(1)
     xs = [rng.standard_normal((1, 3, 32, 32), dtype=np.float32) for _ in range(8)]
     expected = [model.run({"image": x})["probs"].tobytes() for x in xs]

@@ -78,7 +78,8 @@ def test_two_workers_build_what_one_process_builds(tmp_path, always_workers):
     for n in (1, 2):
         clear_memory_cache()  # each compile starts from its own empty cache
         options = {"TVM": {"exclude_ops": ["Sigmoid"], "cache_dir": str(tmp_path / f"cache{n}")}}
-        models[n] = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", options, compile_workers=n, startup="blocking")
+        models[n] = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", options, compile_workers=n, startup="blocking",
+                                           choose="priority")
         outputs[n] = models[n]({"x": x})["y"]
     assert str(graph) == before  # the caller's graph is untouched
     layout = [[(s.index, s.device, s.nodes) for s in models[n].subgraphs] for n in (1, 2)]
@@ -102,7 +103,7 @@ def test_no_workers_without_the_disk_cache(tmp_path, always_workers, monkeypatch
     monkeypatch.setattr("subgraph.hetero.build.compile_in_workers", refuse)
     model = subgraph.compile_model(two_convs(), "HETERO:TVM,NUMPY",
                                    {"TVM": {"exclude_ops": ["Sigmoid"], "use_cache": False}}, compile_workers=2,
-                                   startup="blocking")
+                                   startup="blocking", choose="priority")
     assert [s.device for s in model.subgraphs] == ["TVM", "NUMPY", "TVM"]
 
 

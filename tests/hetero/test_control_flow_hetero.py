@@ -45,7 +45,7 @@ def test_an_if_of_small_pure_branches_compiles_into_the_tvm_subgraph_around_it(c
     model = cf.if_model()
     graph = from_onnx(model)
     assert query_model(graph, "HETERO:TVM,NUMPY") == {"relu": "TVM", "if": "TVM", "neg": "TVM"}
-    compiled = compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking")
+    compiled = compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking", choose="priority")
     assert [(s.device, list(s.nodes)) for s in compiled.subgraphs] == [("TVM", ["relu", "if", "neg"])]
     _assert_matches_onnxruntime(compiled, model, cond)
 
@@ -62,7 +62,7 @@ def test_if_reading_outer_values_runs_on_numpy_as_one_unit():
     model = cf.if_model(gather=True)
     graph = from_onnx(model)
     assert query_model(graph, "HETERO:TVM,NUMPY") == {"relu": "TVM", "if": "NUMPY", "neg": "TVM"}
-    compiled = compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking")
+    compiled = compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking", choose="priority")
     assert [(s.device, list(s.nodes)) for s in compiled.subgraphs] == [
         ("TVM", ["relu"]), ("NUMPY", ["if"]), ("TVM", ["neg"])]
     fused_if = compiled.graph.nodes[1]
@@ -75,7 +75,7 @@ def test_if_reading_outer_values_runs_on_numpy_as_one_unit():
 def test_loop_with_a_nested_if_runs_on_numpy():
     model = cf.nested_loop_if_model()
     graph = from_onnx(model)
-    compiled = compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking")
+    compiled = compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking", choose="priority")
     assert [(s.device, list(s.nodes)) for s in compiled.subgraphs] == [("NUMPY", ["loop"]), ("TVM", ["mul"])]
     feeds = cf.feeds_for(model, 3)
     np.testing.assert_allclose(compiled(feeds)["out"], ort_outputs(model, feeds)["out"], rtol=1e-5)

@@ -80,7 +80,7 @@ def test_one_compiled_model_runs_three_shapes_each_specialized():
     pytest.importorskip("tvm")
     model = torchscript_attention()
     graph = subgraph.from_onnx(model)
-    compiled = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking")
+    compiled = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking", choose="priority")
     assert isinstance(compiled, SpecializingModel)
     shapes = [(1, 3, 16), (2, 5, 16), (3, 7, 16)]
     for shape in shapes:
@@ -168,7 +168,7 @@ def test_data_dependent_values_go_to_the_device_that_takes_dynamic_shapes():
     tvm = device_properties_for(["TVM"], None)["TVM"]
     assert decline_reason(tvm, graph.node("cast")) == (
         "%nz has a dynamic shape (int64[2,?]) and TVM takes static shapes only")
-    compiled = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking")
+    compiled = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking", choose="priority")
     assert [(s.device, s.nodes) for s in compiled.subgraphs] == [
         ("TVM", ("mm", "relu")), ("NUMPY", ("nonzero", "cast", "sum"))]
     feeds = {"x": np.random.RandomState(2).randn(4, 6).astype(np.float32)}

@@ -27,7 +27,7 @@ def test_seed_example_through_query_and_compile():
     graph = seed_example()
     affinity = query_model(graph, "HETERO:TVM,NUMPY", TVM_RELU_ADD)
     assert affinity == {"1": "TVM", "2": "TVM", "3": "TVM", "4": "NUMPY", "5": "TVM", "6": "TVM", "7": "TVM"}
-    model = compile_model(graph, "HETERO:TVM,NUMPY", TVM_RELU_ADD, startup="blocking")
+    model = compile_model(graph, "HETERO:TVM,NUMPY", TVM_RELU_ADD, startup="blocking", choose="priority")
     # seed 000: first plugin [3,5,6,7] and [1,2], second plugin [4]; listed in topological order
     assert layout(model) == [("TVM", ["1", "2"]), ("NUMPY", ["4"]), ("TVM", ["3", "5", "6", "7"])]
     assert [n.name for n in model.graph.nodes] == ["subgraph0", "subgraph1", "subgraph2"]
@@ -88,7 +88,7 @@ def test_combined_mode_query_edit_write_compile():
     affinity["2"] = "NUMPY"  # keep the hand-over next to the Sigmoid on one device
     for node in graph.nodes:
         node.rt_info["affinity"] = affinity[node.name]
-    model = compile_model(graph, "HETERO:TVM,NUMPY", TVM_RELU_ADD, startup="blocking")
+    model = compile_model(graph, "HETERO:TVM,NUMPY", TVM_RELU_ADD, startup="blocking", choose="priority")
     assert layout(model) == [("TVM", ["1"]), ("NUMPY", ["2", "4"]), ("TVM", ["3", "5", "6", "7"])]
     np.testing.assert_allclose(model({"x": X})["7"], subgraph.run(seed_example(), {"x": X})["7"], rtol=1e-6)
 
@@ -145,7 +145,7 @@ def _check_fallback(graph):
 
 def test_compiled_model_is_safe_from_several_threads():
     graph = seed_example()
-    model = compile_model(graph, "HETERO:TVM,NUMPY", TVM_RELU_ADD, startup="blocking")
+    model = compile_model(graph, "HETERO:TVM,NUMPY", TVM_RELU_ADD, startup="blocking", choose="priority")
     rng = np.random.default_rng(0)
     inputs = [rng.standard_normal(4).astype(np.float32) for _ in range(32)]
     expected = [subgraph.run(graph, {"x": x})["7"] for x in inputs]
@@ -165,7 +165,8 @@ def test_compiled_model_is_safe_from_several_threads():
 
 
 def test_profile_lists_subgraphs_and_ops():
-    model = compile_model(seed_example(), "HETERO:TVM,NUMPY", TVM_RELU_ADD, profile=True, startup="blocking")
+    model = compile_model(seed_example(), "HETERO:TVM,NUMPY", TVM_RELU_ADD, profile=True, startup="blocking",
+                          choose="priority")
     model({"x": X})
     records = model.profiling_info()
     assert [(r.subgraph, r.device, r.op) for r in records if r.op != "Transfer"] == [

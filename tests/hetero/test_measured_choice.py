@@ -182,8 +182,8 @@ def test_moved_subgraph_repeats_outputs_as_its_output_map_says():
 
 
 def test_unknown_choose_names_the_allowed_values():
-    with pytest.raises(DeviceError, match=r"^compile_model: choose='fastest' is not one of 'priority', "
-                                          r"'measured'$"):
+    with pytest.raises(DeviceError, match=r"^compile_model: choose='fastest' is not one of 'auto', "
+                                          r"'priority', 'measured'$"):
         compile_model(seed_example(), "NUMPY", choose="fastest")
 
 
@@ -265,5 +265,5 @@ def test_cli_run_choose_measured_on_the_example():
 def test_cli_run_rejects_an_unknown_choice():
     result = cli("run", "--choose", "fastest")
     assert result.returncode == 2
-    assert ("subgraph run: error: argument --choose: invalid choice: 'fastest' (choose from 'priority', "
-            "'measured')") in result.stderr
+    assert ("subgraph run: error: argument --choose: invalid choice: 'fastest' (choose from 'auto', "
+            "'priority', 'measured')") in result.stderr

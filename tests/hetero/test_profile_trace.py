@@ -59,7 +59,7 @@ def check_trace(trace: dict) -> tuple[dict[int, str], list[dict]]:
 def test_export_profile_writes_one_track_per_device_and_one_for_transfers(tmp_path):
     graph = subgraph.from_onnx(subgraph.example_model())
     model = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", {"TVM": {"exclude_ops": ["MaxPool", "Softmax"]}},
-                                   startup="blocking", profile=True)
+                                   startup="blocking", profile=True, choose="priority")
     model({"image": X})
     path = tmp_path / "trace.json"
     model.export_profile(path)

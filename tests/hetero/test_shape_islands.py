@@ -68,7 +68,7 @@ def test_shape_arithmetic_between_numpy_nodes_joins_their_subgraph():
     graph = subgraph.from_onnx(model)
     assert query_model(graph, "HETERO:TVM,NUMPY") == {  # what the devices support is unchanged
         "nonzero": "NUMPY", "shape": "NUMPY", **dict.fromkeys(ISLAND, "TVM"), "top": "NUMPY"}
-    compiled = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking")
+    compiled = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking", choose="priority")
     assert [(s.device, s.nodes) for s in compiled.subgraphs] == [
         ("NUMPY", ("nonzero", "shape", *ISLAND, "top"))]
     assert set(compiled.affinity.values()) == {"NUMPY"}
@@ -84,7 +84,7 @@ def test_a_group_with_any_other_node_keeps_its_device():
     model = top_of_nonzero(scale_k=True)
     graph = subgraph.from_onnx(model)
     assert not shape_arithmetic(graph.node("k_float"))  # a float output: not shape data
-    compiled = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking")
+    compiled = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking", choose="priority")
     assert [(s.device, s.nodes) for s in compiled.subgraphs] == [
         ("NUMPY", ("nonzero", "shape")), ("TVM", (*ISLAND, "k_float", "scale")), ("NUMPY", ("top",))]
     assert_matches_onnxruntime(model, compiled.run(feeds_for(model)))
@@ -94,7 +94,7 @@ def test_manual_affinity_is_obeyed():
     graph = subgraph.from_onnx(top_of_nonzero())
     manual = subgraph.set_affinity(graph, {"nonzero": "NUMPY", "shape": "NUMPY", **dict.fromkeys(ISLAND, "TVM"),
                                            "top": "NUMPY"})
-    compiled = subgraph.compile_model(manual, "HETERO:TVM,NUMPY", startup="blocking")
+    compiled = subgraph.compile_model(manual, "HETERO:TVM,NUMPY", startup="blocking", choose="priority")
     assert [s.device for s in compiled.subgraphs] == ["NUMPY", "TVM", "NUMPY"]
     assert all(n.rt_info.get("affinity") for n in manual.nodes)  # the caller's graph keeps its affinities
 
@@ -106,6 +106,6 @@ def test_integer_arithmetic_with_no_numpy_neighbour_stays_on_tvm():
     graph.set_outputs([graph.add_node("Mul", [total, a], name="product").outputs[0]])
     infer_shapes(graph)
     assert all(shape_arithmetic(n) for n in graph.nodes)
-    compiled = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking")
+    compiled = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking", choose="priority")
     assert [(s.device, s.nodes) for s in compiled.subgraphs] == [("TVM", ("twice", "product"))]
     np.testing.assert_array_equal(compiled.run({"a": np.array([3, -4])})["product"], [18, 32])

@@ -146,7 +146,7 @@ def test_tvm_streams_each_get_their_share_of_the_pool(tmp_path, monkeypatch):
 
     monkeypatch.setenv("SUBGRAPH_CACHE_DIR", str(tmp_path))
     graph = seed_example()
-    model = compile_model(graph, "HETERO:TVM,NUMPY", num_streams=2, startup="blocking")
+    model = compile_model(graph, "HETERO:TVM,NUMPY", num_streams=2, startup="blocking", choose="priority")
     seen: list[tuple[str, int]] = []
     original = threads.fit_to_load
 

@@ -55,7 +55,8 @@ def test_model_split_over_tvm_and_numpy_matches_onnxruntime(name, tvm_cache):
     feeds = zoo.example_inputs(model)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     expected = dict(zip([o.name for o in model.graph.output], session.run(None, feeds)))
-    compiled = subgraph.compile_model(subgraph.from_onnx(model), "HETERO:TVM,NUMPY", LACKING, startup="blocking")
+    compiled = subgraph.compile_model(subgraph.from_onnx(model), "HETERO:TVM,NUMPY", LACKING, startup="blocking",
+                                      choose="priority")
     devices = {s.device for s in compiled.subgraphs}
     assert devices == {"TVM", "NUMPY"}, compiled.summary()
     ops_on_tvm = {op for s in compiled.subgraphs if s.device == "TVM" for op in s.ops}
@@ -72,9 +73,9 @@ def test_all_tvm_all_numpy_and_mixed_agree(name, tvm_cache):
     feeds = zoo.example_inputs(model)
     graph = subgraph.from_onnx(model)
     runs = {
-        "all-tvm": subgraph.compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking"),
+        "all-tvm": subgraph.compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking", choose="priority"),
         "all-numpy": subgraph.compile_model(graph, "NUMPY"),
-        "mixed": subgraph.compile_model(graph, "HETERO:TVM,NUMPY", LACKING, startup="blocking"),
+        "mixed": subgraph.compile_model(graph, "HETERO:TVM,NUMPY", LACKING, startup="blocking", choose="priority"),
     }
     assert {s.device for s in runs["all-numpy"].subgraphs} == {"NUMPY"}
     assert len(runs["all-numpy"].subgraphs) == 1
@@ -88,7 +89,8 @@ CACHE_SCRIPT = textwrap.dedent("""
     import subgraph
     graph = subgraph.from_onnx(subgraph.example_model())  # three TVM subgraphs around two MaxPools
     compiled = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", {"TVM": {"exclude_ops": ["MaxPool"]}},
-                                      startup="blocking")  # built here, in order: the first process compiles
+                                      startup="blocking",
+                                      choose="priority")  # built here, in order: the first process compiles
     for node in compiled.graph.nodes:
         if node.attrs["device"] == "TVM":
             print(node.name, compiled.kernels.fused(node).compile().source)

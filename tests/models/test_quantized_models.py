@@ -154,7 +154,7 @@ def test_end_to_end_within_int8_rounding(case: Case, how: str) -> None:
     if how == "run":
         outputs = subgraph.run(subgraph.from_onnx(case.model), case.feeds)
     else:
-        compiled = subgraph.compile_model(case.model, how, startup="blocking")
+        compiled = subgraph.compile_model(case.model, how, startup="blocking", choose="priority")
         outputs = compiled.run(case.feeds)
     if how == "HETERO:TVM,NUMPY" and case.name.endswith("-qoperator"):
         _qoperator_on_tvm(case, compiled, outputs)
@@ -196,7 +196,7 @@ def _node_by_node_outputs(model: bytes, feeds: dict[str, np.ndarray]) -> list[np
 def test_the_deployment_size_recognizer_on_tvm_within_int8_rounding(fmt: str) -> None:
     pytest.importorskip("tvm")
     case = _case("deploy_crnn", fmt)
-    compiled = subgraph.compile_model(case.model, "HETERO:TVM,NUMPY", startup="blocking")
+    compiled = subgraph.compile_model(case.model, "HETERO:TVM,NUMPY", startup="blocking", choose="priority")
     assert "TVM" in {s.device for s in compiled.subgraphs}
     if fmt == "qoperator":
         _qoperator_on_tvm(case, compiled, compiled.run(case.feeds))

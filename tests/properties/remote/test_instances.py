@@ -61,7 +61,7 @@ def test_query_compile_summary_and_profile_name_the_instances():
     device = "HETERO:TVM.0,TVM.1,NUMPY"
     assert query_model(graph, device, OPTIONS) == {
         "1": "TVM.0", "2": "TVM.0", "3": "TVM.0", "4": "TVM.1", "5": "NUMPY", "6": "TVM.0", "7": "TVM.0"}
-    model = compile_model(graph, device, OPTIONS, profile=True, startup="blocking")
+    model = compile_model(graph, device, OPTIONS, profile=True, startup="blocking", choose="priority")
     assert [(s.device, s.nodes) for s in model.subgraphs] == [
         ("TVM.0", ("1", "2", "3")), ("TVM.1", ("4",)), ("NUMPY", ("5",)), ("TVM.0", ("6", "7"))]
     assert model.summary().splitlines()[1:3] == ["  0  TVM.0       3        48 B  Relu x3",
@@ -78,7 +78,7 @@ def test_manual_affinity_names_an_instance():
     graph = seed_example()
     for node in graph.nodes:
         node.rt_info["affinity"] = "tvm.1" if node.op == "Sigmoid" else "NUMPY"
-    model = compile_model(graph, "HETERO:TVM.0,TVM.1,NUMPY", startup="blocking")
+    model = compile_model(graph, "HETERO:TVM.0,TVM.1,NUMPY", startup="blocking", choose="priority")
     assert [s.device for s in model.subgraphs] == ["NUMPY", "TVM.1", "NUMPY"]
 
 

@@ -20,7 +20,8 @@ def example():
 
 
 def local_run(graph, feeds):
-    return compile_model(graph, "HETERO:TVM,NUMPY", {"TVM": {"exclude_ops": EXCLUDE}}, startup="blocking")(feeds)
+    return compile_model(graph, "HETERO:TVM,NUMPY", {"TVM": {"exclude_ops": EXCLUDE}}, startup="blocking",
+                         choose="priority")(feeds)
 
 
 def remote_options(address, **more):

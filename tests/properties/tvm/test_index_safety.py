@@ -59,7 +59,7 @@ def _feeds(graph, indices):
 @pytest.mark.parametrize("op, shape, updates, attrs, good, bad, where", CASES, ids=IDS)
 def test_out_of_range_indices_raise_on_tvm_numpy_and_onnxruntime(op, shape, updates, attrs, good, bad, where):
     graph = _graph(op, shape, np.shape(good), updates, **attrs)
-    model = compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking")
+    model = compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking", choose="priority")
     assert [(s.device, list(s.nodes)) for s in model.subgraphs] == [("TVM", ["idx"])]
     feeds = _feeds(graph, good)
     want = onnxruntime_outputs(graph, *[feeds[v.name] for v in graph.inputs])[0]
@@ -86,7 +86,7 @@ def test_constant_indices_in_range_are_taken_out_of_range_declined():
     assert prop.decline_reason(bad.node("idx")) == (
         "its constant indices are out of range (index 3 is out of range for axis 1 of size 3 "
         "(indices must lie in [-3, 2]))")
-    model = compile_model(bad, "HETERO:TVM,NUMPY", startup="blocking")
+    model = compile_model(bad, "HETERO:TVM,NUMPY", startup="blocking", choose="priority")
     assert [s.device for s in model.subgraphs] == ["NUMPY"]
     with pytest.raises(ExecutionError, match=r"node 'idx' \(Gather\): index 3 is out of range for axis 1"):
         model({"data": np.zeros((2, 3), F)})
@@ -108,7 +108,7 @@ def test_computed_indices_that_may_leave_the_range_are_declined():
     assert TVMProperty().decline_reason(g.node("idx")) == (
         "its indices %argmax are computed by node 'argmax' (ArgMax) and not known to stay in range; TVM "
         "does not check indices, so they must be a constant, a graph input, or bounded by how they are computed")
-    model = compile_model(g, "HETERO:TVM,NUMPY", startup="blocking")
+    model = compile_model(g, "HETERO:TVM,NUMPY", startup="blocking", choose="priority")
     assert [(s.device, list(s.nodes)) for s in model.subgraphs] == [("TVM", ["argmax"]), ("NUMPY", ["idx"])]
     x = np.array([[1, 5, 2], [7, 0, 1]], dtype=F)
     scores = np.array([[0, 1, 0, 0, 0], [0, 0, 0, 0, 9]], dtype=F)
@@ -120,7 +120,7 @@ def test_computed_indices_bounded_in_range_are_taken():
     """An ArgMax over an axis as long as the gathered one can only pick valid positions."""
     g = _argmax_gather(3)
     assert TVMProperty().decline_reason(g.node("idx")) is None
-    model = compile_model(g, "HETERO:TVM,NUMPY", startup="blocking")
+    model = compile_model(g, "HETERO:TVM,NUMPY", startup="blocking", choose="priority")
     assert [(s.device, list(s.nodes)) for s in model.subgraphs] == [("TVM", ["argmax", "idx"])]
     x = np.array([[1, 5, 2], [7, 0, 1]], dtype=F)
     scores = np.array([[0, 1, 0], [3, 0, 0]], dtype=F)
@@ -137,7 +137,7 @@ def test_reshaped_input_indices_are_taken_and_checked_on_every_call():
     g.set_outputs([g.add_node("Gather", [table, flat], name="idx").outputs[0]])
     infer_shapes(g)
     assert TVMProperty().decline_reason(g.node("idx")) is None
-    model = compile_model(g, "HETERO:TVM,NUMPY", startup="blocking")
+    model = compile_model(g, "HETERO:TVM,NUMPY", startup="blocking", choose="priority")
     assert [(s.device, list(s.nodes)) for s in model.subgraphs] == [("TVM", ["flat", "idx"])]
     x = np.arange(15, dtype=F).reshape(5, 3)
     good = np.array([[4, 0, -1, 2]])

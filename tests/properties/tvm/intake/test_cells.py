@@ -21,7 +21,7 @@ def check_on_tvm(op: str, attrs: dict, **kwargs) -> None:
     model, feeds, want, outputs = cell(op, attrs, **kwargs)
     graph = subgraph.from_onnx(model)
     assert subgraph.query_model(graph, "HETERO:TVM,NUMPY") == {"cell": "TVM"}
-    compiled = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking")
+    compiled = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking", choose="priority")
     got = compiled(feeds)
     assert [(s.device, s.fallback) for s in compiled.subgraphs] == [("TVM", False)]
     for name, reference in zip(outputs, want):
@@ -98,7 +98,8 @@ def test_initial_state_fed_as_an_input():
     model.graph.initializer.remove(h0)
     model.graph.input.append(helper.make_tensor_value_info("h0", TensorProto.FLOAT, list(h0.dims)))
     feeds = dict(feeds, h0=numpy_helper.to_array(h0))
-    compiled = subgraph.compile_model(subgraph.from_onnx(model), "HETERO:TVM,NUMPY", startup="blocking")
+    compiled = subgraph.compile_model(subgraph.from_onnx(model), "HETERO:TVM,NUMPY", startup="blocking",
+                                      choose="priority")
     got = compiled(feeds)
     assert [(s.device, s.fallback) for s in compiled.subgraphs] == [("TVM", False)]
     for name, reference in zip(outputs, want):
@@ -153,7 +154,7 @@ def test_deployment_sized_stack_matches_the_numpy_kernels(op, lens):
     numbers of subgraph.run's numpy kernels."""
     model, feeds = stack(op, lens=lens)
     graph = subgraph.from_onnx(model)
-    compiled = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking")
+    compiled = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking", choose="priority")
     assert [(s.device, s.fallback) for s in compiled.subgraphs] == [("TVM", False)]
     got, want = compiled(feeds), subgraph.run(graph, feeds)
     for name in ("X1", "Y_h0", "Y_h1"):

@@ -43,7 +43,7 @@ def test_constant_trip_loop_is_one_tvm_subgraph_matching_onnxruntime(trips):
     model = cf.rnn_loop_model(trips)
     graph = subgraph.from_onnx(model)
     assert unsupported_reason(graph.node("loop")) is None
-    compiled = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking")
+    compiled = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking", choose="priority")
     assert [(s.device, "Loop" in s.ops) for s in compiled.subgraphs] == [("TVM", True)]
     _matches_onnxruntime(model, _feeds(model, trips), compiled)
 
@@ -59,7 +59,7 @@ def test_other_loops_are_declined_with_the_reason_and_run_on_numpy(model, reason
     graph = subgraph.from_onnx(model)
     (loop,) = [n for n in graph.nodes if n.op == "Loop"]
     assert f"node {loop.name!r} (Loop): not unrolled: {reason}" in unsupported_reason(loop)
-    compiled = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking")
+    compiled = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking", choose="priority")
     assert [s.device for s in compiled.subgraphs if "Loop" in s.ops] == ["NUMPY"]
     feeds = {i.name: np.random.default_rng(3).standard_normal(
         [d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32) for i in model.graph.input

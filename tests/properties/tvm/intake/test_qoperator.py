@@ -149,7 +149,7 @@ def test_each_qoperator_op_is_written_in_qdq_form_and_runs_on_tvm_as_onnxruntime
     assert (last.name, [v.name for v in rewritten.outputs]) == ("q", ["y"])
     assert [(v.dtype, v.shape) for v in rewritten.outputs] == [(v.dtype, v.shape) for v in graph.outputs]
 
-    compiled = subgraph.compile_model(model, "HETERO:TVM,NUMPY", startup="blocking")
+    compiled = subgraph.compile_model(model, "HETERO:TVM,NUMPY", startup="blocking", choose="priority")
     assert [s.device for s in compiled.subgraphs] == ["TVM"]
     actual, expected = compiled.run(feeds)["y"], _onnxruntime(model, feeds)
     assert actual.dtype == expected.dtype and actual.shape == expected.shape
@@ -180,7 +180,7 @@ def test_a_computed_scale_stays_on_numpy_with_its_reason() -> None:
     assert qdq_equivalents(graph) is graph  # nothing to write: the graph itself
     assert subgraph.query_model(model, "HETERO:TVM,NUMPY") == {"q": "NUMPY"}
     assert TVMProperty().decline_reason(graph.node("q")) == "the scale %as must be a constant"
-    np.testing.assert_array_equal(subgraph.compile_model(model, "HETERO:TVM,NUMPY").run(x)["y"],
+    np.testing.assert_array_equal(subgraph.compile_model(model, "HETERO:TVM,NUMPY", choose="priority").run(x)["y"],
                                   _onnxruntime(model, x))
 
 

@@ -33,7 +33,8 @@ def _graph(op: str, **attrs) -> Graph:
 
 def _check(op: str, schedule: str = "cpu", **attrs) -> None:
     graph = _graph(op, **attrs)
-    model = compile_model(graph, "HETERO:TVM,NUMPY", {"TVM": {"schedule": schedule}}, startup="blocking")
+    model = compile_model(graph, "HETERO:TVM,NUMPY", {"TVM": {"schedule": schedule}}, startup="blocking",
+                          choose="priority")
     assert [(s.device, list(s.nodes)) for s in model.subgraphs] == [("TVM", ["n"])]
     feeds = {"x": X, "y": X[:, ::-1].copy()} if op in ("Max", "Min") else {"x": X.reshape(graph.inputs[0].shape)}
     got = model(feeds)["n"]
@@ -76,7 +77,7 @@ def test_nan_propagates_through_max_pool_1d_and_3d(shape, attrs, schedule):
     x = g.add_input("x", shape, "float32")
     g.set_outputs([g.add_node("MaxPool", [x], name="n", attrs=attrs).outputs[0]])
     infer_shapes(g)
-    model = compile_model(g, "HETERO:TVM,NUMPY", {"TVM": {"schedule": schedule}}, startup="blocking")
+    model = compile_model(g, "HETERO:TVM,NUMPY", {"TVM": {"schedule": schedule}}, startup="blocking", choose="priority")
     assert [(s.device, list(s.nodes)) for s in model.subgraphs] == [("TVM", ["n"])]
     feeds = {"x": X.reshape(shape)}
     want = subgraph.run(g, feeds)["n"]
@@ -94,7 +95,7 @@ def test_nan_propagates_through_a_max_pool_after_a_convolution(schedule):
     g.set_outputs([g.add_node("MaxPool", [conv], name="n", attrs={"kernel_shape": [2, 2], "pads": [0, 1, 0, 1],
                                                                     "strides": [1, 2]}).outputs[0]])
     infer_shapes(g)
-    model = compile_model(g, "HETERO:TVM,NUMPY", {"TVM": {"schedule": schedule}}, startup="blocking")
+    model = compile_model(g, "HETERO:TVM,NUMPY", {"TVM": {"schedule": schedule}}, startup="blocking", choose="priority")
     assert [(s.device, list(s.nodes)) for s in model.subgraphs] == [("TVM", ["conv", "n"])]
     feeds = {"x": X.reshape(1, 1, 2, 8)}
     want = subgraph.run(g, feeds)["n"]
@@ -151,7 +152,7 @@ def test_a_lower_rank_first_operand_broadcasts_to_the_longer_axes(op):
     x, y = g.add_input("x", (3, 2, 8), "float32"), g.add_input("y", (8,), "float32")
     g.set_outputs([g.add_node(op, [y, x], name="n").outputs[0]])
     infer_shapes(g)
-    model = compile_model(g, "HETERO:TVM,NUMPY", startup="blocking")
+    model = compile_model(g, "HETERO:TVM,NUMPY", startup="blocking", choose="priority")
     assert [s.device for s in model.subgraphs] == ["TVM"]
     feeds = {"x": np.random.default_rng(2).standard_normal((3, 2, 8)).astype(np.float32), "y": X[0]}
     got = model(feeds)["n"]

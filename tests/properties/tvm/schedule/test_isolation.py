@@ -112,7 +112,7 @@ def test_a_rule_that_raises_costs_only_its_function(raising_transpose):
 def test_summary_explain_and_profile_name_the_function(unbuildable_transpose, tmp_path):
     graph = conv_transpose_graph()
     model = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", {"TVM": {"cache_dir": str(tmp_path)}}, profile=True,
-                                    startup="blocking")
+                                    startup="blocking", choose="priority")
     (info,) = model.subgraphs
     (note,) = info.notes
     assert isinstance(note, KernelNote) and note.nodes == ("up",)
@@ -129,7 +129,7 @@ def test_summary_explain_and_profile_name_the_function(unbuildable_transpose, tm
 
     clear_memory_cache()
     again = subgraph.compile_model(graph, "HETERO:TVM,NUMPY", {"TVM": {"cache_dir": str(tmp_path)}},
-                                   startup="blocking")
+                                   startup="blocking", choose="priority")
     assert model.kernels.fused(model.graph.nodes[0]).compile().source == "compiled"
     assert again.kernels.fused(again.graph.nodes[0]).compile().source == "disk"
     assert again.subgraphs[0].notes == (note,)
@@ -137,7 +137,7 @@ def test_summary_explain_and_profile_name_the_function(unbuildable_transpose, tm
 
 def test_a_clean_build_has_no_notes(tmp_path):
     model = subgraph.compile_model(conv_transpose_graph(), "HETERO:TVM,NUMPY", {"TVM": {"cache_dir": str(tmp_path)}},
-                                   startup="blocking")
+                                   startup="blocking", choose="priority")
     assert model.subgraphs[0].notes == () and "off the fast path" not in model.summary()
 
 

@@ -1,0 +1,241 @@
+"""compile_model's default device choice, choose="auto": timed once per build, kept, recalled.
+
+The fakes make the winner certain: KEPT runs the numpy kernels after a 20 ms sleep and keeps
+its costs in a dict (as TVM keeps them beside its cache entries); INSTANT answers a big
+product from a table, NUMPY multiplies. The TVM tests force or read the choice; none asserts
+which device a real timing picks.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+import subgraph
+import subgraph.hetero.measured as measured
+from subgraph.analysis.inputs import random_inputs
+from subgraph.analysis.shape_inference import infer_shapes
+from subgraph.errors import PropertyError
+from subgraph.hetero import compile_model
+from subgraph.ir import Graph
+from subgraph.properties.numpy import NumpyProperty
+from subgraph.testing import seed_example
+from tests.registered import registered
+
+X = np.array([-1.5, -0.25, 0.5, 2.0], dtype=np.float32)
+RELU_ADD = ["Relu", "Add"]
+needs_tvm = pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="needs apache-tvm")
+
+
+class Kept(NumpyProperty):
+    """The numpy kernels after a 20 ms sleep; the costs HETERO measured are kept by subgraph."""
+
+    device = "KEPT"
+    remembers_costs = True
+    store: dict[str, dict] = {}  # noqa: RUF012 - the fake's disk: shared by every instance
+
+    def compile(self, subgraph: Graph):
+        inner = super().compile(subgraph)
+
+        def slow(*arrays):
+            time.sleep(0.02)
+            return inner(*arrays)
+
+        return slow
+
+    def recall_costs(self, kernel):
+        return self.store.get(str(kernel.subgraph))
+
+    def remember_costs(self, kernel, costs):
+        self.store[str(kernel.subgraph)] = dict(costs)
+
+
+class Instant(NumpyProperty):
+    """Answers from a table of the outputs for the seeded random inputs: far faster than NUMPY's product."""
+
+    device = "INSTANT"
+    remembers_costs = True
+    calls = 0
+
+    def compile(self, subgraph: Graph):
+        inner = super().compile(subgraph)
+        table = [np.array(a) for a in inner(*random_inputs(subgraph).values())]
+
+        def instant(*arrays):
+            Instant.calls += 1
+            return table
+
+        return instant
+
+
+class Garbled(Kept):
+    """Recalls something that is not costs."""
+
+    device = "GARBLED"
+
+    def recall_costs(self, kernel):
+        return "fast"
+
+
+@pytest.fixture(autouse=True)
+def fake_devices(tmp_path, monkeypatch):
+    monkeypatch.setenv("SUBGRAPH_CACHE_DIR", str(tmp_path / "tvm-cache"))
+    Kept.store.clear()
+    with registered(kept_test=Kept, instant_test=Instant, garbled_test=Garbled):
+        yield
+
+
+def layout(model):
+    return [(s.device, list(s.nodes), s.moved) for s in model.subgraphs]
+
+
+def test_the_default_moves_a_slower_device_that_keeps_costs_and_keeps_what_it_measured():
+    graph = seed_example()
+    model = compile_model(graph, "HETERO:KEPT,NUMPY", {"KEPT": {"ops": RELU_ADD}})
+    assert layout(model) == [("NUMPY", ["1", "2"], True), ("NUMPY", ["4"], False),
+                             ("NUMPY", ["3", "5", "6", "7"], True)]
+    for info in (model.subgraphs[0], model.subgraphs[2]):
+        (kept, kept_cost), (numpy, numpy_cost) = info.costs
+        assert (kept, numpy) == ("KEPT", "NUMPY") and kept_cost >= 0.02 and numpy_cost * measured.MARGIN < kept_cost
+    assert model.subgraphs[1].costs == ()  # NUMPY's own subgraph: nothing to choose
+    assert sorted(Kept.store.values(), key=str) == sorted((dict(s.costs) for s in model.subgraphs if s.costs), key=str)
+    np.testing.assert_allclose(model({"x": X})["7"], subgraph.run(graph, {"x": X})["7"], rtol=1e-6)
+
+
+def test_a_second_compile_recalls_the_costs_and_times_nothing(monkeypatch):
+    first = compile_model(seed_example(), "HETERO:KEPT,NUMPY", {"KEPT": {"ops": RELU_ADD}})
+
+    def no_probe(*args, **kwargs):
+        raise AssertionError("probed again")
+
+    monkeypatch.setattr(measured, "probe", no_probe)
+    second = compile_model(seed_example(), "HETERO:KEPT,NUMPY", {"KEPT": {"ops": RELU_ADD}})
+    assert layout(second) == layout(first)
+    assert [s.costs for s in second.subgraphs] == [s.costs for s in first.subgraphs]
+
+
+def test_the_default_is_priority_without_numpy_listed_with_manual_affinity_and_when_asked():
+    graph = seed_example()
+    alone = compile_model(graph, "KEPT")
+    assert [(s.device, s.moved, s.costs) for s in alone.subgraphs] == [("KEPT", False, ())]
+    manual = seed_example()
+    for node in manual.nodes:
+        node.rt_info["affinity"] = "NUMPY" if node.op == "Sigmoid" else "KEPT"
+    pinned = compile_model(manual, "HETERO:KEPT,NUMPY")
+    assert [(s.device, s.moved, s.costs) for s in pinned.subgraphs] == [
+        ("KEPT", False, ()), ("NUMPY", False, ()), ("KEPT", False, ())]
+    asked = compile_model(graph, "HETERO:KEPT,NUMPY", {"KEPT": {"ops": RELU_ADD}}, choose="priority")
+    assert [s.device for s in asked.subgraphs] == ["KEPT", "NUMPY", "KEPT"]
+    assert Kept.store == {}  # nothing was timed
+
+
+def product_graph(n: int = 384) -> Graph:
+    g = Graph("product")
+    a = g.add_input("a", (n, n), "float32")
+    w = g.add_constant("w", np.random.default_rng(0).standard_normal((n, n)).astype(np.float32))
+    h = g.add_node("MatMul", [a, w], name="mm1").outputs[0]
+    g.set_outputs([g.add_node("MatMul", [h, w], name="mm2").outputs[0]])
+    infer_shapes(g)
+    return g
+
+
+def test_the_probe_stops_at_the_first_numpy_call_far_behind_the_device(monkeypatch):
+    numpy_calls = []
+    original = measured._seconds
+
+    def counted(kernel, inputs):
+        numpy_calls.append(getattr(kernel, "prop", None) is not None and kernel.prop.device == "NUMPY")
+        return original(kernel, inputs)
+
+    monkeypatch.setattr(measured, "_seconds", counted)
+    Instant.calls = 0
+    model = compile_model(product_graph(), "HETERO:INSTANT,NUMPY")
+    (device, device_cost), (numpy, numpy_cost) = model.subgraphs[0].costs
+    assert (model.subgraphs[0].device, device, numpy) == ("INSTANT", "INSTANT", "NUMPY")
+    assert numpy_cost >= 2 * measured.PROBE * device_cost
+    assert numpy_calls == [False, True]  # one timed call each: the device's second, NUMPY's first
+    assert Instant.calls == 2
+
+
+def test_a_probe_whose_calls_raise_leaves_the_costs_unknown():
+    g = Graph("gather")
+    x, i = g.add_input("x", (3,), "float32"), g.add_input("i", (4,), "int64")
+    gathered = g.add_node("Gather", [x, i], name="gather").outputs[0]
+    g.set_outputs([g.add_node("Relu", [gathered], name="relu").outputs[0]])
+    infer_shapes(g)
+    assert int(random_inputs(g)["i"].max()) >= 3  # out of the table's range: the calls raise
+    model = compile_model(g, "HETERO:KEPT,NUMPY")
+    assert [(s.device, s.moved, s.costs) for s in model.subgraphs] == [
+        ("KEPT", False, (("KEPT", None), ("NUMPY", None)))]
+    assert list(Kept.store.values()) == [{"KEPT": None, "NUMPY": None}]  # unknown is kept too: not timed again
+
+
+def test_a_recall_that_is_not_costs_is_a_property_error():
+    with pytest.raises(PropertyError, match=r"^Garbled.recall_costs\('subgraph0'\) must return None or a dict of "
+                                            r"device name -> seconds >= 0 or None, got str 'fast'$"):
+        compile_model(seed_example(), "HETERO:GARBLED,NUMPY", {"GARBLED": {"ops": RELU_ADD}})
+
+
+@needs_tvm
+def test_tvm_keeps_the_costs_beside_its_cache_entry_for_the_next_process(tmp_path, monkeypatch):
+    graph = seed_example()
+    model = compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking")
+    (info,) = model.subgraphs
+    (tvm, tvm_cost), (numpy, numpy_cost) = info.costs
+    assert (tvm, numpy) == ("TVM", "NUMPY") and tvm_cost > 0 and numpy_cost > 0
+    assert info.moved == measured.numpy_wins(tvm_cost, numpy_cost)
+    (path,) = (tmp_path / "tvm-cache").glob("*.costs")
+    key = path.name.removesuffix(".costs")
+    assert (tmp_path / "tvm-cache" / f"{key}.so").exists()
+    from subgraph.properties.tvm.runtime.threads import thread_count
+
+    assert json.loads(path.read_text())["threads"] == {str(thread_count()): {"NUMPY": numpy_cost, "TVM": tvm_cost}}
+
+    def no_probe(*args, **kwargs):
+        raise AssertionError("probed again")
+
+    monkeypatch.setattr(measured, "probe", no_probe)
+    again = compile_model(graph, "HETERO:TVM,NUMPY", startup="blocking")
+    assert [(s.device, s.costs) for s in again.subgraphs] == [(info.device, info.costs)]
+    unkept = compile_model(graph, "HETERO:TVM,NUMPY", {"TVM": {"use_cache": False}}, startup="blocking")
+    assert [(s.device, s.costs) for s in unkept.subgraphs] == [("TVM", ())]  # nowhere to keep them: not timed
+
+
+@needs_tvm
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="tiered start needs POSIX")
+def test_a_tiered_start_keeps_numpy_when_the_choice_finds_it_faster(monkeypatch):
+    monkeypatch.setattr(measured, "numpy_wins", lambda device, numpy: device is not None and numpy is not None)
+    graph = seed_example()
+    model = compile_model(graph, "HETERO:TVM,NUMPY")
+    assert [(s.device, s.pending) for s in model.subgraphs] == [("TVM", True)]  # NUMPY runs it meanwhile
+    assert model.wait_compiled(300)
+    (info,) = model.subgraphs
+    assert (info.device, info.moved, info.pending, info.fallback) == ("NUMPY", True, False, False)
+    assert [d for d, _ in info.costs] == ["TVM", "NUMPY"] and all(s is not None for _, s in info.costs)
+    assert model.graph.node("subgraph0").attrs["device"] == "NUMPY"
+    assert "NUMPY (moved)" in model.summary()
+    np.testing.assert_allclose(model({"x": X})["7"], subgraph.run(graph, {"x": X})["7"], rtol=1e-6)
+
+
+@needs_tvm
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="tiered start needs POSIX")
+def test_a_tiered_start_whose_choice_fails_runs_the_build_with_a_warning(monkeypatch):
+    def broken(*args, **kwargs):
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr(measured, "probe", broken)
+    graph = seed_example()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = compile_model(graph, "HETERO:TVM,NUMPY")
+        assert model.wait_compiled(300)
+    (info,) = model.subgraphs
+    assert (info.device, info.moved, info.costs, info.pending) == ("TVM", False, (), False)
+    assert [str(w.message) for w in caught if "unmeasured" in str(w.message)] == [
+        "subgraph0 runs on TVM unmeasured: disk on fire"]
+    np.testing.assert_allclose(model({"x": X})["7"], subgraph.run(graph, {"x": X})["7"], rtol=1e-6)
