@@ -182,7 +182,8 @@ def stage_run(name: str, threads: int, runs: int, warmup: int, tuned: bool, budg
     counts: dict[str, int] = {}
     for s in ours.subgraphs:
         counts[s.device] = counts.get(s.device, 0) + 1
-    result["subgraphs"] = " ".join(f"{d}:{c}" for d, c in sorted(counts.items()))
+    moved = sum(s.moved for s in ours.subgraphs)  # by the default device choice: NUMPY ran them faster
+    result["subgraphs"] = " ".join(f"{d}:{c}" for d, c in sorted(counts.items())) + (f" (moved {moved})" if moved else "")
     result["fallbacks"] = sum(s.fallback for s in ours.subgraphs)
     result["notes"] = [n.format() for s in ours.subgraphs for n in s.notes]
     label = "tuned" if tuned else "tvm"

@@ -144,22 +144,37 @@ def product_graph(n: int = 384) -> Graph:
     return g
 
 
-def test_the_probe_stops_at_the_first_numpy_call_far_behind_the_device(monkeypatch):
-    numpy_calls = []
+def _count_timed_calls(monkeypatch) -> list[str]:
+    """The devices of the calls :func:`measured.probe` times, in order."""
+    timed = []
     original = measured._seconds
 
     def counted(kernel, inputs):
-        numpy_calls.append(getattr(kernel, "prop", None) is not None and kernel.prop.device == "NUMPY")
+        timed.append(kernel.prop.device)
         return original(kernel, inputs)
 
     monkeypatch.setattr(measured, "_seconds", counted)
+    return timed
+
+
+def test_the_probe_ends_at_the_first_numpy_call_when_numpy_is_far_behind(monkeypatch):
+    monkeypatch.setattr(measured, "FIRST_CALL", 0.0)  # the products' first call holds no one-time costs to speak of
+    timed = _count_timed_calls(monkeypatch)
     Instant.calls = 0
     model = compile_model(product_graph(), "HETERO:INSTANT,NUMPY")
     (device, device_cost), (numpy, numpy_cost) = model.subgraphs[0].costs
     assert (model.subgraphs[0].device, device, numpy) == ("INSTANT", "INSTANT", "NUMPY")
-    assert numpy_cost >= 2 * measured.PROBE * device_cost
-    assert numpy_calls == [False, True]  # one timed call each: the device's second, NUMPY's first
+    assert numpy_cost >= measured.PROBE * device_cost
+    assert timed == ["INSTANT", "NUMPY"]  # the device's second call, NUMPY's first
     assert Instant.calls == 2
+
+
+def test_the_probe_takes_turns_until_numpy_is_behind(monkeypatch):
+    monkeypatch.setattr(measured, "FIRST_CALL", 1e9)  # as if NUMPY's first call were all one-time costs
+    timed = _count_timed_calls(monkeypatch)
+    model = compile_model(product_graph(), "HETERO:INSTANT,NUMPY")
+    assert model.subgraphs[0].device == "INSTANT"
+    assert timed == ["INSTANT", "NUMPY", "INSTANT", "NUMPY"]  # one round: NUMPY was behind
 
 
 def test_a_probe_whose_calls_raise_leaves_the_costs_unknown():
