@@ -4,9 +4,9 @@ the compiled model's subgraphs.
 :class:`ModelBuilder` owns the partitioned working copy and its kernels: it numbers the
 fused nodes in topological order, compiles each one on its device (those whose device opts
 in built ahead in worker processes), falls back to NUMPY when a device fails and moves a
-subgraph to NUMPY when that is faster (``choose``, :mod:`~subgraph.hetero.measured`). Moving a subgraph goes
-through :meth:`~subgraph.properties.runtime.FusedKernels.move`, which owns the node's device
-and kernel. :class:`CompileSettings` says how. Besides the ``progress`` callback after each
+subgraph to NUMPY when that is faster (``choose``, :mod:`~subgraph.hetero.measured`).
+Moving a subgraph goes through :meth:`~subgraph.properties.runtime.FusedKernels.move`,
+which owns the node's device and kernel. :class:`CompileSettings` says how. Besides the ``progress`` callback after each
 subgraph, a listener of :mod:`~subgraph.properties.events` hears each subgraph start.
 """
 
@@ -123,7 +123,7 @@ class ModelBuilder:
                 emit("subgraph", index + 1, len(fused), f"{node.attrs['device']}, {count} node{'s' * (count != 1)}")
             failed = self._compile(node, ahead.get(node.name)) if settings.compile_now else False
             costs, moved = (), False
-            if settings.compile_now and self.measures(node):
+            if settings.compile_now:
                 costs, numpy_kernel = self.choose(node, self.kernels.fused(node))
                 moved = numpy_kernel is not None
                 if moved:
