@@ -7,7 +7,8 @@ generated on every CPU, :func:`~subgraph.properties.tvm.build.parallel.export_li
 lifted weights out of the library (:mod:`~subgraph.properties.tvm.runtime.weights`; packed, as
 the kernels read them) and ``<key>.json`` (metadata with the size and digest of both,
 and the weights' layout), each written to a temporary file and renamed, the metadata
-last, so concurrent processes never read half an entry.
+last, so concurrent processes never read half an entry. Beside an entry, ``<key>.costs`` keeps
+what HETERO's device choice measured of it (:mod:`~subgraph.properties.tvm.runtime.costs`).
 
 Reading an entry (verified, from a private copy) needs TVM's runtime only and lives in
 :mod:`~subgraph.properties.tvm.runtime.entries`; its names are re-exported here.
