@@ -161,7 +161,7 @@ def _explain(graph: Graph, devices: list[str], props: dict[str, SubgraphProperty
         if info is not None and info.fallback:
             why += f"; {affinity} failed to compile subgraph {info.index}, it runs on {info.device}"
         elif info is not None and info.moved:
-            why += f"; moved to {info.device}: it ran faster there (measured: choose)"
+            why += f"; moved to {info.device}: the device choice timed it faster there ({info.format_costs()})"
         elif info is not None and info.device != affinity:
             why += (f"; dropped from its {affinity} subgraph (fewer than {min_subgraph_size} compute ops, "
                     f"min_subgraph_size), runs on {info.device}")

@@ -49,6 +49,11 @@ class SubgraphInfo:
     #: :mod:`~subgraph.hetero.tiered`); the entry is replaced when the build lands
     pending: bool = False
 
+    def format_costs(self) -> str:
+        """:attr:`costs` as ``summary()`` and ``--explain`` print them: ``"TVM 1.2 ms, NUMPY ?"``."""
+        return ", ".join(f"{device} {'?' if seconds is None else f'{seconds * 1e3:.3g} ms'}"
+                         for device, seconds in self.costs)
+
 
 @dataclass(frozen=True)
 class ProfileRecord:
@@ -325,8 +330,7 @@ class CompiledModel:
           1  NUMPY       2        48 B  Sigmoid, Add
           2  TVM         2        32 B  Relu x2
         """
-        costs = [", ".join(f"{d} {'?' if t is None else f'{t * 1e3:.3g} ms'}" for d, t in s.costs)
-                 for s in self.subgraphs]
+        costs = [s.format_costs() for s in self.subgraphs]
         devices = [s.device + (" (fallback)" if s.fallback else " (moved)" if s.moved else
                                " (building: NUMPY runs it)" if s.pending else "") for s in self.subgraphs]
         wide, width = max([7, *map(len, devices)]), max(map(len, costs), default=0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import time
 import warnings
 
@@ -22,6 +23,7 @@ from subgraph.analysis.inputs import random_inputs
 from subgraph.analysis.shape_inference import infer_shapes
 from subgraph.errors import PropertyError
 from subgraph.hetero import compile_model
+from subgraph.hetero.explain import explain_affinity
 from subgraph.ir import Graph
 from subgraph.properties.numpy import NumpyProperty
 from subgraph.testing import seed_example
@@ -105,6 +107,16 @@ def test_the_default_moves_a_slower_device_that_keeps_costs_and_keeps_what_it_me
     assert model.subgraphs[1].costs == ()  # NUMPY's own subgraph: nothing to choose
     assert sorted(Kept.store.values(), key=str) == sorted((dict(s.costs) for s in model.subgraphs if s.costs), key=str)
     np.testing.assert_allclose(model({"x": X})["7"], subgraph.run(graph, {"x": X})["7"], rtol=1e-6)
+
+
+def test_explain_says_which_subgraphs_the_choice_moved_and_their_costs():
+    graph = seed_example()
+    options = {"KEPT": {"ops": RELU_ADD}}
+    model = compile_model(graph, "HETERO:KEPT,NUMPY", options)
+    why = explain_affinity(graph, "HETERO:KEPT,NUMPY", options, model=model)
+    assert re.fullmatch(r"KEPT supports it \(first device in priority order\); moved to NUMPY: the device choice "
+                        r"timed it faster there \(KEPT [0-9.]+ ms, NUMPY [0-9.e-]+ ms\)", why["1"].why), why["1"].why
+    assert "moved" not in why["4"].why  # the Sigmoid was NUMPY's already
 
 
 def test_a_second_compile_recalls_the_costs_and_times_nothing(monkeypatch):
