@@ -16,8 +16,8 @@ support one of its ops) leaves the subgraph where it is.
   measured; else :func:`probe` calls the two kernels in turns, and stops as soon as NUMPY
   is :data:`PROBE` times slower than the device. What was found is kept with
   :meth:`~subgraph.properties.SubgraphProperty.remember_costs`. Most subgraphs of a real
-  model run several times faster on their device, so this costs two device calls and one
-  or two NUMPY calls, once: the price of being the default.
+  model run several times faster on their device, so this costs two or three device calls
+  and one or two NUMPY calls, once: the price of being the default.
 
 Examples
 --------
