@@ -179,15 +179,19 @@ class BackgroundBuild:
             self._stop_write.close()
 
     def _land(self, node: Node, built: BaseException | None) -> None:
-        """Load ``node``'s build (the worker's, or its error), verify it, and switch to it or,
-        when the device choice finds NUMPY faster, keep NUMPY."""
+        """Load ``node``'s build (the worker's, or its error), ask the device choice, and
+        keep NUMPY when it is faster, else verify the build and switch to it. The choice
+        comes before the build's first call: its NUMPY call's arrays are freed before the
+        build's memory pool fills, so the two never add up."""
         tiered = self.kernels.kernels[node.name]
         assert isinstance(tiered, TieredKernel)
         try:
             if built is not None:
                 raise built
             notes = tuple(tiered.final.compile().notes)
-            _verify(tiered)
+            costs, numpy_kernel = self._choose(node, tiered)
+            if numpy_kernel is None:
+                _verify(tiered)
         except Exception as exc:  # noqa: BLE001 - reported as a warning; NUMPY keeps the subgraph
             device = node.attrs["device"]
             warn_hook(f"{device} could not build {node.name} ({len(node.subgraph.nodes)} nodes, first "
@@ -196,7 +200,6 @@ class BackgroundBuild:
                       tiered.final.prop, "compile", category=UserWarning)
             self._fall_back(node)
             return
-        costs, numpy_kernel = self._choose(node, tiered)
         index = self._index(node)
         if numpy_kernel is not None:
             self.kernels.move(node, self.fallback, numpy_kernel)
