@@ -128,10 +128,11 @@ def probe(node: Node, kernel: Callable[..., Any], prop: SubgraphProperty, numpy_
     NUMPY is called once, compiled first, then the device twice, the second call timed (a
     build's first call faults in its weights). NUMPY goes first so that its intermediate
     arrays are freed before the device's first call fills its memory pool: the other way
-    round, a 640 px detector's start peaked 90 MB higher. When NUMPY's call, less
+    round, a 640 px detector's start peaked 40-50 MB higher. When NUMPY's call, less
     :data:`FIRST_CALL` seconds of one-time costs, still takes :data:`PROBE` times the
-    device, the probe ends there (a big model: one NUMPY call). Else the two are called in turns, one timed call each a round, on the same random inputs. It stops
-    after the first round that leaves NUMPY at :data:`PROBE` times the device or more (the
+    device, the probe ends there (a big model: one NUMPY call). Else the two are called in
+    turns, one timed call each a round, on the same random inputs. It stops after the first
+    round that leaves NUMPY at :data:`PROBE` times the device or more (the
     device keeps the subgraph); else after :data:`ROUNDS` rounds, or fewer once they have
     taken :data:`BUDGET` seconds. Taking turns and keeping each side's fastest call keep a
     moment of load on the machine from deciding: a slowed call counts only when every call
