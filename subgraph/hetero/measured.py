@@ -31,17 +31,15 @@ False
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
-
-import numpy as np
 
 from subgraph.analysis.inputs import random_inputs
 from subgraph.errors import PropertyError, call_hook
 from subgraph.ir import Node
 from subgraph.properties import FusedKernel, SubgraphProperty
+from subgraph.properties.base import is_seconds
 
 __all__ = ["BUDGET", "FIRST_CALL", "MARGIN", "MIN_ROUNDS", "PROBE", "ROUNDS", "measure_node", "numpy_wins", "probe",
            "settle_node"]
@@ -83,8 +81,7 @@ def _cost(prop: SubgraphProperty, node: Node, kernel: Callable[..., Any], inputs
         return None
     if cost is None:
         return None
-    if isinstance(cost, bool) or not isinstance(cost, (int, float, np.integer, np.floating)) \
-            or not math.isfinite(cost) or cost < 0:
+    if not is_seconds(cost):
         raise PropertyError(f"{type(prop).__name__}.measure_cost({node.name!r}) must return a finite number "
                             f"of seconds >= 0 or None, got {type(cost).__name__} {cost!r}")
     return float(cost)
@@ -166,9 +163,7 @@ def _recalled(prop: SubgraphProperty, node: Node, kernel: Callable[..., Any], nu
     kept = call_hook(PropertyError, prop, "recall_costs", kernel, where=repr(node.name))
     if kept is None:
         return None
-    if not isinstance(kept, Mapping) or not all(
-            s is None or (isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) and s >= 0)
-            for s in kept.values()):
+    if not isinstance(kept, Mapping) or not all(s is None or is_seconds(s) for s in kept.values()):
         raise PropertyError(f"{type(prop).__name__}.recall_costs({node.name!r}) must return None or a dict of "
                             f"device name -> seconds >= 0 or None, got {type(kept).__name__} {kept!r}")
     if prop.device not in kept or numpy_device not in kept:

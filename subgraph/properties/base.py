@@ -25,9 +25,20 @@ from subgraph.ir import FUSED_DOMAIN, FUSED_OP, Graph, Node
 from subgraph.selectors import ContainOpSelector, SubgraphSelector
 
 __all__ = ["SubgraphProperty", "FusedKernel", "KernelNote", "CompiledKernel", "as_compiled_kernel", "time_kernel",
-           "checked_supports"]
+           "checked_supports", "is_seconds"]
 
 Kernel = Callable[..., Sequence[np.ndarray]]
+
+
+def is_seconds(value: Any) -> bool:
+    """Whether ``value`` is a cost as the cost hooks give it: a finite number of seconds >= 0
+    (a bool is not one).
+
+    >>> is_seconds(0.002), is_seconds(np.float32(1)), is_seconds(-1.0), is_seconds(True), is_seconds(float("nan"))
+    (True, True, False, False, False)
+    """
+    return not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating)) \
+        and math.isfinite(value) and bool(value >= 0)
 
 
 def time_kernel(kernel: Callable[..., Any], inputs: Sequence[np.ndarray], *, repeat: int = 15,

@@ -156,8 +156,7 @@ class TVMProperty(SubgraphProperty):
         """Median seconds of ``kernel(*inputs)`` (:func:`~subgraph.properties.base.time_kernel`),
         inputs handed to TVM and outputs back included; remembered in memory per compiled
         function (its cache key), so a process times each TVM build once."""
-        compiled = kernel.compile() if isinstance(kernel, FusedKernel) else kernel
-        key = compiled.key if isinstance(compiled, CompiledKernel) else None
+        key = _build_key(kernel)
         if key is None:
             return time_kernel(kernel, inputs)
         if key not in self._costs:
@@ -172,8 +171,7 @@ class TVMProperty(SubgraphProperty):
     def _costs_place(self, kernel) -> tuple[Any, str, int] | None:
         """The cache folder, build key and thread count a cost record of ``kernel`` is kept
         under, or None for a kernel of no known build."""
-        compiled = kernel.compile() if isinstance(kernel, FusedKernel) else kernel
-        key = compiled.key if isinstance(compiled, CompiledKernel) else None
+        key = _build_key(kernel)
         if key is None or not self.remembers_costs:
             return None
         from subgraph.properties.tvm.runtime.entries import default_cache_dir  # TVM's runtime only
@@ -199,3 +197,10 @@ class TVMProperty(SubgraphProperty):
             from subgraph.properties.tvm.runtime.costs import write_costs
 
             write_costs(*place, costs)
+
+
+def _build_key(kernel) -> str | None:
+    """The cache key of the TVM build ``kernel`` runs (a :class:`FusedKernel` compiled first),
+    or None for a kernel of no known build."""
+    compiled = kernel.compile() if isinstance(kernel, FusedKernel) else kernel
+    return compiled.key if isinstance(compiled, CompiledKernel) else None

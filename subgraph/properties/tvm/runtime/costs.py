@@ -23,13 +23,13 @@ Examples
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from subgraph.fileio import write_atomic
+from subgraph.properties.base import is_seconds
 
 __all__ = ["COSTS_SUFFIX", "read_costs", "write_costs"]
 
@@ -49,17 +49,12 @@ def _read(path: Path) -> dict[str, Any]:
     return record
 
 
-def _seconds(value: Any) -> bool:
-    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
-                             and math.isfinite(value) and value >= 0)
-
-
 def read_costs(directory: Path, key: str, threads: int) -> dict[str, float | None] | None:
     """The seconds per device kept for the build ``key`` measured on ``threads`` threads, or
     ``None`` when none are (or the file is damaged)."""
     costs = _read(directory / f"{key}{COSTS_SUFFIX}").get("threads", {}).get(str(threads))
     if not isinstance(costs, dict) or not costs or \
-            not all(isinstance(d, str) and _seconds(s) for d, s in costs.items()):
+            not all(isinstance(d, str) and (s is None or is_seconds(s)) for d, s in costs.items()):
         return None
     return {device: None if s is None else float(s) for device, s in costs.items()}
 
