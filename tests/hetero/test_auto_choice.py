@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-import time
 import warnings
 
 import numpy as np
@@ -27,28 +26,18 @@ from subgraph.hetero.explain import explain_affinity
 from subgraph.ir import Graph
 from subgraph.properties.numpy import NumpyProperty
 from subgraph.testing import seed_example
+from tests.choice_fakes import RELU_ADD, SlowNumpy, X, gather_graph, layout
 from tests.registered import registered
 
-X = np.array([-1.5, -0.25, 0.5, 2.0], dtype=np.float32)
-RELU_ADD = ["Relu", "Add"]
 needs_tvm = pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="needs apache-tvm")
 
 
-class Kept(NumpyProperty):
-    """The numpy kernels after a 20 ms sleep; the costs HETERO measured are kept by subgraph."""
+class Kept(SlowNumpy):
+    """SLOW, keeping the costs HETERO measured by subgraph."""
 
     device = "KEPT"
     remembers_costs = True
     store: dict[str, dict] = {}  # noqa: RUF012 - the fake's disk: shared by every instance
-
-    def compile(self, subgraph: Graph):
-        inner = super().compile(subgraph)
-
-        def slow(*arrays):
-            time.sleep(0.02)
-            return inner(*arrays)
-
-        return slow
 
     def recall_costs(self, kernel):
         return self.store.get(str(kernel.subgraph))
@@ -90,10 +79,6 @@ def fake_devices(tmp_path, monkeypatch):
     Kept.store.clear()
     with registered(kept_test=Kept, instant_test=Instant, garbled_test=Garbled):
         yield
-
-
-def layout(model):
-    return [(s.device, list(s.nodes), s.moved) for s in model.subgraphs]
 
 
 def test_the_default_moves_a_slower_device_that_keeps_costs_and_keeps_what_it_measured():
@@ -190,11 +175,7 @@ def test_the_probe_takes_turns_until_numpy_is_behind(monkeypatch):
 
 
 def test_a_probe_whose_calls_raise_leaves_the_costs_unknown():
-    g = Graph("gather")
-    x, i = g.add_input("x", (3,), "float32"), g.add_input("i", (4,), "int64")
-    gathered = g.add_node("Gather", [x, i], name="gather").outputs[0]
-    g.set_outputs([g.add_node("Relu", [gathered], name="relu").outputs[0]])
-    infer_shapes(g)
+    g = gather_graph()
     assert int(random_inputs(g)["i"].max()) >= 3  # out of the table's range: the calls raise
     model = compile_model(g, "HETERO:KEPT,NUMPY")
     assert [(s.device, s.moved, s.costs) for s in model.subgraphs] == [

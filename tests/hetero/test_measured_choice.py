@@ -29,27 +29,11 @@ from subgraph.ir import Graph
 from subgraph.properties.base import SubgraphProperty, time_kernel
 from subgraph.properties.numpy import NumpyProperty
 from subgraph.testing import seed_example
+from tests.choice_fakes import RELU_ADD, SlowNumpy, X, gather_graph, layout
 from tests.registered import registered
 
 ROOT = Path(__file__).resolve().parents[2]
-X = np.array([-1.5, -0.25, 0.5, 2.0], dtype=np.float32)
-RELU_ADD = ["Relu", "Add"]
 needs_tvm = pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="needs apache-tvm")
-
-
-class SlowNumpy(NumpyProperty):
-    """The numpy kernels after a 20 ms sleep: certainly slower than NUMPY on tiny graphs."""
-
-    device = "SLOW"
-
-    def compile(self, subgraph: Graph):
-        inner = super().compile(subgraph)
-
-        def slow(*arrays):
-            time.sleep(0.02)
-            return inner(*arrays)
-
-        return slow
 
 
 class FastNumpy(NumpyProperty):
@@ -75,10 +59,6 @@ def fake_devices(tmp_path, monkeypatch):
     monkeypatch.setenv("SUBGRAPH_CACHE_DIR", str(tmp_path / "tvm-cache"))
     with registered(slow_test=SlowNumpy, fast_test=FastNumpy, nocost_test=NoCost):
         yield
-
-
-def layout(model):
-    return [(s.device, list(s.nodes), s.moved) for s in model.subgraphs]
 
 
 def test_slower_device_moves_to_numpy_only_when_measured():
@@ -134,16 +114,6 @@ def test_failed_measurement_keeps_the_subgraph_with_cost_none():
                                                               ("NOCOST", False)]
     assert model.subgraphs[0].costs[0] == ("NOCOST", None)
     assert "NOCOST ?, NUMPY " in model.summary().splitlines()[1]
-
-
-def gather_graph() -> Graph:
-    """``Relu(Gather(x, i))`` with a 3-row table: random indices (in [0, 10)) fall outside it."""
-    g = Graph("gather")
-    x, i = g.add_input("x", (3,), "float32"), g.add_input("i", (4,), "int64")
-    gathered = g.add_node("Gather", [x, i], name="gather").outputs[0]
-    g.set_outputs([g.add_node("Relu", [gathered], name="relu").outputs[0]])
-    infer_shapes(g)
-    return g
 
 
 def test_random_inputs_that_break_the_subgraph_keep_it_on_its_device():
