@@ -30,6 +30,7 @@ True
 from __future__ import annotations
 
 import concurrent.futures
+import queue
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
@@ -131,7 +132,11 @@ class AsyncInferQueue:
             jobs = max(1, int(model.optimal_number_of_infer_requests))
         self.model = model
         self.jobs = jobs
-        self._slots = threading.BoundedSemaphore(jobs)
+        # free jobs as tokens: a C-level queue, so a start_async that waits for one and the worker
+        # that frees it hand over without the Python-level Condition of a threading.Semaphore
+        self._slots: queue.SimpleQueue = queue.SimpleQueue()
+        for _ in range(jobs):
+            self._slots.put(None)
         self._lock = threading.Condition()
         self._callback: Callable[[AsyncRequest, Any], None] | None = None
         self._pending: list[AsyncRequest] = []
@@ -152,11 +157,11 @@ class AsyncInferQueue:
     def start_async(self, feeds: Mapping[str, Any], userdata: Any = None) -> AsyncRequest:
         """Start a request on ``feeds`` (checked and copied now: bad feeds raise
         :class:`~subgraph.errors.InputError` here); blocks while ``jobs`` requests are in flight."""
-        self._slots.acquire()
+        self._slots.get()
         try:
             future = self.model._submit(feeds)
         except BaseException:
-            self._slots.release()
+            self._slots.put(None)
             raise
         with self._lock:
             request = AsyncRequest(future, self._submitted, userdata)
@@ -180,7 +185,7 @@ class AsyncInferQueue:
                     self._draining = False
                     return
                 self._running -= 1
-            self._slots.release()  # before the callback, which may start the next request
+            self._slots.put(None)  # before the callback, which may start the next request
             callback = self._callback
             if callback is not None:
                 try:

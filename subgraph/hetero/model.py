@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from subgraph.errors import InputError, SubgraphError
-from subgraph.executor import Executor, ProfilingExecutor, check_feeds
+from subgraph.executor import Executor, ProfilingExecutor
 from subgraph.fileio import write_atomic
 from subgraph.hetero.asynchronous import AsyncRequest
 from subgraph.hetero.pipeline import Pipeline, copy_feeds, device_stages
@@ -129,8 +129,10 @@ class CompiledModel:
     @property
     def optimal_number_of_infer_requests(self) -> int:
         """Requests to keep in flight to keep the model busy (OpenVINO's property of that
-        name): one per stream, or one per pipeline stage."""
-        return self.streams if self.streams > 1 else len(self.stages)
+        name): two per stream (one runs while the next is handed over: a hand-over between
+        Python threads takes tens of microseconds, a small model's whole run), or one per
+        pipeline stage."""
+        return 2 * self.streams if self.streams > 1 else len(self.stages)
 
     @property
     def fallbacks(self) -> list[SubgraphInfo]:
@@ -209,7 +211,7 @@ class CompiledModel:
         return AsyncRequest(future, index)
 
     def _submit(self, feeds: Mapping[str, np.ndarray]):
-        arrays = copy_feeds(check_feeds(self.graph, feeds))
+        arrays = copy_feeds(self._executor.plan.checked_feeds(feeds))  # check_feeds, fast on exact arrays
         pipeline = self._pipeline
         if pipeline is None:
             with self._pipeline_lock:
