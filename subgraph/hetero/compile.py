@@ -177,7 +177,7 @@ def compile_model(graph: Graph | str | os.PathLike | onnx.ModelProto, device: st
         ``"THROUGHPUT"``: asynchronous requests run side by side on streams, each whole on
         its share of the CPUs (:mod:`~subgraph.hetero.streams`); keep
         :attr:`CompiledModel.optimal_number_of_infer_requests` requests in flight
-        (``AsyncInferQueue(model, 0)``). Synchronous calls are the same under both hints.
+        (``AsyncInferQueue(model, 0)``: two per stream). Synchronous calls are the same under both hints.
     num_streams : int | None
         OpenVINO's ``NUM_STREAMS``: how many streams (``None``: one per usable CPU under
         ``"THROUGHPUT"``, none under ``"LATENCY"``; a number given wins over the hint).

@@ -90,10 +90,13 @@ class SpecializingModel:
 
     @property
     def optimal_number_of_infer_requests(self) -> int:
-        """Requests to keep in flight: one per stream, else one per pipeline stage of the last
-        call's specialization (1 before the first call)."""
-        if self.streams > 1 or self._last is None:
-            return self.streams
+        """Requests to keep in flight: two per stream (as a
+        :attr:`~subgraph.hetero.model.CompiledModel.optimal_number_of_infer_requests`), else one
+        per pipeline stage of the last call's specialization (1 before the first call)."""
+        if self.streams > 1:
+            return 2 * self.streams
+        if self._last is None:
+            return 1
         return self._last.optimal_number_of_infer_requests
 
     @property

@@ -11,8 +11,11 @@ second thread); two requests on one core each can. The latency hint (the default
 request at a time on every core, pipelined over the model's devices (:mod:`.pipeline`).
 
 By default there is one stream per usable CPU, one thread each (``num_streams`` chooses);
-:attr:`~subgraph.hetero.model.CompiledModel.optimal_number_of_infer_requests` is the number
-of streams, so a queue of that many jobs keeps every stream busy. Results are those of
+:attr:`~subgraph.hetero.model.CompiledModel.optimal_number_of_infer_requests` is two per
+stream, so a queue of that many jobs keeps every stream busy: a stream that finishes a
+request finds the next one waiting, instead of idling while its finished request wakes
+the caller and the caller's next request wakes the stream (each wake of a Python thread
+costs tens of microseconds, as much as a small model's run). Results are those of
 :meth:`~subgraph.hetero.model.CompiledModel.run` on the same feeds: the same kernels run them.
 
 Examples
@@ -22,7 +25,7 @@ Examples
 >>> from subgraph.hetero import AsyncInferQueue, compile_model
 >>> model = compile_model(seed_example(), "HETERO:NUMPY", performance_hint="THROUGHPUT", num_streams=2)
 >>> model.optimal_number_of_infer_requests
-2
+4
 >>> jobs = AsyncInferQueue(model, model.optimal_number_of_infer_requests)
 >>> for k in range(4):
 ...     _ = jobs.start_async({"x": np.full(4, k - 2.0, np.float32)}, userdata=k)

@@ -63,12 +63,12 @@ def feeds(k):
 
 def test_throughput_requests_run_whole_on_every_stream_with_their_share(recording):
     model = compile_model(seed_example(), "HETERO:REC", performance_hint="THROUGHPUT", num_streams=2)
-    assert model.streams == model.optimal_number_of_infer_requests == 2
+    assert model.streams == 2 and model.optimal_number_of_infer_requests == 4  # two per stream
     expected = [model.run(feeds(k)) for k in range(6)]
     recording.ran.clear()
     recording.barrier = threading.Barrier(2)  # two requests must be in flight at once, on two threads
     queue = AsyncInferQueue(model, 0)
-    assert len(queue) == 2
+    assert len(queue) == 4
     for k in range(6):
         queue.start_async(feeds(k), userdata=k)
     done = queue.wait_all(timeout=60)
@@ -118,7 +118,7 @@ def test_symbolic_models_run_each_shape_on_streams(recording):
     x = g.add_input("x", ("batch", 2), "float32")
     g.set_outputs([g.add_node("Relu", [x], name="relu").outputs[0]])
     model = compile_model(g, "HETERO:REC", num_streams=2)
-    assert model.optimal_number_of_infer_requests == 2
+    assert model.optimal_number_of_infer_requests == 4
     arrays = [np.full((n, 2), n - 2.5, np.float32) for n in (1, 3, 1)]
     requests = [model.start_async({"x": a}) for a in arrays]
     for request, a in zip(requests, arrays):
