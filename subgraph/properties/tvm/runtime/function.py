@@ -20,7 +20,7 @@ from subgraph.properties.base import CompiledKernel
 from subgraph.properties.tvm.runtime.library import virtual_machine
 from subgraph.properties.tvm.runtime.messages import error_summary
 from subgraph.properties.tvm.runtime.tensors import aligned_empty, as_tvm_tensor, shared_tensor, to_numpy
-from subgraph.properties.tvm.runtime.threads import fit_to_load, note_load
+from subgraph.properties.tvm.runtime.threads import ThreadChoice, fit_to_load, note_load
 
 __all__ = ["CompiledLibrary", "Signature", "TVMFunction"]
 
@@ -94,6 +94,9 @@ class TVMFunction(CompiledKernel):
     weights : list[tvm.runtime.Tensor]
         The weights the executable's ``main`` takes after the inputs (kept out of the
         library, :mod:`~subgraph.properties.tvm.runtime.weights`); each call passes them.
+    threads : ThreadChoice
+        Whether its calls run on the calling thread alone, decided by its first calls on
+        an idle machine (:class:`~subgraph.properties.tvm.runtime.threads.ThreadChoice`).
     """
     def __init__(self, library: CompiledLibrary, signature: Signature, device: Any, *, key: str,
                  target: str) -> None:
@@ -111,6 +114,8 @@ class TVMFunction(CompiledKernel):
         self.output_names = list(signature.output_names)
         self.constant_outputs = list(library.constant_outputs)
         self.source = library.source
+        #: whether calls run on the calling thread alone (decided by its first idle calls)
+        self.threads = ThreadChoice()
         self._local = threading.local()
         self._host = device.dlpack_device_type() == 1  # DLPack's CPU: numpy memory can be shared
 
@@ -130,8 +135,13 @@ class TVMFunction(CompiledKernel):
             raise InputError(f"TVM function for graph {self.name!r} takes {len(self._inputs)} "
                              f"input(s) {self.input_names}, got {len(tensors)}")
         try:
-            fit_to_load()
-            result = self._entry()(*tensors, *self.weights)
+            count, idle = fit_to_load(self.threads)
+            if self.threads.alone is None:  # still timing its calls (a few, while idle)
+                start = time.perf_counter()
+                result = self._entry()(*tensors, *self.weights)
+                self.threads.record(count, idle, time.perf_counter() - start)
+            else:
+                result = self._entry()(*tensors, *self.weights)
         except Exception as exc:  # TVM raises its own error types
             raise ExecutionError(f"TVM function for graph {self.name!r} failed: "
                                  f"{error_summary(exc)}") from None

@@ -21,7 +21,18 @@ Three settings decide it:
   (:func:`~subgraph.system.runnable_threads`, this thread's pool counted out), at least
   one. Under load the loops run on the caller alone: no worker to wait for. The count is
   read at most every 5 ms; changing it costs about a microsecond;
-- a stream of a ``THROUGHPUT`` model (:func:`use_threads`): its share of the CPUs, fixed.
+- a stream of a ``THROUGHPUT`` model (:func:`use_threads`): its share of the CPUs, fixed;
+- each compiled function (:class:`ThreadChoice`): a function whose calls run faster on the
+  calling thread alone than on the whole pool keeps its calls to that thread. Its first
+  idle calls are timed alone and pooled in turn, two of each kind back to back and the
+  second of each timed (a pooled call right after one alone wakes sleeping workers; a loop
+  of pooled calls finds them still spinning); alone wins when its fastest call is
+  :attr:`ThreadChoice.MARGIN` times the pool's. Waking the pool's workers costs tens of
+  microseconds on a virtual machine and every parallel loop waits for all of them: on
+  a call of a few hundred microseconds over many small loops that costs more than a second
+  core gives (hf_bert 84 us pooled, 71 alone; tv_mnasnet0_5 321 and 244 at 2 threads; both
+  small corpus models). A thread's results are the same at any count (each loop's
+  iterations are independent), so the choice changes times only.
 
 Variables the user set win: ``TVM_NUM_THREADS`` fixes every call's count (no adapting; a
 stream's share, which the user chose with ``num_streams``, still applies), as
@@ -43,7 +54,7 @@ from subgraph.ops.blas import spinning_workers
 from subgraph.properties.tvm.runtime import library  # noqa: F401 - registers runtime.config_threadpool
 from subgraph.system import load_reading, usable_cpus
 
-__all__ = ["SPIN_COUNT", "fit_to_load", "note_load", "thread_count", "use_all_cpus", "use_threads"]
+__all__ = ["SPIN_COUNT", "ThreadChoice", "fit_to_load", "note_load", "thread_count", "use_all_cpus", "use_threads"]
 
 #: yields a TVM worker spins before it sleeps (TVM's default: 300000, about 0.1 s on an idle core)
 SPIN_COUNT = 1000
@@ -77,12 +88,12 @@ def use_all_cpus() -> None:
 
 class _Pool:
     """This thread's pool: ``size`` threads (its first configuration, the most TVM then
-    lets it use), ``now`` in use, ``wanted`` for the next call, ``fixed`` when the count
-    never adapts."""
+    lets it use), ``now`` in use (``before``: at the call before), ``wanted`` for the next
+    call, ``fixed`` when the count never adapts."""
 
     def __init__(self, size: int, fixed: bool) -> None:
         self.size = size
-        self.now = size
+        self.now = self.before = size
         self.wanted = size
         self.changed_at = -math.inf
         self.fixed = fixed
@@ -112,15 +123,80 @@ def _configure(cpus: list[int]) -> None:
     tvm_ffi.get_global_func("runtime.config_threadpool")(_SHARE_CORES, len(cpus), [str(c) for c in cpus])
 
 
-def fit_to_load() -> None:
+class ThreadChoice:
+    """Whether one compiled function runs faster on the calling thread alone than on the
+    whole pool (see the module notes); :attr:`alone` is ``None`` until its calls decide.
+
+    Examples
+    --------
+    >>> choice = ThreadChoice()
+    >>> choice.record(2, 2, 0.5)  # the first call (it faults weights in) is not counted
+    >>> calls = []
+    >>> while choice.alone is None:
+    ...     threads = choice.count(wanted=2, size=2)
+    ...     calls.append(threads)
+    ...     choice.record(threads, 2, 70e-6 if threads == 1 else 84e-6)
+    >>> calls[:8], len(calls), choice.alone, choice.count(wanted=2, size=2)
+    ([1, 1, 2, 2, 1, 1, 2, 2], 20, True, 1)
+    """
+
+    #: timed calls of each kind (alone, pooled) before deciding
+    SAMPLES = 5
+    #: alone wins when its fastest call is this many times faster than the pool's fastest
+    MARGIN = 1.1
+
+    def __init__(self) -> None:
+        self.alone: bool | None = None
+        self._times: tuple[list[float], list[float]] = ([], [])
+        self._warm = False
+        self._trials = 0  # calls counted so far: alone, alone (timed), pooled, pooled (timed), ...
+
+    def count(self, wanted: int, size: int) -> int:
+        """The threads the next call uses: one once alone has won; while undecided and the
+        machine idle (``wanted == size``), two calls alone, then two pooled, in turn; else
+        ``wanted``."""
+        if self.alone:
+            return 1
+        if self.alone is None and self._warm and wanted == size > 1 and self._trials % 4 < 2:
+            return 1
+        return wanted
+
+    def record(self, count: int, idle_size: int, seconds: float) -> None:
+        """Count one call that took ``seconds`` on ``count`` threads; ``idle_size`` is the
+        pool's size when the machine was idle at the call's start, else 0 (not counted)."""
+        if self.alone is not None:
+            return
+        if not self._warm:
+            self._warm = True
+            return
+        if idle_size > 1 and count == (1 if self._trials % 4 < 2 else idle_size):
+            if self._trials % 2:  # the second of two calls of its kind
+                self._times[count != 1].append(seconds)
+            self._trials += 1
+        alone, pooled = self._times
+        if len(alone) >= self.SAMPLES and len(pooled) >= self.SAMPLES:
+            self.alone = min(alone) * self.MARGIN <= min(pooled)
+
+    def __repr__(self) -> str:
+        state = {None: "undecided", True: "alone", False: "pooled"}[self.alone]
+        return f"<ThreadChoice {state}>"
+
+
+def fit_to_load(choice: ThreadChoice | None = None) -> tuple[int, int]:
     """Before a call: this thread's loops use the count :func:`note_load` chose after its last
-    call (every thread at first). Nothing changes for a stream (:func:`use_threads`) or when
-    the user set ``TVM_NUM_THREADS`` or ``TVM_BIND_THREADS=1``."""
+    call (every thread at first), one where ``choice`` (the function's) says so. Nothing
+    changes for a stream (:func:`use_threads`) or when the user set ``TVM_NUM_THREADS`` or
+    ``TVM_BIND_THREADS=1``. Returns ``(threads, idle size)`` for
+    :meth:`ThreadChoice.record`: the pool's size when the machine is idle, else 0."""
     pool = _pool()
-    if not pool.fixed and pool.wanted != pool.now:
-        _configure(_cpus(pool.wanted))
-        pool.now = pool.wanted
+    if pool.fixed:
+        return pool.now, 0
+    count = pool.wanted if choice is None else choice.count(pool.wanted, pool.size)
+    if count != pool.now:
+        _configure(_cpus(count))
         pool.changed_at = time.monotonic()
+    pool.before, pool.now = pool.now, count
+    return count, pool.size if pool.wanted == pool.size else 0
 
 
 def note_load() -> None:
@@ -128,7 +204,8 @@ def note_load() -> None:
     machine has free, at least one.
 
     Free cores are the machine's CPUs less the runnable threads that are not this process's:
-    this thread and its pool's workers (they spin a while after each loop, runnable) and the
+    this thread and its pool's workers (they spin a while after each loop, runnable: as many
+    as the wider of its last two calls used) and the
     numpy path's BLAS workers after a product (:func:`~subgraph.ops.blas.spinning_workers`).
     Read here, not before a call: a thread that hands this one its next request wakes when
     it gets this call's result, and would count as load at the next call's start. A reading
@@ -141,7 +218,8 @@ def note_load() -> None:
     at, runnable = load_reading()
     if runnable is None or at <= pool.changed_at:
         return
-    others = runnable - pool.now - spinning_workers()
+    # this thread's workers of its call before may still be spinning: ours too
+    others = runnable - max(pool.now, pool.before) - spinning_workers()
     pool.wanted = max(1, min(pool.size, _MACHINE_CPUS - others))
 
 

@@ -188,3 +188,61 @@ def test_results_are_the_same_on_one_thread_and_on_all(tmp_path):
     (one, single), (many, pooled) = run(1), run(len(os.sched_getaffinity(0)))
     assert one == 1 and many == len(os.sched_getaffinity(0))
     np.testing.assert_array_equal(single, pooled)
+
+
+def choice_calls(machine, choice, times, calls=24):
+    """``calls`` calls of a function with ``choice`` as TVMFunction makes them, each taking
+    ``times[count]`` seconds; the counts used."""
+    used = []
+    for _ in range(calls):
+        count, idle = threads.fit_to_load(choice)
+        choice.record(count, idle, times[count])
+        threads.note_load()
+        used.append(count)
+    return used
+
+
+def test_a_function_faster_alone_is_timed_in_pairs_then_kept_to_its_thread(machine):
+    choice = threads.ThreadChoice()
+    used = in_new_thread(lambda: choice_calls(machine, choice, {1: 70e-6, 4: 84e-6}))
+    # the first call warms up; then two alone, two pooled (the second of each timed), five times
+    assert used[:9] == [4, 1, 1, 4, 4, 1, 1, 4, 4]
+    assert used[21:] == [1, 1, 1] and choice.alone is True
+
+
+def test_a_function_the_pool_speeds_up_keeps_the_pool(machine):
+    choice = threads.ThreadChoice()
+    used = in_new_thread(lambda: choice_calls(machine, choice, {1: 80e-6, 4: 75e-6}))  # alone not 1.1x faster
+    assert choice.alone is False and used[21:] == [4, 4, 4]
+
+
+def test_no_function_is_timed_while_the_machine_is_busy_or_in_a_stream(machine):
+    def busy():
+        machine["runnable"] = 9  # 4 own + 5 others: one thread from the second call on
+        return choice_calls(machine, choice, {1: 1e-6, 4: 1.0})
+    choice = threads.ThreadChoice()
+    assert in_new_thread(busy)[1:] == [1] * 23 and choice.alone is None
+
+    def stream():
+        threads.use_threads([0, 1])
+        machine["runnable"] = 1
+        return choice_calls(machine, streamed, {1: 1e-6, 2: 1.0})
+    streamed = threads.ThreadChoice()
+    assert in_new_thread(stream) == [2] * 24 and streamed.alone is None
+
+
+def test_a_compiled_function_runs_where_its_choice_says_and_computes_the_same(machine, tmp_path, monkeypatch):
+    fn = compile_graph(linear_graph(), cache_dir=str(tmp_path))
+    monkeypatch.setattr(threads, "_user_fixed", False)  # compiling read the fixture's TVM_NUM_THREADS as the user's
+    x = np.random.default_rng(0).standard_normal((96, 64)).astype(np.float32)
+    reference = in_new_thread(lambda: fn(x)[0])
+    assert fn.threads.alone is None  # one call: not timed yet
+
+    def work():
+        outs = [fn(x)[0] for _ in range(24)]
+        return outs, threads.thread_count()
+    outs, count = in_new_thread(work)
+    assert fn.threads.alone is not None  # decided by its own calls (which way is the machine's)
+    assert count == (1 if fn.threads.alone else 4)
+    for out in outs:
+        np.testing.assert_array_equal(out, reference)
