@@ -24,10 +24,12 @@ Three settings decide it:
 - a stream of a ``THROUGHPUT`` model (:func:`use_threads`): its share of the CPUs, fixed;
 - each compiled function (:class:`ThreadChoice`): a function whose calls run faster on the
   calling thread alone than on the whole pool keeps its calls to that thread. Its first
-  idle calls are timed alone and pooled in turn, two of each kind back to back and the
+  idle calls are timed pooled and alone in turn, two of each kind back to back and the
   second of each timed (a pooled call right after one alone wakes sleeping workers; a loop
   of pooled calls finds them still spinning); alone wins when its fastest call is
-  :attr:`ThreadChoice.MARGIN` times the pool's. Waking the pool's workers costs tens of
+  :attr:`ThreadChoice.MARGIN` times the pool's. A function whose pooled call takes
+  :attr:`ThreadChoice.LONG` or more keeps the pool untimed further: waking the workers is
+  a small part of it, and running it alone would slow its first calls. Waking the pool's workers costs tens of
   microseconds on a virtual machine and every parallel loop waits for all of them: on
   a call of a few hundred microseconds over many small loops that costs more than a second
   core gives (hf_bert 84 us pooled, 71 alone; tv_mnasnet0_5 321 and 244 at 2 threads; both
@@ -137,27 +139,34 @@ class ThreadChoice:
     ...     calls.append(threads)
     ...     choice.record(threads, 2, 70e-6 if threads == 1 else 84e-6)
     >>> calls[:8], len(calls), choice.alone, choice.count(wanted=2, size=2)
-    ([1, 1, 2, 2, 1, 1, 2, 2], 20, True, 1)
+    ([2, 2, 1, 1, 2, 2, 1, 1], 20, True, 1)
+    >>> long = ThreadChoice()
+    >>> for seconds in (0.5, 0.03, 0.03):  # warm-up, then two pooled calls of 30 ms
+    ...     long.record(2, 2, seconds)
+    >>> long.alone
+    False
     """
 
     #: timed calls of each kind (alone, pooled) before deciding
     SAMPLES = 5
     #: alone wins when its fastest call is this many times faster than the pool's fastest
     MARGIN = 1.1
+    #: a function whose timed pooled call takes this long (seconds) keeps the pool at once
+    LONG = 0.002
 
     def __init__(self) -> None:
         self.alone: bool | None = None
         self._times: tuple[list[float], list[float]] = ([], [])
         self._warm = False
-        self._trials = 0  # calls counted so far: alone, alone (timed), pooled, pooled (timed), ...
+        self._trials = 0  # calls counted so far: pooled, pooled (timed), alone, alone (timed), ...
 
     def count(self, wanted: int, size: int) -> int:
         """The threads the next call uses: one once alone has won; while undecided and the
-        machine idle (``wanted == size``), two calls alone, then two pooled, in turn; else
+        machine idle (``wanted == size``), two calls pooled, then two alone, in turn; else
         ``wanted``."""
         if self.alone:
             return 1
-        if self.alone is None and self._warm and wanted == size > 1 and self._trials % 4 < 2:
+        if self.alone is None and self._warm and wanted == size > 1 and self._trials % 4 >= 2:
             return 1
         return wanted
 
@@ -169,8 +178,11 @@ class ThreadChoice:
         if not self._warm:
             self._warm = True
             return
-        if idle_size > 1 and count == (1 if self._trials % 4 < 2 else idle_size):
+        if idle_size > 1 and count == (1 if self._trials % 4 >= 2 else idle_size):
             if self._trials % 2:  # the second of two calls of its kind
+                if count != 1 and seconds >= self.LONG:
+                    self.alone = False
+                    return
                 self._times[count != 1].append(seconds)
             self._trials += 1
         alone, pooled = self._times

@@ -205,8 +205,8 @@ def choice_calls(machine, choice, times, calls=24):
 def test_a_function_faster_alone_is_timed_in_pairs_then_kept_to_its_thread(machine):
     choice = threads.ThreadChoice()
     used = in_new_thread(lambda: choice_calls(machine, choice, {1: 70e-6, 4: 84e-6}))
-    # the first call warms up; then two alone, two pooled (the second of each timed), five times
-    assert used[:9] == [4, 1, 1, 4, 4, 1, 1, 4, 4]
+    # the first call warms up; then two pooled, two alone (the second of each timed), five times
+    assert used[:9] == [4, 4, 4, 1, 1, 4, 4, 1, 1]
     assert used[21:] == [1, 1, 1] and choice.alone is True
 
 
@@ -214,6 +214,12 @@ def test_a_function_the_pool_speeds_up_keeps_the_pool(machine):
     choice = threads.ThreadChoice()
     used = in_new_thread(lambda: choice_calls(machine, choice, {1: 80e-6, 4: 75e-6}))  # alone not 1.1x faster
     assert choice.alone is False and used[21:] == [4, 4, 4]
+
+
+def test_a_long_function_keeps_the_pool_without_ever_running_alone(machine):
+    choice = threads.ThreadChoice()
+    used = in_new_thread(lambda: choice_calls(machine, choice, {1: 1e-3, 4: 3e-3}))  # 3 ms pooled: long
+    assert choice.alone is False and used == [4] * 24
 
 
 def test_no_function_is_timed_while_the_machine_is_busy_or_in_a_stream(machine):
