@@ -17,7 +17,10 @@ Three settings decide it:
   a worker waits for the next loop a few tens of microseconds, the gap between loops of one
   call, then sleeps instead of holding a core between calls;
 - each call (:func:`fit_to_load`, :func:`note_load`): the calling thread's loops use as
-  many threads as the machine had cores free after its last call
+  many threads as the machine had cores free after its last call (or now, after
+  :data:`QUIET` seconds without a call: the load may have changed meanwhile, and a call
+  on every core while other processes took them over stalls at every loop: EfficientNet-B0
+  at 224 px took 420-500 ms instead of 6 beside two busy processes)
   (:func:`~subgraph.system.runnable_threads`, this thread's pool counted out), at least
   one. Under load the loops run on the caller alone: no worker to wait for. The count is
   read at most every 5 ms; changing it costs about a microsecond;
@@ -69,6 +72,9 @@ _SHARE_CORES = -3
 #: the processes it starts (which inherit both) tell the user's count from ours
 _OURS = "SUBGRAPH_TVM_NUM_THREADS"
 
+#: seconds without a call after which a call reads the load before it starts, not only after
+QUIET = 0.05
+
 #: the machine's CPUs, which the runnable count is spread over (``os.cpu_count`` costs 2.6 us)
 _MACHINE_CPUS = os.cpu_count() or 1
 
@@ -98,6 +104,7 @@ class _Pool:
         self.now = self.before = size
         self.wanted = size
         self.changed_at = -math.inf
+        self.noted_at = -math.inf  # when note_load last ran on this thread
         self.fixed = fixed
         if not fixed:  # TVM makes a pool at the first count it is given: make it the largest
             _configure(_cpus(size))
@@ -203,6 +210,8 @@ def fit_to_load(choice: ThreadChoice | None = None) -> tuple[int, int]:
     pool = _pool()
     if pool.fixed:
         return pool.now, 0
+    if time.monotonic() - pool.noted_at > QUIET:
+        _fit_now(pool)
     count = pool.wanted if choice is None else choice.count(pool.wanted, pool.size)
     if count != pool.now:
         _configure(_cpus(count))
@@ -227,12 +236,22 @@ def note_load() -> None:
     pool = _pool()
     if pool.fixed:
         return
+    pool.noted_at = time.monotonic()
     at, runnable = load_reading()
     if runnable is None or at <= pool.changed_at:
         return
     # this thread's workers of its call before may still be spinning: ours too
     others = runnable - max(pool.now, pool.before) - spinning_workers()
     pool.wanted = max(1, min(pool.size, _MACHINE_CPUS - others))
+
+
+def _fit_now(pool: _Pool) -> None:
+    """Before a call after a quiet spell: the cores free now, this thread counted out (its
+    pool's workers sleep by now)."""
+    _, runnable = load_reading()
+    if runnable is not None:
+        others = runnable - 1 - spinning_workers()
+        pool.wanted = max(1, min(pool.size, _MACHINE_CPUS - others))
 
 
 def use_threads(cpus: Sequence[int]) -> None:

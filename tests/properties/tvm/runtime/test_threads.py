@@ -164,6 +164,18 @@ def test_a_reading_from_before_a_change_of_count_is_not_used_again(machine, monk
     assert in_new_thread(counts) == [4, 3, 3]
 
 
+def test_a_call_after_a_quiet_spell_reads_the_load_before_it_starts(machine):
+    def counts():
+        seen = [call(machine, 1)]  # idle after it: every thread next
+        machine["runnable"] = 7  # other processes started meanwhile: this thread + 6
+        threads._pool().noted_at -= 2 * threads.QUIET
+        seen.append(call(machine, 7))  # read before the call: 4 CPUs - 6 others -> one thread
+        machine["runnable"] = 1  # idle again, but a call right after another keeps the reading after it
+        seen.append(call(machine, 1))
+        return seen
+    assert in_new_thread(counts) == [4, 1, 1]
+
+
 def test_a_stream_keeps_its_share_under_any_load(machine):
     def counts():
         threads.use_threads([0, 1])
