@@ -8,7 +8,7 @@ the slices the work needed: two ``python -c "while True: pass"`` beside a run on
 2-vCPU machine made tv_squeezenet1_1 511x and hf_bert 112x slower than idle, where
 OpenVINO and onnxruntime slowed down 1.0-1.3x (``benchmarks/tvm_under_load.py``).
 
-Three settings decide it:
+Four settings decide it:
 
 - the process (:func:`use_all_cpus`, before TVM's first pool starts): ``TVM_NUM_THREADS``
   the usable CPUs (TVM's own default is half the hardware threads on x86: one on a 2-vCPU
@@ -32,12 +32,12 @@ Three settings decide it:
   of pooled calls finds them still spinning); alone wins when its fastest call is
   :attr:`ThreadChoice.MARGIN` times the pool's. A function whose pooled call takes
   :attr:`ThreadChoice.LONG` or more keeps the pool untimed further: waking the workers is
-  a small part of it, and running it alone would slow its first calls. Waking the pool's workers costs tens of
-  microseconds on a virtual machine and every parallel loop waits for all of them: on
-  a call of a few hundred microseconds over many small loops that costs more than a second
-  core gives (hf_bert 84 us pooled, 71 alone; tv_mnasnet0_5 321 and 244 at 2 threads; both
-  small corpus models). A thread's results are the same at any count (each loop's
-  iterations are independent), so the choice changes times only.
+  a small part of it, and running it alone would slow its first calls. Waking the pool's
+  workers costs tens of microseconds on a virtual machine and every parallel loop waits
+  for all of them: on a call of a few hundred microseconds over many small loops that
+  costs more than a second core gives (hf_bert 84 us pooled, 73 alone; tv_vit_small 101
+  and 77; both small corpus models). A thread's results are the same at any count (each
+  loop's iterations are independent), so the choice changes times only.
 
 Variables the user set win: ``TVM_NUM_THREADS`` fixes every call's count (no adapting; a
 stream's share, which the user chose with ``num_streams``, still applies), as
@@ -241,8 +241,7 @@ def note_load() -> None:
     if runnable is None or at <= pool.changed_at:
         return
     # this thread's workers of its call before may still be spinning: ours too
-    others = runnable - max(pool.now, pool.before) - spinning_workers()
-    pool.wanted = max(1, min(pool.size, _MACHINE_CPUS - others))
+    _want_free(pool, runnable - max(pool.now, pool.before))
 
 
 def _fit_now(pool: _Pool) -> None:
@@ -250,8 +249,14 @@ def _fit_now(pool: _Pool) -> None:
     pool's workers sleep by now)."""
     _, runnable = load_reading()
     if runnable is not None:
-        others = runnable - 1 - spinning_workers()
-        pool.wanted = max(1, min(pool.size, _MACHINE_CPUS - others))
+        _want_free(pool, runnable - 1)
+
+
+def _want_free(pool: _Pool, not_ours: int) -> None:
+    """The next call's count: the machine's CPUs less ``not_ours`` runnable threads (the
+    numpy path's spinning BLAS workers counted out too), at least one, at most the pool."""
+    others = not_ours - spinning_workers()
+    pool.wanted = max(1, min(pool.size, _MACHINE_CPUS - others))
 
 
 def use_threads(cpus: Sequence[int]) -> None:
