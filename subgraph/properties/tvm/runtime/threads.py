@@ -30,7 +30,8 @@ Four settings decide it:
   idle calls are timed pooled and alone in turn, two of each kind back to back and the
   second of each timed (a pooled call right after one alone wakes sleeping workers; a loop
   of pooled calls finds them still spinning); alone wins when its fastest call is
-  :attr:`ThreadChoice.MARGIN` times the pool's. A function whose pooled call takes
+  :attr:`ThreadChoice.MARGIN` times the pool's (after two of each kind, a side
+  :attr:`ThreadChoice.CLEAR` times faster wins at once). A function whose pooled call takes
   :attr:`ThreadChoice.LONG` or more keeps the pool untimed further: waking the workers is
   a small part of it, and running it alone would slow its first calls. Waking the pool's
   workers costs tens of microseconds on a virtual machine and every parallel loop waits
@@ -152,6 +153,12 @@ class ThreadChoice:
     ...     long.record(2, 2, seconds)
     >>> long.alone
     False
+    >>> clear = ThreadChoice()
+    >>> clear.record(2, 2, 0.5)
+    >>> while clear.alone is None:  # a pool twice as fast: decided after two of each kind
+    ...     clear.record(threads := clear.count(wanted=2, size=2), 2, 300e-6 * (2 if threads == 1 else 1))
+    >>> clear.alone, clear._trials
+    (False, 8)
     """
 
     #: timed calls of each kind (alone, pooled) before deciding
@@ -160,6 +167,8 @@ class ThreadChoice:
     MARGIN = 1.1
     #: a function whose timed pooled call takes this long (seconds) keeps the pool at once
     LONG = 0.002
+    #: after two timed calls of each kind, a side this many times faster wins at once
+    CLEAR = 1.3
 
     def __init__(self) -> None:
         self.alone: bool | None = None
@@ -195,6 +204,11 @@ class ThreadChoice:
         alone, pooled = self._times
         if len(alone) >= self.SAMPLES and len(pooled) >= self.SAMPLES:
             self.alone = min(alone) * self.MARGIN <= min(pooled)
+        elif len(alone) >= 2 and len(pooled) >= 2:  # a clear winner needs no more calls
+            if min(alone) * self.CLEAR <= min(pooled):
+                self.alone = True
+            elif min(pooled) * self.CLEAR <= min(alone):
+                self.alone = False
 
     def __repr__(self) -> str:
         state = {None: "undecided", True: "alone", False: "pooled"}[self.alone]

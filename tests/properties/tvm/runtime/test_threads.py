@@ -228,6 +228,14 @@ def test_a_function_the_pool_speeds_up_keeps_the_pool(machine):
     assert choice.alone is False and used[21:] == [4, 4, 4]
 
 
+def test_a_clear_winner_is_kept_after_two_timed_calls_of_each_kind(machine):
+    fast_pool, fast_alone = threads.ThreadChoice(), threads.ThreadChoice()
+    pooled = in_new_thread(lambda: choice_calls(machine, fast_pool, {1: 600e-6, 4: 300e-6}, calls=12))
+    alone = in_new_thread(lambda: choice_calls(machine, fast_alone, {1: 50e-6, 4: 100e-6}, calls=12))
+    assert fast_pool.alone is False and pooled == [4, 4, 4, 1, 1, 4, 4, 1, 1, 4, 4, 4]
+    assert fast_alone.alone is True and alone == [4, 4, 4, 1, 1, 4, 4, 1, 1, 1, 1, 1]
+
+
 def test_a_long_function_keeps_the_pool_without_ever_running_alone(machine):
     choice = threads.ThreadChoice()
     used = in_new_thread(lambda: choice_calls(machine, choice, {1: 1e-3, 4: 3e-3}))  # 3 ms pooled: long
