@@ -6,8 +6,9 @@ fused nodes in topological order, compiles each one on its device (those whose d
 in built ahead in worker processes), falls back to NUMPY when a device fails and moves a
 subgraph to NUMPY when that is faster (``choose``, :mod:`~subgraph.hetero.measured`).
 Moving a subgraph goes through :meth:`~subgraph.properties.runtime.FusedKernels.move`,
-which owns the node's device and kernel. :class:`CompileSettings` says how. Besides the ``progress`` callback after each
-subgraph, a listener of :mod:`~subgraph.properties.events` hears each subgraph start.
+which owns the node's device and kernel. :class:`CompileSettings` says how. Besides the
+``progress`` callback after each subgraph, a listener of :mod:`~subgraph.properties.events`
+hears each subgraph start.
 """
 
 from __future__ import annotations

@@ -147,11 +147,11 @@ def probe(node: Node, kernel: Callable[..., Any], prop: SubgraphProperty, numpy_
         device = _seconds(kernel, inputs)
         if numpy_ - FIRST_CALL >= PROBE * device:  # behind even without a first call's one-time costs
             return (prop.device, device), (numpy_prop.device, numpy_)
-        spent = time.perf_counter()
+        began = time.perf_counter()
         for round_ in range(1, ROUNDS + 1):
             device = min(device, _seconds(kernel, inputs))
             numpy_ = min(numpy_, _seconds(numpy_kernel, inputs))
-            if numpy_ >= PROBE * device or (round_ >= MIN_ROUNDS and time.perf_counter() - spent >= BUDGET):
+            if numpy_ >= PROBE * device or (round_ >= MIN_ROUNDS and time.perf_counter() - began >= BUDGET):
                 break
     except Exception:  # noqa: BLE001 - e.g. random indices out of range: no cost known, the subgraph stays
         return unknown

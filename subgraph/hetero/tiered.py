@@ -118,7 +118,7 @@ class BackgroundBuild:
         Called after each subgraph changes tier (the model forgets what it derived from the
         old kernel).
     choose : callable(node, final, interim) -> (costs, kernel or None), or None
-        The device choice, asked once a build is verified: the subgraph's costs and, when
+        The device choice, asked once a build is loaded, before it is verified: the subgraph's costs and, when
         NUMPY is faster, the kernel (``interim``) it keeps running on. ``None``: no choice,
         every build is switched to.
     """
@@ -212,7 +212,7 @@ class BackgroundBuild:
             self.on_switch()
 
     def _choose(self, node: Node, tiered: TieredKernel) -> tuple[Costs, FusedKernel | None]:
-        """The device choice for ``node``'s verified build; a choice that fails (a property's
+        """The device choice for ``node``'s loaded build; a choice that fails (a property's
         cost hook raised) keeps the build, with a warning."""
         if self.choose is None:
             return (), None
