@@ -27,6 +27,7 @@ __all__ = [
     "DeviceError",
     "UnknownNodeError",
     "UnknownDeviceError",
+    "DeviceUnavailableError",
     "BackendNotInstalledError",
 ]  # the exception classes, re-exported by subgraph; call_hook and warn_hook are for the passes, not users
 
@@ -80,6 +81,13 @@ class RegistryError(SubgraphError, KeyError):
 
 class DeviceError(SubgraphError):
     """A device string, affinity map or device property is invalid."""
+
+
+class DeviceUnavailableError(DeviceError, ExecutionError):
+    """A device that exists cannot be reached, failed, or did not answer in time (a remote
+    server killed, frozen or refusing); the message names the device. Also an
+    :class:`ExecutionError`, so a run passes it on as it is. A ``MULTI`` model takes such a
+    device out and reruns its requests on the others."""
 
 
 class UnknownNodeError(DeviceError, KeyError):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from subgraph.errors import DeviceError, ExecutionError
+from subgraph.errors import DeviceError, DeviceUnavailableError
 
 __all__ = ["Endpoint", "RemoteDeviceError", "parse_host_port"]
 
@@ -16,10 +16,9 @@ __all__ = ["Endpoint", "RemoteDeviceError", "parse_host_port"]
 DEFAULT_TIMEOUT = 10.0
 
 
-class RemoteDeviceError(DeviceError, ExecutionError):
+class RemoteDeviceError(DeviceUnavailableError):
     """A remote device is unreachable, failed, or did not answer within its timeout; the
-    message names the device and its address. Also an :class:`ExecutionError`, so a run
-    passes it on as it is."""
+    message names the device and its address."""
 
 
 def parse_host_port(text: Any, where: str) -> tuple[str, int]:
