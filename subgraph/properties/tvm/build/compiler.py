@@ -36,6 +36,7 @@ from subgraph.properties.tvm.build.cache import (
     cache_put,
     check_private,
     default_cache_dir,
+    memory_key,
 )
 from subgraph.properties.tvm.build.tuning_db import open_database
 from subgraph.properties.tvm.intake.importer import checked_prepared, prepared_onnx
@@ -170,14 +171,14 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
     use_all_cpus()
     emit("prepare")
     job = prepare(graph, build_options(graph.name, target, cache_dir, use_cache, schedule, tuning, lift_weights))
-    memory_key = job.key if index_checks else job.key + "|unchecked"  # one library, two wrappers
-    if use_cache and memory_key in MEMORY:
-        return MEMORY[memory_key]
+    directory = job.options.directory
+    in_memory = memory_key(directory, job.key, index_checks)
+    if use_cache and in_memory in MEMORY:
+        return MEMORY[in_memory]
     with BUILD_LOCK:  # one build at a time; a thread that waited for it finds it in memory
-        if use_cache and memory_key in MEMORY:
-            return MEMORY[memory_key]
+        if use_cache and in_memory in MEMORY:
+            return MEMORY[in_memory]
         device = tvm.device(job.options.target.get_target_device_type(), 0)
-        directory = job.options.directory
         if use_cache:
             emit("cache read")
         constants = [value.data for value in job.graph.initializers.values()]
@@ -192,7 +193,7 @@ def compile_graph(graph: Graph, target: str | dict | Any = "llvm", cache_dir: st
             release_free_memory()  # what the build freed (its Relax modules, the ONNX model) leaves the C heap
         fn = _function(job, library, device, index_checks)
         if use_cache:
-            MEMORY[memory_key] = fn
+            MEMORY[in_memory] = fn
             _record_warm(graph, job, fn, target, tuning)
         return fn
 
@@ -225,7 +226,7 @@ def needs_build(graph: Graph, target: str | dict | Any = "llvm", cache_dir: str 
         return False
     options = build_options(graph.name, target, cache_dir, use_cache, schedule, tuning, lift_weights)
     key = known_key(graph, options)
-    if key in MEMORY or key + "|unchecked" in MEMORY:
+    if any(memory_key(options.directory, key, checks) in MEMORY for checks in (True, False)):
         return False
     return not ((options.directory / f"{key}.so").exists() and (options.directory / f"{key}.json").exists())
 

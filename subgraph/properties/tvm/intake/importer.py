@@ -114,9 +114,15 @@ def prepared_graph(graph: Graph) -> Graph:
     the separate multiply of a squeeze-and-excitation scale. The importer has no converter for
     onnxruntime's QOperator ops; :func:`~subgraph.properties.tvm.intake.qoperator.qdq_equivalents`
     writes them as the QDQ pattern whose convolutions and products import as int8 kernels.
+    The device each node was given (``rt_info["affinity"]``, which HETERO records) is not
+    part of what is compiled: it is dropped, so that two instances of one target (a MULTI
+    model's ``REMOTE.0`` and ``REMOTE.1``) share one build and its cache entry.
     """
     graph = flush_subnormal_weights(trim_conv_taps(fold_batchnorm(qdq_equivalents(select_ifs(unroll_loops(graph))))))
-    return unroll_recurrent(scaled_projections(explicit_pads(squeezed_gathers(sum_as_adds(group_norms(graph))))))
+    graph = unroll_recurrent(scaled_projections(explicit_pads(squeezed_gathers(sum_as_adds(group_norms(graph))))))
+    for node in graph.nodes:
+        node.rt_info.pop("affinity", None)
+    return graph
 
 
 def onnx_for_tvm(graph: Graph) -> tuple[Graph, Any]:

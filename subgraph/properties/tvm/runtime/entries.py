@@ -50,7 +50,7 @@ from subgraph.properties.tvm.runtime.messages import error_summary
 from subgraph.properties.tvm.runtime.weights import read_weights
 from subgraph.system import usable_cpus
 
-__all__ = ["BUILD_LOCK", "MEMORY", "FilePart", "cache_get", "check_elf", "check_private", "clear_memory_cache",
+__all__ = ["BUILD_LOCK", "MEMORY", "FilePart", "memory_key", "cache_get", "check_elf", "check_private", "clear_memory_cache",
            "content_digest", "default_cache_dir", "load_entry", "load_private", "mapped", "note_from_dict",
            "verify_library", "weights_digest"]
 
@@ -119,7 +119,15 @@ def default_cache_dir() -> Path:
     return base / "tvm"
 
 
-MEMORY: dict[str, Any] = {}  # cache key -> TVMFunction (also the builds the warm path loads)
+MEMORY: dict[str, Any] = {}  # memory_key(...) -> TVMFunction (also the builds the warm path loads)
+
+
+def memory_key(directory: Path, key: str, index_checks: bool) -> str:
+    """The :data:`MEMORY` key of build ``key`` of the cache folder ``directory``: each folder
+    is a cache of its own (a remote device exports the library from its folder's file, so a
+    build loaded from another folder is not it), and one library has two wrappers (index
+    checks on and off)."""
+    return f"{directory}|{key}" + ("" if index_checks else "|unchecked")
 
 
 BUILD_LOCK = threading.Lock()  # builds and disk I/O run one at a time; cache hits do not wait

@@ -49,6 +49,7 @@ from subgraph.properties.tvm.runtime.entries import (
     check_private,
     content_digest,
     default_cache_dir,
+    memory_key,
 )
 from subgraph.properties.tvm.runtime.function import Signature, TVMFunction
 from subgraph.properties.tvm.runtime.graphs import GraphRef, weight_parts
@@ -255,20 +256,20 @@ def cached_function(graph: Graph, target: Any = "llvm", cache_dir: str | os.Path
     if signature is None:
         return None
     key = record["key"]
-    memory_key = key if index_checks else key + "|unchecked"
-    if memory_key in MEMORY:
-        return MEMORY[memory_key]
+    in_memory = memory_key(directory, key, index_checks)
+    if in_memory in MEMORY:
+        return MEMORY[in_memory]
     check_private(directory)
     use_all_cpus()
     emit("cache read")
     with BUILD_LOCK:
-        if memory_key in MEMORY:
-            return MEMORY[memory_key]
+        if in_memory in MEMORY:
+            return MEMORY[in_memory]
         device = cpu()
         constants = [value.data for value in graph.initializers.values()]
         library = cache_get(directory, key, device, warn=False, constants=constants)
         if library is None:
             return None
         fn = TVMFunction(library, signature, device, key=key, target=str(record["target"]))
-        MEMORY[memory_key] = fn
+        MEMORY[in_memory] = fn
         return fn
