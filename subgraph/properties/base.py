@@ -374,6 +374,14 @@ class SubgraphProperty:
         per calling thread); the default does nothing (numpy's BLAS is shared by the process
         and adapts to load on its own: :mod:`~subgraph.ops.blas`)."""
 
+    def pool_size(self) -> int:
+        """How many devices of its kind this one stands for, when it names a pool rather than
+        one device: a ``MULTI`` device string (:mod:`~subgraph.hetero.multi`) that lists it by
+        its bare name runs one instance of it per member (``NAME.0``, ``NAME.1``, ...), each
+        with this property's options. The default, 1, is one device. ``REMOTE`` with a
+        tracker answers with the servers registered under its key."""
+        return 1
+
     def transfer_seconds(self, nbytes: int) -> float | None:
         """Seconds to move ``nbytes`` between this device and the host, for cost-aware
         splits (``split="pipeline"``). ``None`` (the default): the bytes stay in this

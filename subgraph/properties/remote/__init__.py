@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from subgraph.errors import DeviceError
 from subgraph.ir import Graph
 from subgraph.properties.base import time_kernel
 from subgraph.properties.registry import register_property
@@ -92,6 +93,22 @@ class RemoteProperty(TVMProperty):
         from subgraph.properties.remote.function import compile_remote  # the lazy seam: imports tvm
 
         return compile_remote(subgraph, self.session(), self.options)
+
+    def pool_size(self) -> int:
+        """1 for one server (``address``); with a tracker, how many servers are registered
+        under ``key`` now (busy ones included), so ``MULTI:REMOTE`` runs one instance per
+        server. :class:`~subgraph.errors.DeviceError` when the tracker does not answer
+        within ``timeout`` or has no server under the key."""
+        end = self.endpoint()
+        if end.tracker is None:
+            return 1
+        from subgraph.properties.remote.session import tracker_summary  # imports tvm
+
+        where = f"{end.tracker[0]}:{end.tracker[1]}"
+        servers = [address for key, address in tracker_summary(where, end.timeout)["servers"] if key == end.key]
+        if not servers:
+            raise DeviceError(f"{self.device}: tracker {where} has no server registered under key {end.key!r}")
+        return len(servers)
 
     def transfer_seconds(self, nbytes: int) -> float:
         """Seconds to move ``nbytes`` over this device's link: its measured latency plus
