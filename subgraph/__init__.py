@@ -31,6 +31,7 @@ _LAZY = {
     "example_model": "api",
     "set_affinity": "api",
     "CompiledModel": "hetero",
+    "MultiModel": "hetero",
     "AsyncInferQueue": "hetero",
     "explain_affinity": "hetero",
 }

@@ -3,7 +3,9 @@
 ``"HETERO:TVM,NUMPY"`` lists devices by priority: :func:`query_model` asks them which
 nodes they support, :func:`compile_model` partitions the graph over them and compiles
 every fused subgraph into a :class:`CompiledModel` (see :mod:`~subgraph.hetero.devices`,
-:mod:`~subgraph.hetero.compile`, :mod:`~subgraph.hetero.model`).
+:mod:`~subgraph.hetero.compile`, :mod:`~subgraph.hetero.model`). ``"MULTI:REMOTE.0,REMOTE.1,TVM"``
+compiles the graph once per entry and runs each request whole on the next free one
+(:class:`MultiModel`, :mod:`~subgraph.hetero.multi`).
 
 Examples
 --------
@@ -22,7 +24,8 @@ from subgraph.hetero.devices import FALLBACK_DEVICE, parse_devices, query_model
 from subgraph.hetero.dynamic import SpecializingModel
 from subgraph.hetero.explain import NodeExplanation, explain_affinity
 from subgraph.hetero.model import CompiledModel, ProfileRecord, SubgraphInfo
+from subgraph.hetero.multi import MultiModel
 
 __all__ = ["parse_devices", "query_model", "partition_model", "compile_model", "CompiledModel", "SubgraphInfo",
            "ProfileRecord", "FALLBACK_DEVICE", "CHOICES", "SPLITS", "SpecializingModel", "explain_affinity",
-           "NodeExplanation", "AsyncRequest", "AsyncInferQueue"]
+           "NodeExplanation", "AsyncRequest", "AsyncInferQueue", "MultiModel"]

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from subgraph.errors import SubgraphError, first_line, warn_hook
+from subgraph.errors import DeviceUnavailableError, SubgraphError, first_line, warn_hook
 from subgraph.hetero.devices import FALLBACK_DEVICE, takes
 from subgraph.hetero.measured import Costs, measure_node, settle_node
 from subgraph.hetero.model import SubgraphInfo
@@ -64,6 +64,10 @@ class CompileSettings:
     #: ``"tiered"``: subgraphs a device would build run on NUMPY until their build, in the
     #: background, is ready (:mod:`~subgraph.hetero.tiered`); ``"blocking"``: built now
     startup: str = "blocking"
+    #: a device that cannot be reached (:class:`~subgraph.errors.DeviceUnavailableError`) is an error even
+    #: with ``fallback``: a ``MULTI`` entry (:mod:`~subgraph.hetero.multi`) then waits for it to
+    #: answer instead of running on NUMPY under its name
+    unreachable_fails: bool = False
 
 
 class Leftover(SubgraphProperty):
@@ -222,7 +226,8 @@ class ModelBuilder:
             self.kernels.fused(node).compile()
             return False
         except Exception as exc:
-            if not self.settings.fallback or device == FALLBACK_DEVICE:
+            if not self.settings.fallback or device == FALLBACK_DEVICE or (
+                    self.settings.unreachable_fails and isinstance(exc, DeviceUnavailableError)):
                 raise SubgraphError(f"{device} could not compile {node.name} (nodes "
                                     f"{[n.name for n in node.subgraph.nodes][:8]}): {exc}") from exc
             hooks = ("compile_profiled", "compile") if self.settings.profile else ("compile",)

@@ -34,6 +34,7 @@ from subgraph.hetero.devices import (
 )
 from subgraph.hetero.dynamic import MAX_SPECIALIZATIONS, SpecializingModel
 from subgraph.hetero.model import CompiledModel, SubgraphInfo
+from subgraph.hetero.multi import MultiModel, compile_multi, parse_multi
 from subgraph.hetero.pipeline import time_stages
 from subgraph.hetero.split import PipelinePlan, measure_node_costs, plan_pipeline, transfer_function
 from subgraph.hetero.streams import stream_count
@@ -98,7 +99,7 @@ def compile_model(graph: Graph | str | os.PathLike | onnx.ModelProto, device: st
                   max_specializations: int = MAX_SPECIALIZATIONS, split: str | None = None,
                   pipeline_costs: Mapping[str, float] | None = None, compile_workers: int | None = None,
                   performance_hint: str = "LATENCY", num_streams: int | None = None, startup: str | None = None,
-                  **partition_options: Any) -> CompiledModel | SpecializingModel:
+                  **partition_options: Any) -> CompiledModel | SpecializingModel | MultiModel:
     """Partition ``graph`` over the devices of ``device`` and compile every subgraph.
 
     By default a subgraph its device has to build (TVM: no build in the cache) runs on
@@ -117,7 +118,11 @@ def compile_model(graph: Graph | str | os.PathLike | onnx.ModelProto, device: st
         The model, or an ONNX file or proto to read it from (:func:`subgraph.onnx.read_onnx`);
         never modified.
     device : str
-        ``"HETERO:<dev>,<dev>..."`` by priority, or one device name.
+        ``"HETERO:<dev>,<dev>..."`` by priority, or one device name. ``"MULTI:<entry>,<entry>..."``
+        compiles the whole graph once per entry (a device, or ``HETERO(<dev>,<dev>)``) and gives
+        a :class:`~subgraph.hetero.multi.MultiModel` that runs each request on the next free
+        entry, taking out a device that fails and rerunning its requests on the others
+        (:mod:`~subgraph.hetero.multi`; OpenVINO's MULTI).
     device_properties : mapping
         Options per device, e.g. ``{"TVM": {"target": "llvm"}}``.
     fallback : bool
@@ -252,19 +257,27 @@ def compile_model(graph: Graph | str | os.PathLike | onnx.ModelProto, device: st
                           f"streams run requests whole: give performance_hint='THROUGHPUT' or num_streams="
                           f"{num_streams!r}, or split='pipeline', not both")
     startup = _startup(startup, fallback=fallback, choose=choose, split=split, progress=progress)
-    parse_devices(device)  # a bad device string fails now, not on the first call
+    entries = parse_multi(device)  # a bad device string fails now, not on the first call
+    if entries is None:
+        parse_devices(device)
     check_device_options(device_properties)  # bad options fail now, not on the first call
+    settings = CompileSettings(profile=profile, progress=progress, fallback=fallback, compile_now=True,
+                               choose=choose, split=split, pipeline_costs=pipeline_costs,
+                               workers=int(compile_workers), partition_options=partition_options,
+                               streams=streams, startup=startup)
 
-    graph = model_graph(graph, "partition_model")
+    def compile_one(device: str, device_properties: Mapping[str, Mapping[str, Any]] | None,
+                    settings: CompileSettings) -> CompiledModel | SpecializingModel:
+        def build(static: Graph) -> CompiledModel:
+            return _partition_model(static, device, device_properties, settings)
 
-    def build(static: Graph) -> CompiledModel:
-        settings = CompileSettings(profile=profile, progress=progress, fallback=fallback, compile_now=True,
-                                   choose=choose, split=split, pipeline_costs=pipeline_costs,
-                                   workers=int(compile_workers), partition_options=partition_options,
-                                   streams=streams, startup=startup)
-        return _partition_model(static, device, device_properties, settings)
+        return _specialized(graph, build, input_shapes, max_specializations, streams)
 
-    return _specialized(graph, build, input_shapes, max_specializations, streams)
+    if entries is not None:  # each entry whole, its unreachable devices left to MULTI's failover
+        strict = dataclasses.replace(settings, unreachable_fails=True)
+        return compile_multi(graph, device, entries, device_properties,
+                             lambda entry, options: compile_one(entry, options, strict))
+    return compile_one(device, device_properties, settings)
 
 
 def _partition_model(graph: Graph, device: str, device_properties: Mapping[str, Mapping[str, Any]] | None,

@@ -94,6 +94,9 @@ def parse_devices(device: str) -> list[str]:
     if not isinstance(device, str) or not device.strip():
         raise DeviceError(f"device must be a string such as 'HETERO:TVM,NUMPY', got {device!r}")
     text = device.strip()
+    if text.upper().startswith("MULTI"):
+        raise DeviceError(f"device string {device!r}: MULTI runs each request whole on one of its entries, so only "
+                          "compile_model takes it; partition or query one entry, e.g. 'HETERO:REMOTE.0,NUMPY'")
     if text.upper().startswith("HETERO"):
         head, _, tail = text.partition(":")
         if head.upper() != "HETERO" or not tail.strip():

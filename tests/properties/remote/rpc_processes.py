@@ -48,17 +48,19 @@ def free_port() -> int:
 class Process:
     """A TVM RPC server or tracker in its own process group (its forked workers die with it)."""
 
-    def __init__(self, kind: str, port: int, log: Path, *extra: str) -> None:
+    def __init__(self, kind: str, port: int, log: Path, *extra: str, wait: bool = True) -> None:
         self.kind, self.port, self.log, self.extra = kind, port, log, extra
         self.work = log.with_name(f"{log.stem}.tmp")  # its TMPDIR, beside its log
         self.proc: subprocess.Popen | None = None
-        self.start()
+        self.start(wait)
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self) -> None:
+    def start(self, wait: bool = True) -> None:
+        """Start the process; ``wait``: until it listens (else call :meth:`wait` later, so that
+        several start side by side: each spends seconds importing tvm)."""
         cmd = [sys.executable, "-m", f"tvm.exec.{self.kind}", "--host", "127.0.0.1", "--port", str(self.port),
                "--port-end", str(self.port + 1), *self.extra]
         self.work.mkdir(exist_ok=True)
@@ -67,6 +69,11 @@ class Process:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                          start_new_session=True,
                                          preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+        if wait:
+            self.wait()
+
+    def wait(self) -> None:
+        """Wait until the process listens on its port."""
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
