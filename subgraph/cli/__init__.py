@@ -305,8 +305,22 @@ def _setup(args: argparse.Namespace, inputs: str | None = None) -> _Setup:
     """The loaded graph, its symbolic input dimensions bound (to the arrays of ``inputs``,
     --input-shape, or stated defaults) and specialized, with affinities from --affinity."""
     from subgraph.hetero import parse_devices
+    from subgraph.hetero.multi import parse_multi
 
-    devices = parse_devices(args.devices)
+    entries = parse_multi(args.devices)
+    if entries is None:
+        devices = parse_devices(args.devices)
+    else:  # MULTI: run (or compile) each entry whole; what partitions or queries one graph takes one entry
+        if args.command != "run":
+            raise UsageError(f"{args.command} takes a HETERO device string; MULTI ({args.devices!r}) runs each "
+                             "request whole on one entry: `subgraph run` takes it, or give one entry's devices")
+        unsupported = [flag for flag, given in (("--affinity", getattr(args, "affinity", None)),
+                                                ("--explain", args.explain), ("--profile", args.profile),
+                                                ("--profile-json", args.profile_json)) if given]
+        if unsupported:
+            raise UsageError(f"{unsupported[0]} needs one partition; MULTI ({args.devices!r}) has one per entry: "
+                             "give one entry's devices instead")
+        devices = list(dict.fromkeys(name for entry in entries for name in parse_devices(entry)))
     props = device_properties(args.device_option, args.exclude, devices)
     _properties(devices, props)  # a device that cannot work (TVM not installed) says so first
     graph, label, given = load_graph(args.model, args.input_shape)
@@ -416,6 +430,7 @@ def _compile(graph: Any, args: argparse.Namespace, options: dict[str, dict[str, 
     """compile_model with a progress display (on a terminal); fallback warnings printed as ``subgraph: warning:``."""
     from subgraph.api import compile_model
     from subgraph.cli.progress import CompileProgress
+    from subgraph.hetero import MultiModel
 
     start = time.perf_counter()
     with _explained_on_failure(args, graph, devices, options, manual), warnings.catch_warnings(record=True) as caught, \
@@ -427,6 +442,10 @@ def _compile(graph: Any, args: argparse.Namespace, options: dict[str, dict[str, 
                               compile_workers=getattr(args, "compile_workers", None))
     for warning in caught:
         print(f"subgraph: warning: {warning.message}", file=sys.stderr)
+    if isinstance(model, MultiModel):
+        print(f"compiled {len(model.devices)} MULTI entries in {time.perf_counter() - start:.2f} s")
+        print(model.summary())
+        return model
     counts: dict[str, int] = {}
     for s in model.subgraphs:
         counts[s.device] = counts.get(s.device, 0) + 1

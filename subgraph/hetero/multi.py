@@ -103,14 +103,11 @@ def parse_multi(device: str) -> list[str] | None:
     if head.strip().upper() != "MULTI" or not tail.strip():
         raise DeviceError(f"device string {device!r} lists no devices; write e.g. 'MULTI:REMOTE.0,REMOTE.1,TVM'")
     parts, depth, start = [], 0, 0
-    for i, char in enumerate(tail + ","):
-        if char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-        if depth < 0 or (char == "," and depth == 0):
-            if depth < 0:
-                break
+    for i, char in enumerate(tail + ","):  # split at the commas outside parentheses
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth < 0:
+            break
+        if char == "," and depth == 0:
             parts.append(tail[start:i].strip())
             start = i + 1
     if depth != 0:
@@ -133,10 +130,11 @@ def parse_multi(device: str) -> list[str] | None:
             raise DeviceError(f"device string {device!r} has an empty entry")
         devices = parse_devices(entry)
         entry = f"HETERO:{','.join(devices)}" if paren else devices[0]
-        for name in devices:
-            if name != FALLBACK_DEVICE and owner.setdefault(name, entry) != entry or entry in entries:
-                raise DeviceError(f"device string {device!r} lists {name} in two entries; a device runs one "
-                                  "request at a time, so each entry needs devices of its own (NUMPY excepted)")
+        shared = [name for name in devices if name in owner and (name != FALLBACK_DEVICE or entry in entries)]
+        if shared:
+            raise DeviceError(f"device string {device!r} lists {shared[0]} in two entries; a device runs one "
+                              "request at a time, so each entry needs devices of its own (NUMPY excepted)")
+        owner.update(dict.fromkeys(devices, entry))
         entries.append(entry)
     return entries
 
@@ -374,16 +372,18 @@ class MultiModel:
     def start_async(self, feeds: Mapping[str, np.ndarray]) -> AsyncRequest:
         """Start a request on ``feeds`` (checked and copied now: bad feeds raise
         :class:`~subgraph.errors.InputError` here) and return at once."""
-        future = self._submit(feeds)
-        return AsyncRequest(future, future.index)
+        request = self._enqueue(feeds)
+        return AsyncRequest(request.future, request.index)
 
     def _submit(self, feeds: Mapping[str, np.ndarray]) -> concurrent.futures.Future:
-        arrays = copy_feeds(bind_feeds(self.graph, feeds)[0])
+        return self._enqueue(feeds).future
+
+    def _enqueue(self, feeds: Mapping[str, np.ndarray]) -> _Request:
         future: concurrent.futures.Future = concurrent.futures.Future()
+        request = _Request(future, copy_feeds(bind_feeds(self.graph, feeds)[0]), next(self._count))
         future.set_running_or_notify_cancel()
-        future.index = next(self._count)
-        self._dispatch.submit(_Request(future, arrays, future.index))
-        return future
+        self._dispatch.submit(request)
+        return request
 
     def wait_compiled(self, timeout: float | None = None) -> bool:
         """Wait until every compiled entry runs on its final devices (a tiered start)."""
@@ -429,10 +429,10 @@ def compile_multi(graph: Graph, device: str, entries: list[str],
     from subgraph.properties import get_property, registered_devices  # the pools' sizes
 
     options = check_device_options(device_properties)
-    known = set(entries) | {base_device(name) for entry in entries for name in parse_devices(entry)}
-    extra = sorted(set(options) - known - {FALLBACK_DEVICE} - {
-        name for name in options if base_device(name) in known})
-    if extra:
+    listed = {name for entry in entries for name in parse_devices(entry)}
+    allowed = {*listed, *map(base_device, listed), FALLBACK_DEVICE}
+    extra = sorted(name for name in options if name not in allowed and base_device(name) not in listed)
+    if extra:  # (an instance NAME.k of a pool listed by its bare name NAME is allowed)
         raise DeviceError(f"device_properties names {extra}, which are not among the devices of {device!r}")
 
     def pool_size(name: str, own: Mapping[str, Any]) -> int:

@@ -426,3 +426,32 @@ def test_run_refuses_zero_compile_workers(cli_env):
     result = cli(cli_env, "run", "--compile-workers", "0")
     assert result.returncode == 2
     assert "argument --compile-workers: '0' must be at least 1" in result.stderr
+
+
+@needs_tvm
+def test_run_takes_a_multi_device_string_and_checks_and_benches_every_request(cli_env):
+    result = cli(cli_env, "run", "-d", "MULTI:NUMPY,HETERO(TVM,NUMPY)", "--exclude", "TVM:MaxPool,Softmax",
+                 "--check", "--bench", "6")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout.splitlines()
+    assert any(line.startswith("compiled 2 MULTI entries in ") for line in out), result.stdout
+    assert out[out.index(next(line for line in out if line.startswith("compiled 2 MULTI"))) + 1].startswith(
+        "NUMPY: live, 0 request(s) answered")
+    assert "HETERO:TVM,NUMPY: live, 0 request(s) answered" in out
+    assert "check    ok: every output matches the unpartitioned all-numpy run" in out
+    assert any(line.startswith("latency: median ") and " over 6 run(s)" in line for line in out)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["partition", "-d", "MULTI:NUMPY,TVM"], "partition takes a HETERO device string; MULTI ('MULTI:NUMPY,TVM') "
+                                             "runs each request whole on one entry: `subgraph run` takes it"),
+    (["run", "-d", "MULTI:NUMPY,TVM", "--profile"], "--profile needs one partition; MULTI ('MULTI:NUMPY,TVM') has "
+                                                    "one per entry: give one entry's devices instead"),
+    (["run", "-d", "MULTI:NUMPY,TVM", "--device-option", "REMOTE.0.address=127.0.0.1:1"],
+     "--device-option 'REMOTE.0.address=127.0.0.1:1' names device 'REMOTE.0', which is not among the devices "
+     "NUMPY, TVM"),
+])
+def test_multi_where_the_command_needs_one_partition_is_a_usage_error(cli_env, args, message):
+    result = cli(cli_env, *args)
+    assert result.returncode == 2
+    assert f"subgraph: error: {message}" in result.stderr
