@@ -121,8 +121,13 @@ def assert_matches_onnxruntime(graph: Graph, got: list[np.ndarray], *arrays: np.
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5 * float(np.abs(w).max()))
 
 
-def lowered_scripts(graph: Graph, schedule: str) -> dict[str, str]:
-    """The TIR of every function after the pipeline, by function name."""
+#: a CPU with 16-lane float vectors, for tests that read the tiles it gets (lowered, never run)
+AVX512 = {"kind": "llvm", "mcpu": "skylake-avx512"}
+
+
+def lowered_scripts(graph: Graph, schedule: str, target: dict | None = None) -> dict[str, str]:
+    """The TIR of every function after the pipeline, by function name, for ``target``
+    (default: this machine's CPU)."""
     import tvm
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
@@ -131,7 +136,7 @@ def lowered_scripts(graph: Graph, schedule: str) -> dict[str, str]:
     from subgraph.properties.tvm.lowering.passes import relax_pipeline
     from subgraph.properties.tvm.runtime.target import host_target
 
-    target = host_target()
+    target = host_target() if target is None else tvm.target.Target(target)
     mod = from_onnx(to_onnx(graph), shape_dict={v.name: list(v.shape) for v in graph.inputs},
                     dtype_dict={v.name: v.dtype.name for v in graph.inputs})
     mod = relax_pipeline(target, schedule)(relax.transform.FoldConstant()(mod))
