@@ -51,6 +51,7 @@ from subgraph.executor import op_kernel
 from zoo.quantized import (
     DEPLOY,
     FORMATS,
+    RECIPE,
     corpus_inputs,
     example_feeds,
     int8_mismatch,
@@ -274,7 +275,7 @@ def test_a_deployment_size_entry_is_built_from_its_corpus_export(tmp_path) -> No
     import torch
 
     path = quantized_path("deploy_crnn", "qoperator", folder=tmp_path)
-    assert os.path.basename(path) == (f"deploy_crnn-qoperator-seed0-recipe2-ort{ort.__version__}"
+    assert os.path.basename(path) == (f"deploy_crnn-qoperator-seed0-recipe{RECIPE}-ort{ort.__version__}"
                                       f"-from-torch-{torch.__version__}-recipe2.onnx")
     model = onnx.load(path)
     ops = {n.op_type for n in model.graph.node}

@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 import subgraph
 from subgraph.errors import UnsupportedOpError
 from subgraph.ops import node_path
+from tests.int8_oracle import int8_weights
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -114,7 +115,7 @@ def test_quantize_and_dequantize(axis):
 @pytest.mark.parametrize("per_column", [False, True])
 @pytest.mark.parametrize("bias", [False, True])
 def test_matmul_integer_to_float(per_column, bias):
-    a, b = q("uint8", 2, 5, 32), q("int8", 32, 6)
+    a, b = q("uint8", 2, 5, 32), int8_weights(RNG, (32, 6))
     scale = RNG.uniform(0.001, 0.01, 6 if per_column else ()).astype(np.float32)
     consts = {"b": b, "as": np.float32(0.02), "bs": scale,
               "az": np.uint8(125), "bz": np.zeros(6 if per_column else (), np.int8)}
@@ -128,7 +129,7 @@ def test_matmul_integer_to_float(per_column, bias):
 @pytest.mark.parametrize("per_column", [False, True])
 def test_dynamic_quantize_matmul(per_column):
     a = RNG.standard_normal((3, 7, 64)).astype(np.float32)
-    b = q("int8", 64, 5)
+    b = int8_weights(RNG, (64, 5))
     consts = {"b": b, "bs": RNG.uniform(0.001, 0.01, 5 if per_column else ()).astype(np.float32),
               "bz": np.zeros(5 if per_column else (), np.int8), "bias": RNG.standard_normal(5).astype(np.float32)}
     compare(build("DynamicQuantizeMatMul", {"a": a}, consts, ["a", "b", "bs", "bz", "bias"]), {"a": a}, rtol=1e-6)
@@ -137,7 +138,7 @@ def test_dynamic_quantize_matmul(per_column):
 @pytest.mark.parametrize("quantized_output", [False, True])
 @pytest.mark.parametrize("trans_b", [0, 1])
 def test_qgemm(quantized_output, trans_b):
-    a, b = q("uint8", 3, 40), q("int8", *((7, 40) if trans_b else (40, 7)))
+    a, b = q("uint8", 3, 40), int8_weights(RNG, (7, 40) if trans_b else (40, 7))
     consts = {"as": np.float32(0.03), "az": np.uint8(120), "b": b, "bs": RNG.uniform(0.002, 0.01, 7).astype(np.float32),
               "bz": np.zeros(7, np.int8), "c": RNG.integers(-5000, 5000, 7).astype(np.int32)}
     names = ["a", "as", "az", "b", "bs", "bz", "c"]

@@ -13,6 +13,7 @@ ort = pytest.importorskip("onnxruntime")
 import subgraph
 from subgraph.properties.tvm import TVMProperty
 from subgraph.properties.tvm.intake.qoperator import decline_reason, qdq_equivalents
+from tests.int8_oracle import int8_weights
 
 pytestmark = pytest.mark.tvm
 
@@ -45,7 +46,7 @@ def _u8(shape: tuple[int, ...], seed: int) -> np.ndarray:
 
 
 def _i8(shape: tuple[int, ...], seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).integers(-127, 128, shape).astype(np.int8)
+    return int8_weights(np.random.default_rng(seed), shape, -127, 127)
 
 
 def _conv():
