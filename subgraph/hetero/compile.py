@@ -215,6 +215,8 @@ def compile_model(graph: Graph | str | os.PathLike | onnx.ModelProto, device: st
     SubgraphError
         A device could not compile a subgraph with ``fallback=False``, or the ``progress``
         callback raised.
+    DeviceUnavailableError
+        ``MULTI``: no entry's devices could be reached.
     KeyboardInterrupt
         Ctrl-C, passed on as is, also from inside a TVM build (which then stops at once and
         leaves no cache entry; :mod:`~subgraph.properties.tvm.runtime.interrupt`).

@@ -49,8 +49,9 @@ from subgraph.properties.tvm.runtime.messages import error_summary
 from subgraph.properties.tvm.runtime.weights import write_weights
 from subgraph.system import usable_cpus
 
-__all__ = ["BUILD_LOCK", "MEMORY", "FilePart", "cache_get", "cache_key", "cache_put", "check_private", "clear_memory_cache",
-           "content_digest", "default_cache_dir", "memory_key", "note_from_dict", "note_to_dict", "store_entry"]
+__all__ = ["BUILD_LOCK", "MEMORY", "FilePart", "cache_get", "cache_key", "cache_put", "check_private",
+           "clear_memory_cache", "content_digest", "default_cache_dir", "memory_key", "note_from_dict", "note_to_dict",
+           "store_entry"]
 
 
 #: The format of the disk entries and of the builds they hold: 25 keeps large weights beside the

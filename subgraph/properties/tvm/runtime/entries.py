@@ -50,9 +50,9 @@ from subgraph.properties.tvm.runtime.messages import error_summary
 from subgraph.properties.tvm.runtime.weights import read_weights
 from subgraph.system import usable_cpus
 
-__all__ = ["BUILD_LOCK", "MEMORY", "FilePart", "memory_key", "cache_get", "check_elf", "check_private", "clear_memory_cache",
-           "content_digest", "default_cache_dir", "load_entry", "load_private", "mapped", "note_from_dict",
-           "verify_library", "weights_digest"]
+__all__ = ["BUILD_LOCK", "MEMORY", "FilePart", "cache_get", "check_elf", "check_private", "clear_memory_cache",
+           "content_digest", "default_cache_dir", "load_entry", "load_private", "mapped", "memory_key",
+           "note_from_dict", "verify_library", "weights_digest"]
 
 
 @dataclasses.dataclass(frozen=True)
