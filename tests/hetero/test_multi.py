@@ -150,12 +150,13 @@ def test_a_device_that_fails_is_taken_out_and_its_requests_rerun_on_the_others_e
     with pytest.warns(RuntimeWarning, match="MULTI: FLAKY.1 answers again and takes requests"):
         flaky.down.clear()
         until(lambda: model.live == ["FLAKY.0", "FLAKY.1"])
-    before = model.served["FLAKY.1"]
-    for k in range(40):
-        queue.start_async(feeds(k), userdata=k)
+    before, sent = model.served["FLAKY.1"], 0
+    while model.served["FLAKY.1"] == before and sent < 400:  # it takes requests again
+        queue.start_async(feeds(sent), userdata=sent)
+        sent += 1
     queue.wait_all(timeout=60)
-    assert model.served["FLAKY.1"] > before or model.served["FLAKY.0"] >= 190  # both take requests again
-    assert sum(model.served.values()) == 240
+    assert model.served["FLAKY.1"] > before
+    assert sum(model.served.values()) == 200 + sent
 
 
 def test_an_entry_unreachable_at_compile_is_left_out_then_compiled_when_it_answers(flaky):
