@@ -55,6 +55,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import itertools
+import math
 import threading
 import time
 import warnings
@@ -246,10 +247,10 @@ class _Dispatcher:
                     return False
                 if device.live and self.queue:
                     return self.queue.popleft()
-                wait = None if device.live else device.retry_at - time.monotonic()
+                wait = None if device.live or device.retry_at == math.inf else device.retry_at - time.monotonic()
                 if wait is not None and wait <= 0:
                     return None
-                self.lock.wait(wait)
+                self.lock.wait(wait)  # (a device out for good waits only for the close)
 
     def serve(self, device: _Device, request: _Request) -> None:
         try:
@@ -292,18 +293,18 @@ class _Dispatcher:
                 device.model.run(device.trial)
         except BaseException as exc:  # noqa: BLE001 - sorted below
             cause = _unavailable(exc)
-            with self.lock:
-                if cause is not None:  # still out: wait twice as long
+            if cause is not None:  # still out: wait twice as long
+                with self.lock:
                     device.tries += 1
                     device.why = str(cause)
                     device.retry_at = time.monotonic() + min(RETRY * 2 ** (device.tries - 1), RETRY_MAX)
-                    return
-                if device.model is None:  # it answered, but cannot compile the model: out for good
-                    device.retry_at, device.why = float("inf"), f"could not compile the model: {exc}"
-            if device.model is None:
+                return
+            if device.model is None:  # it answered, but cannot compile the model: out for good
+                with self.lock:
+                    device.retry_at, device.why = math.inf, f"could not compile the model: {exc}"
                 _warn(f"MULTI: {device.name} {device.why}; it stays out")
                 return
-            # it answered: the error is that request's, which another device has answered
+            # it answered: the error is that request's own, and another device has answered it
         with self.lock:
             device.live, device.tries, device.why, device.trial = True, 0, "", None
             self.lock.notify_all()

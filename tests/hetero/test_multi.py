@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 import pytest
 
-from subgraph.errors import DeviceError, DeviceUnavailableError, ExecutionError, InputError
+from subgraph.errors import DeviceError, DeviceUnavailableError, ExecutionError, InputError, PropertyError
 from subgraph.hetero import AsyncInferQueue, MultiModel, compile_model, multi, query_model
 from subgraph.hetero.multi import parse_multi
 from subgraph.properties.numpy import NumpyProperty
@@ -28,6 +28,7 @@ class Flaky(NumpyProperty):
     device = "FLAKY"
     known_options = (*NumpyProperty.known_options, "members")
     down: set[str] = set()  # noqa: RUF012 - the tests switch it
+    broken: set[str] = set()  # noqa: RUF012 - answers, but its compile fails
     ran: list[tuple[str, float]] = []  # noqa: RUF012
     lock = threading.Lock()
 
@@ -40,6 +41,8 @@ class Flaky(NumpyProperty):
 
     def compile(self, subgraph):
         self._check()
+        if self.device in type(self).broken:
+            raise PropertyError(f"{self.device} (test) cannot compile this")
         runner = super().compile(subgraph)
 
         def run(*arrays):
@@ -54,7 +57,7 @@ class Flaky(NumpyProperty):
 
 @pytest.fixture
 def flaky(monkeypatch):
-    Flaky.down, Flaky.ran = set(), []
+    Flaky.down, Flaky.broken, Flaky.ran = set(), set(), []
     monkeypatch.setattr(multi, "RETRY", 0.05)
     monkeypatch.setattr(multi, "RETRY_MAX", 0.2)
     with registered(flaky_test=Flaky):
@@ -172,6 +175,24 @@ def test_an_entry_unreachable_at_compile_is_left_out_then_compiled_when_it_answe
         until(lambda: model.live == ["FLAKY.0", "FLAKY.1"])
     assert model.models["FLAKY.1"] is not None
     np.testing.assert_array_equal(model.models["FLAKY.1"](feeds(4))["7"], expected(4))
+
+
+def test_a_device_that_answers_but_cannot_compile_stays_out_and_its_worker_lives_on(flaky):
+    graph = seed_example()
+    graph.name = "broken"
+    flaky.down.add("FLAKY.1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = compile_model(graph, "MULTI:FLAKY.0,FLAKY.1", fallback=False)  # (else NUMPY would run it)
+    with pytest.warns(RuntimeWarning, match=r"MULTI: FLAKY.1 could not compile the model: .*FLAKY.1 \(test\) "
+                                            "cannot compile this; it stays out"):
+        flaky.broken.add("FLAKY.1")
+        flaky.down.clear()
+        until(lambda: "could not compile" in model.summary())
+    time.sleep(0.3)  # past a retry: the worker of a device out for good waits for the close
+    assert [t.name for t in threading.enumerate() if t.name == "subgraph-broken-multi-FLAKY.1"]
+    assert model.live == ["FLAKY.0"]
+    np.testing.assert_array_equal(model(feeds(2))["7"], expected(2))
 
 
 def test_when_no_device_is_left_requests_fail_naming_every_device_and_new_ones_are_refused(flaky):
