@@ -101,24 +101,21 @@ def queue_rps(model, feeds: dict, seconds: float) -> float:
 def alone(path: str, feeds: dict, seconds: float) -> dict[str, float]:
     """Ours and OpenVINO's THROUGHPUT queue on this machine alone, each in a process of its own."""
     rates = {}
-    for engine in ("ours", "ov"):
-        code = ("import sys, json; sys.path[:0] = sys.argv[1:3]; import multi; "
-                "print(json.dumps(multi.child(sys.argv[3], sys.argv[4], float(sys.argv[5]))))")
-        here = str(Path(__file__).resolve().parent)
-        out = subprocess.run([sys.executable, "-c", code, here, str(Path(here).parent), engine, path, str(seconds)],
-                             capture_output=True, text=True, timeout=1800, check=False,
-                             env={**os.environ, "SUBGRAPH_BENCH_FEEDS": _save(feeds)})
-        lines = out.stdout.strip().splitlines()
-        rates[engine] = float(lines[-1]) if out.returncode == 0 and lines else float("nan")
-        if out.returncode != 0:
-            print(f"  {engine} alone failed: {(out.stderr.strip().splitlines() or ['?'])[-1][:160]}", flush=True)
+    here = str(Path(__file__).resolve().parent)
+    code = ("import sys, json; sys.path[:0] = sys.argv[1:3]; import multi; "
+            "print(json.dumps(multi.child(sys.argv[3], sys.argv[4], float(sys.argv[5]))))")
+    with tempfile.TemporaryDirectory(prefix="subgraph-multi-") as folder:
+        saved = str(Path(folder) / "feeds.npz")  # the same feeds for both engines, removed after
+        np.savez(saved, **feeds)
+        for engine in ("ours", "ov"):
+            out = subprocess.run([sys.executable, "-c", code, here, str(Path(here).parent), engine, path,
+                                  str(seconds)], capture_output=True, text=True, timeout=1800, check=False,
+                                 env={**os.environ, "SUBGRAPH_BENCH_FEEDS": saved})
+            lines = out.stdout.strip().splitlines()
+            rates[engine] = float(lines[-1]) if out.returncode == 0 and lines else float("nan")
+            if out.returncode != 0:
+                print(f"  {engine} alone failed: {(out.stderr.strip().splitlines() or ['?'])[-1][:160]}", flush=True)
     return rates
-
-
-def _save(feeds: dict) -> str:
-    path = Path(tempfile.mkdtemp(prefix="subgraph-multi-")) / "feeds.npz"
-    np.savez(path, **feeds)
-    return str(path)
 
 
 def child(engine: str, path: str, seconds: float) -> float:
@@ -191,8 +188,9 @@ def main() -> int:
             graph = subgraph.from_onnx(path, {k: list(v.shape) for k, v in feeds.items()})
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                models = {name: compile_model(graph, device, options, startup="blocking")
-                          for name, device in CONFIGS.items()}
+                models = {name: compile_model(graph, device, {k: v for k, v in options.items()
+                                                              if k == "REMOTE" or k in device}, startup="blocking")
+                          for name, device in CONFIGS.items()}  # each string's own devices' options
             rates: dict[str, list[float]] = {name: [] for name in CONFIGS}
             for _ in range(args.rounds):
                 for name, model in models.items():
